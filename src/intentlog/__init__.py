@@ -1,1 +1,77 @@
-"""intentlog."""
+"""intentlog: a durable journal of intents and receipts around external side effects.
+
+Before an external action it records the intent (a stable operation key), submits with that key
+as the idempotency key, records the receipt after confirmation, and after a crash reconciles
+with the service before it would ever send again. Where nothing can settle an outcome it says
+UNRESOLVED and never duplicates the effect automatically.
+"""
+
+from intentlog._decide import Decision, decide
+from intentlog._effect import Effect, effect
+from intentlog._errors import (
+    Error,
+    InvalidInput,
+    JournalCorrupt,
+    JournalError,
+    KeyConflict,
+    LeaseLost,
+    OutcomeUnknown,
+    Rejected,
+    SchemaTooNew,
+    StillInFlight,
+    TaskBusy,
+    UnknownOperation,
+    UnsafeValue,
+)
+from intentlog._hygiene import REDACTED, ReceiptWarning
+from intentlog._journal import Journal, Pending, Recovered, TaskInfo, open
+from intentlog._model import (
+    Action,
+    Found,
+    Indeterminate,
+    NotFound,
+    Operation,
+    Policy,
+    State,
+    TaskRecord,
+)
+from intentlog._task import Task
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "REDACTED",
+    "Action",
+    "Decision",
+    "Effect",
+    "Error",
+    "Found",
+    "Indeterminate",
+    "InvalidInput",
+    "Journal",
+    "JournalCorrupt",
+    "JournalError",
+    "KeyConflict",
+    "LeaseLost",
+    "NotFound",
+    "Operation",
+    "OutcomeUnknown",
+    "Pending",
+    "Policy",
+    "ReceiptWarning",
+    "Recovered",
+    "Rejected",
+    "SchemaTooNew",
+    "State",
+    "StillInFlight",
+    "Task",
+    "TaskBusy",
+    "TaskInfo",
+    "TaskRecord",
+    "UnknownOperation",
+    "UnsafeValue",
+    "__version__",
+    "decide",
+    "effect",
+    "open",
+]

@@ -1,0 +1,203 @@
+"""Effects: a kind of external action, declared once."""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from typing import Any, overload
+
+from intentlog._errors import InvalidInput
+from intentlog._model import LookupResult, Policy
+
+__all__ = ["Effect", "Seconds", "effect"]
+
+Seconds = float | int | timedelta
+Submit = Callable[..., Any]
+Reconcile = Callable[[str], LookupResult]
+ReceiptSelector = Sequence[str] | Callable[[Any], Any]
+
+
+def _seconds(value: Seconds | None, what: str, *, allow_zero: bool) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidInput(f"{what} must be a number of seconds or a timedelta, got {value!r}")
+    if value < 0 or (value == 0 and not allow_zero):
+        raise InvalidInput(f"{what} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+    return float(value)
+
+
+class Effect:
+    """A kind of external action: how to submit it and what its service can do.
+
+    ``submit(key, ...)`` performs the action, sending ``key`` as the idempotency key where
+    the service supports one, and returns the receipt (small JSON: an id, a URL, a status).
+    It raises :class:`intentlog.Rejected` when the service said the request was not applied;
+    any other exception is ambiguous (the request may have landed).
+
+    ``reconcile(key)`` asks the service what happened to a key and returns Found(receipt),
+    NotFound() or Indeterminate(). ``idempotent`` says the service deduplicates on the key,
+    for ``key_retention`` (None: forever). ``timeout`` is the request deadline and
+    ``lookup_lag`` how long a lookup may lag behind a commit. ``receipt`` selects what is
+    kept of submit's result (field names, or a function). ``store_args`` keeps the call's
+    arguments in the journal (checked for secrets); by default only their fingerprint is.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        submit: Submit,
+        reconcile: Reconcile | None = None,
+        *,
+        idempotent: bool = False,
+        key_retention: Seconds | None = None,
+        timeout: Seconds = 30.0,
+        lookup_lag: Seconds = 0.0,
+        receipt: ReceiptSelector | None = None,
+        store_args: bool = False,
+    ) -> None:
+        if not isinstance(name, str) or not name.strip() or len(name) > 100:
+            raise InvalidInput(
+                f"effect name must be a non-empty string of at most 100 chars: {name!r}"
+            )
+        if not callable(submit):
+            raise InvalidInput(f"submit of effect {name!r} must be callable, got {submit!r}")
+        if reconcile is not None and not callable(reconcile):
+            raise InvalidInput(f"reconcile of effect {name!r} must be callable, got {reconcile!r}")
+        if key_retention is not None and not idempotent:
+            raise InvalidInput(
+                f"effect {name!r}: key_retention only applies to a service that deduplicates; "
+                "pass idempotent=True as well"
+            )
+        if (
+            receipt is not None
+            and not callable(receipt)
+            and (isinstance(receipt, str) or not all(isinstance(f, str) for f in receipt))
+        ):
+            raise InvalidInput(
+                f"effect {name!r}: receipt must be a list of field names or a function"
+            )
+        self.name = name
+        self.submit = submit
+        self.reconcile = reconcile
+        self.idempotent = bool(idempotent)
+        self.key_retention = _seconds(key_retention, "key_retention", allow_zero=False)
+        self.timeout = _seconds(timeout, "timeout", allow_zero=False) or 30.0
+        self.lookup_lag = _seconds(lookup_lag, "lookup_lag", allow_zero=True) or 0.0
+        self.receipt = receipt
+        self.store_args = bool(store_args)
+        try:
+            self._signature: inspect.Signature | None = inspect.signature(submit)
+        except (TypeError, ValueError):  # some builtins have no signature
+            self._signature = None
+
+    @property
+    def policy(self) -> Policy:
+        """What the decision needs to know about this effect's service."""
+        return Policy(
+            can_reconcile=self.reconcile is not None,
+            idempotent=self.idempotent,
+            key_retention=self.key_retention,
+            timeout=self.timeout,
+            lookup_lag=self.lookup_lag,
+        )
+
+    def reconciler(self, fn: Reconcile) -> Reconcile:
+        """Decorator: register ``fn(key)`` as this effect's lookup by key."""
+        if not callable(fn):
+            raise InvalidInput(f"reconciler of effect {self.name!r} must be callable")
+        self.reconcile = fn
+        return fn
+
+    def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """Name every argument of a call, so ``f(1)`` and ``f(amount=1)`` get one key."""
+        if self._signature is None:
+            if args:
+                raise InvalidInput(f"effect {self.name!r}: pass arguments by name")
+            return dict(kwargs)
+        try:
+            bound = self._signature.bind("<key>", *args, **kwargs)
+        except TypeError as exc:
+            raise InvalidInput(f"effect {self.name!r}: {exc}") from exc
+        bound.apply_defaults()
+        named = dict(bound.arguments)
+        named.pop(next(iter(self._signature.parameters)))
+        for param in self._signature.parameters.values():
+            # Flatten **kwargs and keep *args as a list, so the arguments are plain JSON.
+            if param.kind is param.VAR_KEYWORD and param.name in named:
+                named.update(named.pop(param.name))
+            elif param.kind is param.VAR_POSITIONAL and param.name in named:
+                named[param.name] = list(named[param.name])
+        return named
+
+    def select_receipt(self, result: Any) -> Any:
+        """Apply the ``receipt`` selector to what submit (or a lookup) returned."""
+        if self.receipt is None:
+            return result
+        if callable(self.receipt):
+            return self.receipt(result)
+        if isinstance(result, dict):
+            return {field: result[field] for field in self.receipt if field in result}
+        return result
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(
+            f"effect {self.name!r} is not called directly: use task.run({self.name}, ...) so "
+            "that its intent is journaled before it is sent"
+        )
+
+    def __repr__(self) -> str:
+        caps = [
+            c for c, on in (("reconcile", self.reconcile), ("idempotent", self.idempotent)) if on
+        ]
+        return f"<Effect {self.name!r} {'+'.join(caps) or 'neither'}>"
+
+
+@overload
+def effect(fn: Submit, /) -> Effect: ...
+@overload
+def effect(
+    *,
+    name: str | None = None,
+    idempotent: bool = False,
+    key_retention: Seconds | None = None,
+    timeout: Seconds = 30.0,
+    lookup_lag: Seconds = 0.0,
+    receipt: ReceiptSelector | None = None,
+    store_args: bool = False,
+) -> Callable[[Submit], Effect]: ...
+def effect(
+    fn: Submit | None = None,
+    /,
+    *,
+    name: str | None = None,
+    idempotent: bool = False,
+    key_retention: Seconds | None = None,
+    timeout: Seconds = 30.0,
+    lookup_lag: Seconds = 0.0,
+    receipt: ReceiptSelector | None = None,
+    store_args: bool = False,
+) -> Effect | Callable[[Submit], Effect]:
+    """Declare an effect from its submit function: ``@intentlog.effect(idempotent=True)``.
+
+    The effect's name defaults to the function's ``__name__``; it is part of every key, so
+    keep it stable (or pass ``name=``). Register a lookup with ``@the_effect.reconciler``.
+    """
+
+    def wrap(submit: Submit) -> Effect:
+        return Effect(
+            name or submit.__name__,
+            submit,
+            idempotent=idempotent,
+            key_retention=key_retention,
+            timeout=timeout,
+            lookup_lag=lookup_lag,
+            receipt=receipt,
+            store_args=store_args,
+        )
+
+    return wrap(fn) if fn is not None else wrap

@@ -1,0 +1,82 @@
+"""Operation keys, canonical JSON and fingerprints.
+
+A key is derived from the task id, the effect name and a canonical JSON of the arguments, so
+the same call made again after a restart (even by a non-deterministic agent) gets the same
+key, and with it the stored receipt instead of a second effect.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any
+
+from intentlog._errors import InvalidInput
+
+__all__ = ["MAX_KEY_LENGTH", "canonical_json", "derive_key", "fingerprint", "validate_key"]
+
+MAX_KEY_LENGTH = 255  # Stripe's limit and a common one for idempotency keys
+MAX_TASK_ID_LENGTH = 200
+_KEY_RE = re.compile(r"^[\x21-\x7e]+$")  # printable ASCII, no spaces: safe in any HTTP header
+_SLUG_RE = re.compile(r"[^a-z0-9_.-]+")
+
+
+def canonical_json(value: Any, *, what: str = "value") -> str:
+    """The canonical JSON text of ``value``: sorted keys, no spaces, no NaN.
+
+    Raises InvalidInput naming ``what`` if the value is not plain JSON data.
+    """
+    try:
+        return json.dumps(
+            value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        )
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(
+            f"{what} must be JSON data (dict, list, str, int, float, bool, None): {exc}"
+        ) from exc
+
+
+def fingerprint(canonical: str) -> str:
+    """A sha256 hex digest of a canonical JSON text."""
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def derive_key(task_id: str, effect: str, canonical_args: str) -> str:
+    """The stable key for one call: ``<effect slug>-<32 hex digits>``, ASCII, under 80 chars.
+
+    The digest covers task id, effect name and arguments, separated so that no two
+    different triples can produce the same input.
+    """
+    material = json.dumps([task_id, effect, canonical_args], ensure_ascii=False)
+    digest = hashlib.sha256(material.encode("utf-8")).hexdigest()[:32]
+    slug = _SLUG_RE.sub("-", effect.lower()).strip("-")[:40] or "op"
+    return f"{slug}-{digest}"
+
+
+def validate_key(key: object) -> str:
+    """Return ``key`` if it is a usable explicit operation key, else raise InvalidInput."""
+    if not isinstance(key, str) or not key:
+        raise InvalidInput(f"operation key must be a non-empty string, got {key!r}")
+    if len(key) > MAX_KEY_LENGTH or not _KEY_RE.match(key):
+        raise InvalidInput(
+            f"operation key {key[:60]!r} must be 1 to {MAX_KEY_LENGTH} printable ASCII "
+            "characters without spaces (it is sent as an idempotency key header)",
+            key=key[:MAX_KEY_LENGTH],
+        )
+    return key
+
+
+def validate_task_id(task_id: object) -> str:
+    """Return ``task_id`` if it is a usable task id, else raise InvalidInput."""
+    if not isinstance(task_id, str) or not task_id.strip():
+        raise InvalidInput(f"task id must be a non-empty string, got {task_id!r}")
+    if len(task_id) > MAX_TASK_ID_LENGTH:
+        raise InvalidInput(
+            f"task id is {len(task_id)} characters long; at most {MAX_TASK_ID_LENGTH} allowed"
+        )
+    if any((ch.isspace() and ch != " ") or not ch.isprintable() for ch in task_id):
+        raise InvalidInput(f"task id {task_id!r} contains control or non-printable characters")
+    if task_id != task_id.strip():
+        raise InvalidInput(f"task id {task_id!r} has leading or trailing spaces")
+    return task_id

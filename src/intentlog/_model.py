@@ -1,0 +1,140 @@
+"""The records intentlog keeps: states, actions, operations and tasks.
+
+These are plain immutable values. Stores read and write them; the decision reads them; nothing
+here does I/O.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Any
+
+__all__ = [
+    "Action",
+    "Found",
+    "Indeterminate",
+    "LookupResult",
+    "NotFound",
+    "Operation",
+    "Policy",
+    "State",
+    "TaskRecord",
+]
+
+JSON = Any  # a value that json.dumps accepts; checked where it enters the journal
+
+
+class State(enum.StrEnum):
+    """The state of one operation."""
+
+    PLANNED = "PLANNED"  # intent durable, nothing sent
+    SUBMITTED = "SUBMITTED"  # a request may be in flight or may have landed
+    CONFIRMED = "CONFIRMED"  # receipt durable
+    FAILED = "FAILED"  # the service definitely did not apply it
+    UNRESOLVED = "UNRESOLVED"  # outcome unknown; a person or a policy must decide
+
+
+TERMINAL = frozenset({State.CONFIRMED, State.FAILED})
+
+
+class Action(enum.StrEnum):
+    """The one next action that follows from a state."""
+
+    SUBMIT = "SUBMIT"  # send with the recorded key
+    RECONCILE = "RECONCILE"  # ask the service what happened to the key
+    USE_RECEIPT = "USE_RECEIPT"  # return the stored receipt, send nothing
+    REPLAN = "REPLAN"  # it failed; a new attempt needs a new key
+    ESCALATE = "ESCALATE"  # blocked until resolved by a person or a policy
+    RESUME = "RESUME"  # task level: continue at next_step
+    WAIT = "WAIT"  # a request may still land; decide again later
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Found:
+    """The service has the operation; ``receipt`` is what it reports about it."""
+
+    receipt: JSON = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NotFound:
+    """The service has no record of the key (trusted only after the in-flight window)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Indeterminate:
+    """The service cannot say yet (for example the operation is still processing)."""
+
+    reason: str = ""
+
+
+LookupResult = Found | NotFound | Indeterminate
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Policy:
+    """What the decision needs to know about an effect's service.
+
+    Recorded with every operation, so that ``pending()`` and the CLI can decide without the
+    effect's code.
+    """
+
+    can_reconcile: bool = False
+    idempotent: bool = False
+    key_retention: float | None = None  # seconds; None with idempotent=True means forever
+    timeout: float = 30.0  # request deadline, seconds
+    lookup_lag: float = 0.0  # how long a lookup may lag behind a commit, seconds
+
+    @property
+    def writes_planned_first(self) -> bool:
+        """An effect that can neither deduplicate nor reconcile writes PLANNED before SUBMITTED,
+        so a crash before the send is safely resubmittable."""
+        return not (self.can_reconcile or self.idempotent)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Operation:
+    """One use of an effect inside a task, as recorded in the journal.
+
+    Times are seconds since the epoch on the store's clock.
+    """
+
+    key: str
+    task_id: str
+    effect: str
+    fingerprint: str
+    state: State
+    policy: Policy
+    created_at: float
+    updated_at: float
+    version: int = 0  # rises with every write; compare-and-set token
+    attempts: int = 0  # how many times a request was (or may have been) sent
+    submitted_at: float | None = None  # latest send
+    first_submitted_at: float | None = (
+        None  # earliest send: the service's retention counts from here
+    )
+    submitted_by: str | None = None  # lease owner that made the latest send
+    lookup_failures: int = 0  # consecutive Indeterminate or failing lookups
+    receipt: JSON = None
+    error: JSON = None  # for FAILED: what the service said
+    args: JSON = None  # only when the effect opts in with store_args=True
+    note: str | None = None  # the latest operator note
+
+    def replace(self, **changes: Any) -> Operation:
+        return dataclasses.replace(self, **changes)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TaskRecord:
+    """A task as recorded in the journal: its position, its state and its lease."""
+
+    task_id: str
+    epoch: int
+    owner: str | None
+    lease_expires: float
+    next_step: str | None
+    state: JSON
+    completed: bool
+    created_at: float
+    updated_at: float

@@ -1,0 +1,62 @@
+"""Who holds a lease: host, pid, process start time and a per-handle nonce.
+
+The start time makes a reused pid distinguishable from the process that took the lease, so a
+restarted worker can take over its dead predecessor's lease at once instead of waiting it out.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+
+__all__ = ["holder_is_dead", "new_owner"]
+
+
+def _start_ticks(pid: int) -> str | None:
+    """The process start time in clock ticks since boot (Linux), or None if unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    # The command name (field 2) may contain spaces and parentheses: split after the last ')'.
+    fields = stat.rsplit(")", 1)[-1].split()
+    return fields[19] if len(fields) > 19 else None
+
+
+def new_owner() -> str:
+    """A fresh owner identity for one task handle of this process."""
+    pid = os.getpid()
+    return f"{socket.gethostname()}:{pid}:{_start_ticks(pid) or '?'}:{secrets.token_hex(4)}"
+
+
+def holder_is_dead(owner: str | None) -> bool:
+    """True only when ``owner`` is known to be gone: same host and its process is not there
+    (or is another process that reused the pid). Unknown means alive."""
+    if not owner:
+        return True
+    parts = owner.rsplit(":", 3)
+    if len(parts) != 4 or parts[0] != socket.gethostname():
+        return False
+    _host, pid_text, ticks, _nonce = parts
+    try:
+        pid = int(pid_text)
+    except ValueError:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        pass  # exists, owned by someone else
+    current = _start_ticks(pid)
+    return ticks != "?" and current is not None and current != ticks
+
+
+def same_process(owner: str | None) -> bool:
+    """True when ``owner`` is a handle of this very process."""
+    if not owner:
+        return False
+    parts = owner.rsplit(":", 3)
+    return len(parts) == 4 and parts[0] == socket.gethostname() and parts[1] == str(os.getpid())

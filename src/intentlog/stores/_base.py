@@ -1,0 +1,256 @@
+"""The store contract: a handful of primitives the journal logic is written once above.
+
+A backend implements :class:`Store`. Every primitive is atomic on its own: it either happens
+completely and durably (committed and synced before it returns) or not at all. Writes made on
+behalf of a task are *fenced*: they name the epoch of the lease they were made under and fail
+with LeaseLost, changing nothing, if the task's epoch has moved on. A fenced write also extends
+the task's lease to ``now + ttl`` in the same transaction, so a worker that just recorded an
+intent holds a fresh lease when it sends.
+
+Times are seconds since the Unix epoch on the store's clock (:meth:`Store.now`), never the
+worker's, so leases and retention windows mean the same thing to every worker.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from intentlog._model import Operation, Policy, State, TaskRecord
+
+__all__ = ["OP_COLUMNS", "TASK_COLUMNS", "Resolution", "Store", "op_from_row", "op_to_row"]
+
+OP_COLUMNS = (
+    "key",
+    "task_id",
+    "effect",
+    "fingerprint",
+    "state",
+    "version",
+    "can_reconcile",
+    "idempotent",
+    "key_retention",
+    "timeout",
+    "lookup_lag",
+    "created_at",
+    "updated_at",
+    "attempts",
+    "submitted_at",
+    "first_submitted_at",
+    "submitted_by",
+    "lookup_failures",
+    "receipt",
+    "error",
+    "args",
+    "note",
+)
+TASK_COLUMNS = (
+    "task_id",
+    "epoch",
+    "owner",
+    "lease_expires",
+    "next_step",
+    "state",
+    "completed",
+    "created_at",
+    "updated_at",
+)
+_JSON_FIELDS = ("receipt", "error", "args")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Resolution:
+    """An operator's resolution of an operation, kept as an audit record."""
+
+    key: str
+    task_id: str
+    at: float
+    from_state: State
+    to_state: State
+    note: str | None
+    receipt: Any
+    actor: str
+
+
+def op_to_row(op: Operation, version: int) -> dict[str, Any]:
+    """An operation as column values (JSON fields as text, booleans as integers)."""
+    row: dict[str, Any] = {
+        "key": op.key,
+        "task_id": op.task_id,
+        "effect": op.effect,
+        "fingerprint": op.fingerprint,
+        "state": op.state.value,
+        "version": version,
+        "can_reconcile": int(op.policy.can_reconcile),
+        "idempotent": int(op.policy.idempotent),
+        "key_retention": op.policy.key_retention,
+        "timeout": op.policy.timeout,
+        "lookup_lag": op.policy.lookup_lag,
+        "created_at": op.created_at,
+        "updated_at": op.updated_at,
+        "attempts": op.attempts,
+        "submitted_at": op.submitted_at,
+        "first_submitted_at": op.first_submitted_at,
+        "submitted_by": op.submitted_by,
+        "lookup_failures": op.lookup_failures,
+        "note": op.note,
+    }
+    for name in _JSON_FIELDS:
+        value = getattr(op, name)
+        row[name] = None if value is None else json.dumps(value, separators=(",", ":"))
+    return row
+
+
+def op_from_row(row: Any) -> Operation:
+    """The inverse of :func:`op_to_row`."""
+    policy = Policy(
+        can_reconcile=bool(row["can_reconcile"]),
+        idempotent=bool(row["idempotent"]),
+        key_retention=row["key_retention"],
+        timeout=row["timeout"],
+        lookup_lag=row["lookup_lag"],
+    )
+    json_values = {
+        name: None if row[name] is None else json.loads(row[name]) for name in _JSON_FIELDS
+    }
+    return Operation(
+        key=row["key"],
+        task_id=row["task_id"],
+        effect=row["effect"],
+        fingerprint=row["fingerprint"],
+        state=State(row["state"]),
+        policy=policy,
+        version=row["version"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        attempts=row["attempts"],
+        submitted_at=row["submitted_at"],
+        first_submitted_at=row["first_submitted_at"],
+        submitted_by=row["submitted_by"],
+        lookup_failures=row["lookup_failures"],
+        note=row["note"],
+        **json_values,
+    )
+
+
+def task_from_row(row: Any) -> TaskRecord:
+    return TaskRecord(
+        task_id=row["task_id"],
+        epoch=row["epoch"],
+        owner=row["owner"],
+        lease_expires=row["lease_expires"],
+        next_step=row["next_step"],
+        state=json.loads(row["state"]) if row["state"] is not None else None,
+        completed=bool(row["completed"]),
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+    )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TaskUpdate:
+    """Fields a fenced task write may change; ``None`` leaves a field as it is."""
+
+    next_step: str | None = None
+    state_json: str | None = None
+    completed: bool | None = None
+    release: bool = False  # give up the lease (owner cleared, lease expired) in the same write
+
+
+class Store(abc.ABC):
+    """The contract every journal backend implements. See the module docstring."""
+
+    #: A description of where the journal lives, safe to print (no password).
+    url: str
+    #: Durable write transactions committed through this object (for tests and benchmarks).
+    commits: int = 0
+
+    @abc.abstractmethod
+    def now(self) -> float:
+        """The store's clock, in seconds since the Unix epoch."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release connections. Idempotent."""
+
+    # -- tasks ------------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def get_task(self, task_id: str) -> TaskRecord | None:
+        """The task, or None if it was never started (or was collected)."""
+
+    @abc.abstractmethod
+    def claim_task(
+        self, task_id: str, owner: str, ttl: float, expect_epoch: int | None
+    ) -> TaskRecord | None:
+        """Take the task's lease by compare-and-set on its epoch.
+
+        With ``expect_epoch`` None the task must not exist: it is created at epoch 1. Else the
+        task's epoch must still equal ``expect_epoch``: it becomes ``expect_epoch + 1`` with
+        ``owner`` and ``lease_expires = now + ttl``. Returns the new record, or None when the
+        compare-and-set lost (another worker got there first). Never blocks on a live holder;
+        deciding whether the holder's lease may be taken is the caller's job.
+        """
+
+    @abc.abstractmethod
+    def write_task(self, task_id: str, epoch: int, ttl: float, update: TaskUpdate) -> TaskRecord:
+        """Fenced write of the task's position, state or completion; extends the lease.
+
+        Raises LeaseLost if the task's epoch is no longer ``epoch``.
+        """
+
+    @abc.abstractmethod
+    def list_tasks(self, *, include_completed: bool = True) -> list[TaskRecord]:
+        """Every task, oldest first."""
+
+    @abc.abstractmethod
+    def delete_completed(self, before: float) -> int:
+        """Delete tasks completed before ``before`` whose operations are all CONFIRMED or
+        FAILED, with their operations; returns how many tasks were removed. Atomic."""
+
+    # -- operations -------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def get_op(self, key: str) -> Operation | None:
+        """The operation with this key, or None."""
+
+    @abc.abstractmethod
+    def insert_op(self, op: Operation, epoch: int, ttl: float) -> tuple[Operation, bool]:
+        """Fenced insert-if-absent on the key (a unique constraint, never read-then-write).
+
+        Returns ``(op, True)`` if this call created it, or ``(existing, False)`` if the key was
+        already taken (by any task). Raises LeaseLost if the task's epoch moved on.
+        """
+
+    @abc.abstractmethod
+    def update_op(
+        self,
+        op: Operation,
+        epoch: int | None,
+        ttl: float,
+        resolution: Resolution | None = None,
+    ) -> Operation | None:
+        """Replace the stored operation by ``op`` if its version is still ``op.version``.
+
+        The stored version becomes ``op.version + 1``. With ``epoch`` the write is fenced (and
+        extends the lease); with ``epoch`` None it is an operator's write, not fenced, and
+        ``resolution`` is appended to the audit log in the same transaction. Returns the new
+        record, or None if the version had moved on (nothing was written).
+        """
+
+    @abc.abstractmethod
+    def list_ops(
+        self, *, task_id: str | None = None, states: Iterable[State] | None = None
+    ) -> list[Operation]:
+        """Operations, oldest first, optionally of one task and/or in some states."""
+
+    @abc.abstractmethod
+    def count_ops(self) -> dict[State, int]:
+        """How many operations are in each state."""
+
+    @abc.abstractmethod
+    def resolutions(self, key: str | None = None) -> list[Resolution]:
+        """The audit log of operator resolutions, oldest first."""

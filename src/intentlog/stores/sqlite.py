@@ -1,0 +1,383 @@
+"""The embedded default: a SQLite journal file.
+
+WAL mode with ``synchronous=FULL``, so every commit is on disk before it returns (in WAL mode
+NORMAL would lose the last commits on power loss, and an intent that is not on disk is no
+intent). Writes open with ``BEGIN IMMEDIATE`` so two processes never deadlock upgrading a read
+lock; a busy timeout makes them queue instead of failing. Several processes may share one file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from intentlog._errors import JournalCorrupt, JournalError, LeaseLost, SchemaTooNew
+from intentlog._model import Operation, State, TaskRecord
+from intentlog.stores._base import (
+    OP_COLUMNS,
+    Resolution,
+    Store,
+    TaskUpdate,
+    op_from_row,
+    op_to_row,
+    task_from_row,
+)
+
+__all__ = ["SQLiteStore"]
+
+APPLICATION_ID = 0x494C4F47  # "ILOG": tells our files from other SQLite databases
+SCHEMA_VERSION = 1
+_HEADER = b"SQLite format 3\x00"
+
+# Each entry migrates from version index to index + 1. Append only; never edit a released one.
+_MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE tasks (
+        task_id       TEXT PRIMARY KEY,
+        epoch         INTEGER NOT NULL,
+        owner         TEXT,
+        lease_expires REAL NOT NULL,
+        next_step     TEXT,
+        state         TEXT,
+        completed     INTEGER NOT NULL DEFAULT 0,
+        created_at    REAL NOT NULL,
+        updated_at    REAL NOT NULL
+    );
+    CREATE TABLE operations (
+        key                TEXT PRIMARY KEY,
+        task_id            TEXT NOT NULL,
+        effect             TEXT NOT NULL,
+        fingerprint        TEXT NOT NULL,
+        state              TEXT NOT NULL,
+        version            INTEGER NOT NULL,
+        can_reconcile      INTEGER NOT NULL,
+        idempotent         INTEGER NOT NULL,
+        key_retention      REAL,
+        timeout            REAL NOT NULL,
+        lookup_lag         REAL NOT NULL,
+        created_at         REAL NOT NULL,
+        updated_at         REAL NOT NULL,
+        attempts           INTEGER NOT NULL,
+        submitted_at       REAL,
+        first_submitted_at REAL,
+        submitted_by       TEXT,
+        lookup_failures    INTEGER NOT NULL,
+        receipt            TEXT,
+        error              TEXT,
+        args               TEXT,
+        note               TEXT
+    );
+    CREATE INDEX operations_by_task ON operations (task_id, created_at);
+    -- pending() reads only open operations: a partial index keeps it fast on big journals.
+    CREATE INDEX operations_open ON operations (state)
+        WHERE state NOT IN ('CONFIRMED', 'FAILED');
+    CREATE TABLE resolutions (
+        id         INTEGER PRIMARY KEY,
+        key        TEXT NOT NULL,
+        task_id    TEXT NOT NULL,
+        at         REAL NOT NULL,
+        from_state TEXT NOT NULL,
+        to_state   TEXT NOT NULL,
+        note       TEXT,
+        receipt    TEXT,
+        actor      TEXT NOT NULL
+    );
+    CREATE INDEX resolutions_by_key ON resolutions (key);
+    """,
+)
+assert len(_MIGRATIONS) == SCHEMA_VERSION
+
+
+class _VersionMoved(Exception):
+    """Internal: a compare-and-set lost; rolls the write transaction back."""
+
+
+class SQLiteStore(Store):
+    """A journal in one SQLite file, created with mode 0600.
+
+    Thread-safe: one connection guarded by a lock. Process-safe: SQLite's file locks, WAL and
+    a busy timeout. A file that is not an intentlog journal, is damaged, or was written by a
+    newer intentlog is refused with a clear error and left untouched.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = 30.0) -> None:
+        self.path = Path(path)
+        self.url = f"sqlite:///{self.path.resolve()}"
+        self._lock = threading.RLock()
+        self.commits = 0  # durable write transactions made through this store object
+        _check_header(self.path)
+        if not self.path.exists():
+            _create_private(self.path)
+        try:
+            # isolation_level=None: we issue BEGIN IMMEDIATE / COMMIT ourselves.
+            self._conn = sqlite3.connect(
+                str(self.path), timeout=busy_timeout, isolation_level=None, check_same_thread=False
+            )
+        except sqlite3.Error as exc:
+            raise JournalError(f"cannot open journal {self.path}: {exc}") from exc
+        self._conn.row_factory = sqlite3.Row
+        try:
+            self._prepare(busy_timeout)
+        except BaseException:
+            self._conn.close()
+            raise
+
+    def _prepare(self, busy_timeout: float) -> None:
+        try:
+            version = self._conn.execute("PRAGMA user_version").fetchone()[0]
+            app_id = self._conn.execute("PRAGMA application_id").fetchone()[0]
+            tables = self._conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+        except sqlite3.DatabaseError as exc:
+            raise JournalCorrupt(f"{self.path} is damaged or not a SQLite file: {exc}") from exc
+        if app_id not in (0, APPLICATION_ID) or (app_id == 0 and tables):
+            raise JournalCorrupt(f"{self.path} is a SQLite database but not an intentlog journal")
+        if version > SCHEMA_VERSION:
+            raise SchemaTooNew(
+                f"{self.path} has journal schema {version}; this intentlog understands up to "
+                f"{SCHEMA_VERSION}. Upgrade intentlog to open it."
+            )
+        self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+        self._conn.execute("PRAGMA journal_mode = WAL")
+        self._conn.execute("PRAGMA synchronous = FULL")
+        if version < SCHEMA_VERSION:
+            self._migrate()
+
+    def _migrate(self) -> None:
+        with self._write() as conn:
+            # Re-read inside the write lock: another process may have migrated meanwhile.
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            for step in _MIGRATIONS[version:]:
+                for statement in step.split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+            self.commits += 1
+
+    def _read(self, sql: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]:
+        with self._lock:
+            return self._conn.execute(sql, tuple(params)).fetchall()
+
+    def now(self) -> float:
+        return time.time()
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    # -- tasks ------------------------------------------------------------------------------
+
+    def get_task(self, task_id: str) -> TaskRecord | None:
+        rows = self._read("SELECT * FROM tasks WHERE task_id = ?", (task_id,))
+        return task_from_row(rows[0]) if rows else None
+
+    def claim_task(
+        self, task_id: str, owner: str, ttl: float, expect_epoch: int | None
+    ) -> TaskRecord | None:
+        now = self.now()
+        with self._write() as conn:
+            if expect_epoch is None:
+                cur = conn.execute(
+                    "INSERT INTO tasks (task_id, epoch, owner, lease_expires, state, created_at,"
+                    " updated_at) VALUES (?, 1, ?, ?, 'null', ?, ?) ON CONFLICT DO NOTHING",
+                    (task_id, owner, now + ttl, now, now),
+                )
+            else:
+                cur = conn.execute(
+                    "UPDATE tasks SET epoch = epoch + 1, owner = ?, lease_expires = ?,"
+                    " updated_at = ? WHERE task_id = ? AND epoch = ?",
+                    (owner, now + ttl, now, task_id, expect_epoch),
+                )
+            if cur.rowcount != 1:
+                return None
+            row = conn.execute("SELECT * FROM tasks WHERE task_id = ?", (task_id,)).fetchone()
+        return task_from_row(row)
+
+    @staticmethod
+    def _fence(conn: sqlite3.Connection, task_id: str, epoch: int, ttl: float, now: float) -> None:
+        cur = conn.execute(
+            "UPDATE tasks SET lease_expires = ?, updated_at = ? WHERE task_id = ? AND epoch = ?",
+            (now + ttl, now, task_id, epoch),
+        )
+        if cur.rowcount != 1:
+            raise LeaseLost(
+                f"task {task_id!r}: lease epoch {epoch} was taken over by another worker; "
+                "this write was refused",
+                task_id=task_id,
+            )
+
+    def write_task(self, task_id: str, epoch: int, ttl: float, update: TaskUpdate) -> TaskRecord:
+        now = self.now()
+        with self._write() as conn:
+            self._fence(conn, task_id, epoch, ttl, now)
+            sets: list[str] = []
+            params: list[Any] = []
+            if update.next_step is not None:
+                sets.append("next_step = ?")
+                params.append(update.next_step)
+            if update.state_json is not None:
+                sets.append("state = ?")
+                params.append(update.state_json)
+            if update.completed is not None:
+                sets.append("completed = ?")
+                params.append(int(update.completed))
+            if update.release:
+                sets.append("owner = NULL, lease_expires = 0")
+            if sets:
+                conn.execute(
+                    f"UPDATE tasks SET {', '.join(sets)} WHERE task_id = ?", (*params, task_id)
+                )
+            row = conn.execute("SELECT * FROM tasks WHERE task_id = ?", (task_id,)).fetchone()
+        return task_from_row(row)
+
+    def list_tasks(self, *, include_completed: bool = True) -> list[TaskRecord]:
+        where = "" if include_completed else " WHERE completed = 0"
+        return [task_from_row(r) for r in self._read(f"SELECT * FROM tasks{where} ORDER BY rowid")]
+
+    def delete_completed(self, before: float) -> int:
+        with self._write() as conn:
+            doomed = (
+                "SELECT task_id FROM tasks t WHERE completed = 1 AND updated_at < ? AND NOT EXISTS"
+                " (SELECT 1 FROM operations o WHERE o.task_id = t.task_id"
+                "  AND o.state NOT IN ('CONFIRMED', 'FAILED'))"
+            )
+            conn.execute(f"DELETE FROM operations WHERE task_id IN ({doomed})", (before,))
+            cur = conn.execute(f"DELETE FROM tasks WHERE task_id IN ({doomed})", (before,))
+            return cur.rowcount
+
+    # -- operations -------------------------------------------------------------------------
+
+    def get_op(self, key: str) -> Operation | None:
+        rows = self._read("SELECT * FROM operations WHERE key = ?", (key,))
+        return op_from_row(rows[0]) if rows else None
+
+    def insert_op(self, op: Operation, epoch: int, ttl: float) -> tuple[Operation, bool]:
+        row = op_to_row(op, version=1)
+        placeholders = ", ".join("?" for _ in OP_COLUMNS)
+        with self._write() as conn:
+            self._fence(conn, op.task_id, epoch, ttl, op.updated_at)
+            # The primary key is the claim: two workers racing for one key cannot both win.
+            cur = conn.execute(
+                f"INSERT INTO operations ({', '.join(OP_COLUMNS)}) VALUES ({placeholders})"
+                " ON CONFLICT (key) DO NOTHING",
+                tuple(row[c] for c in OP_COLUMNS),
+            )
+            created = cur.rowcount == 1
+            stored = conn.execute("SELECT * FROM operations WHERE key = ?", (op.key,)).fetchone()
+        return op_from_row(stored), created
+
+    def update_op(
+        self,
+        op: Operation,
+        epoch: int | None,
+        ttl: float,
+        resolution: Resolution | None = None,
+    ) -> Operation | None:
+        row = op_to_row(op, version=op.version + 1)
+        columns = [c for c in OP_COLUMNS if c != "key"]
+        with contextlib.suppress(_VersionMoved), self._write() as conn:
+            if epoch is not None:
+                self._fence(conn, op.task_id, epoch, ttl, op.updated_at)
+            cur = conn.execute(
+                f"UPDATE operations SET {', '.join(f'{c} = ?' for c in columns)}"
+                " WHERE key = ? AND version = ?",
+                (*(row[c] for c in columns), op.key, op.version),
+            )
+            if cur.rowcount != 1:
+                raise _VersionMoved
+            if resolution is not None:
+                conn.execute(
+                    "INSERT INTO resolutions (key, task_id, at, from_state, to_state, note,"
+                    " receipt, actor) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        resolution.key,
+                        resolution.task_id,
+                        resolution.at,
+                        resolution.from_state.value,
+                        resolution.to_state.value,
+                        resolution.note,
+                        row["receipt"],
+                        resolution.actor,
+                    ),
+                )
+            return op.replace(version=op.version + 1)
+        return None  # the version moved on; the transaction was rolled back
+
+    def list_ops(
+        self, *, task_id: str | None = None, states: Iterable[State] | None = None
+    ) -> list[Operation]:
+        clauses, params = [], []
+        if task_id is not None:
+            clauses.append("task_id = ?")
+            params.append(task_id)
+        if states is not None:
+            wanted = [State(s).value for s in states]
+            clauses.append(f"state IN ({', '.join('?' for _ in wanted)})")
+            params.extend(wanted)
+        where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+        rows = self._read(f"SELECT * FROM operations{where} ORDER BY created_at, rowid", params)
+        return [op_from_row(r) for r in rows]
+
+    def count_ops(self) -> dict[State, int]:
+        rows = self._read("SELECT state, count(*) FROM operations GROUP BY state")
+        counts = dict.fromkeys(State, 0)
+        counts.update({State(r[0]): r[1] for r in rows})
+        return counts
+
+    def resolutions(self, key: str | None = None) -> list[Resolution]:
+        where, params = (" WHERE key = ?", (key,)) if key is not None else ("", ())
+        rows = self._read(f"SELECT * FROM resolutions{where} ORDER BY id", params)
+        return [
+            Resolution(
+                key=r["key"],
+                task_id=r["task_id"],
+                at=r["at"],
+                from_state=State(r["from_state"]),
+                to_state=State(r["to_state"]),
+                note=r["note"],
+                receipt=None if r["receipt"] is None else json.loads(r["receipt"]),
+                actor=r["actor"],
+            )
+            for r in rows
+        ]
+
+
+def _check_header(path: Path) -> None:
+    """Refuse a non-empty file that is not SQLite before SQLite can touch it."""
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(len(_HEADER))
+    except FileNotFoundError:
+        return
+    except IsADirectoryError as exc:
+        raise JournalError(f"journal path {path} is a directory") from exc
+    except OSError as exc:
+        raise JournalError(f"cannot read journal {path}: {exc}") from exc
+    if head and head != _HEADER:
+        raise JournalCorrupt(f"{path} is not a SQLite file, so not an intentlog journal")
+
+
+def _create_private(path: Path) -> None:
+    """Create the journal file with mode 0600 (SQLite gives its -wal and -shm the same)."""
+    if not path.parent.exists():
+        path.parent.mkdir(parents=True, mode=0o700, exist_ok=True)
+    with contextlib.suppress(FileExistsError):  # another process won the race: fine
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))

@@ -1,0 +1,1 @@
+"""Testing tools for intentlog: crash points, a reference service, a crash harness."""
