@@ -171,6 +171,7 @@ def _connect(path: str) -> sqlite3.Connection:
 class _Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 128  # the default 5 makes a burst of clients wait out SYN retries
     # block_on_close (inherited, True) makes server_close() join the handler threads, so none of
     # them touches the SQLite connection after stop() has closed it.
 

@@ -1,0 +1,363 @@
+"""The decision, checked against DESIGN.md: a rule table, the sharp edges, and the guarantee."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from intentlog._decide import Decision, LookupFailed, decide, retention_margin, task_action
+from intentlog._model import Action, Found, Indeterminate, NotFound, Operation, Policy, State
+
+T0 = 1000.0  # first (and, in the table, latest) send
+TIMEOUT = 30.0
+LAG = 20.0
+RETENTION = 1000.0  # finite retention: margin = 30 + 5% of 1000 = 80, so resend before T0 + 920
+LIMIT = 5
+RECEIPT = {"id": "ch_1"}
+LATER = object()  # expected not_before: some time after now (the backoff is not specified)
+
+
+def op_at(state: State, policy: Policy, *, sent: float = T0, first: float | None = None,
+          failures: int = 0) -> Operation:  # fmt: skip
+    return Operation(
+        key="k1", task_id="t1", effect="charge", fingerprint="fp", state=state, policy=policy,
+        created_at=sent - 1.0, updated_at=sent, submitted_at=sent,
+        first_submitted_at=sent if first is None else first, lookup_failures=failures,
+    )  # fmt: skip
+
+
+# -- 1. the rule table ----------------------------------------------------------------------
+
+CAPS = {
+    "reconcile-only": Policy(can_reconcile=True, timeout=TIMEOUT, lookup_lag=LAG),
+    "dedupe-forever": Policy(idempotent=True, timeout=TIMEOUT, lookup_lag=LAG),
+    "dedupe-finite": Policy(idempotent=True, key_retention=RETENTION, timeout=TIMEOUT,
+                            lookup_lag=LAG),  # fmt: skip
+    "both": Policy(can_reconcile=True, idempotent=True, key_retention=RETENTION,
+                   timeout=TIMEOUT, lookup_lag=LAG),  # fmt: skip
+    "neither": Policy(timeout=TIMEOUT, lookup_lag=LAG),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    offset: float  # now - T0
+    in_window: bool  # now < submitted_at + timeout
+    lag_passed: bool  # now >= submitted_at + timeout + lookup_lag
+    keeps_key: bool  # a finite retention: now < first_submitted_at + retention - margin
+
+
+TIMINGS = {
+    "in-window": Timing(10.0, in_window=True, lag_passed=False, keeps_key=True),
+    "window-passed-lag-not": Timing(40.0, in_window=False, lag_passed=False, keeps_key=True),
+    "window-and-lag-passed": Timing(60.0, in_window=False, lag_passed=True, keeps_key=True),
+    "inside-retention-margin": Timing(500.0, in_window=False, lag_passed=True, keeps_key=True),
+    "in-margin-before-retention": Timing(950.0, in_window=False, lag_passed=True, keeps_key=False),
+    "past-retention": Timing(1500.0, in_window=False, lag_passed=True, keeps_key=False),
+}
+
+# name -> (lookup, lookup_failures already recorded); "at limit": this failure is the LIMIT-th
+LOOKUPS: dict[str, tuple[Any, int]] = {
+    "none": (None, 0),
+    "found": (Found(RECEIPT), 0),
+    "notfound": (NotFound(), 0),
+    "indeterminate-below": (Indeterminate("processing"), LIMIT - 2),
+    "indeterminate-at-limit": (Indeterminate("processing"), LIMIT - 1),
+    "lookupfailed-below": (LookupFailed("ConnectionError"), LIMIT - 2),
+    "lookupfailed-at-limit": (LookupFailed("ConnectionError"), LIMIT - 1),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Exp:
+    action: Action
+    mark: State | None = None
+    not_before: Any = None
+    lookup_failed: bool = False
+    receipt: Any = None
+
+
+def oracle(state: State, cap: str, t: Timing, lookup: str, gone: bool) -> Exp:
+    """DESIGN.md's rules, one branch per sentence."""
+    # "States and the next action for each": the fixed actions of every state but SUBMITTED.
+    fixed = {
+        State.PLANNED: Action.SUBMIT,  # "SUBMIT with the recorded key"
+        State.CONFIRMED: Action.USE_RECEIPT,  # "USE_RECEIPT: return it, send nothing"
+        State.FAILED: Action.REPLAN,  # "REPLAN: ... a new attempt needs a new key"
+        State.UNRESOLVED: Action.ESCALATE,  # "ESCALATE: blocked until resolved"
+    }
+    if state in fixed:
+        return Exp(fixed[state])
+    policy = CAPS[cap]
+    # "the key is still inside the service's retention (minus a safety margin)"; None = forever
+    keeps_key = policy.idempotent and (policy.key_retention is None or t.keeps_key)
+    unresolved = Exp(Action.ESCALATE, mark=State.UNRESOLVED)
+    if policy.can_reconcile:
+        # "1. The effect can reconcile: ask the service."
+        if lookup == "none":
+            return Exp(Action.RECONCILE)
+        # "Found -> CONFIRMED with that receipt, at once."
+        if lookup == "found":
+            return Exp(Action.USE_RECEIPT, mark=State.CONFIRMED, receipt=RECEIPT)
+        # "NotFound is trusted only once ... submitted_at + timeout + lag has passed.
+        #  Trusted NotFound -> send again with the same key. NotFound before that -> WAIT."
+        if lookup == "notfound":
+            if t.lag_passed:
+                return Exp(Action.SUBMIT)
+            return Exp(Action.WAIT, not_before=T0 + TIMEOUT + LAG)
+        # "Indeterminate or a failing lookup -> ask again later, up to a limit, then UNRESOLVED."
+        if lookup.endswith("-below"):
+            return Exp(Action.WAIT, not_before=LATER, lookup_failed=True)
+        # The guarantee: "the service deduplicates ... and the key is still within retention"
+        # is enough to send again, so a deduplicating effect resends instead of escalating.
+        if keeps_key:
+            return Exp(Action.SUBMIT, lookup_failed=True)
+        return dataclasses.replace(unresolved, lookup_failed=True)
+    # "while another live worker may still be sending it, WAIT" (Leases: "in flight until
+    #  submitted_at + the effect's timeout"); applies to every non-reconcilable effect.
+    if t.in_window and not gone:
+        return Exp(Action.WAIT, not_before=T0 + TIMEOUT)
+    # "2. ... the service deduplicates: inside retention (minus margin) -> send again;
+    #  past it -> UNRESOLVED."   "3. Neither -> UNRESOLVED."
+    return Exp(Action.SUBMIT) if keeps_key else unresolved
+
+
+CASES = list(itertools.product(State, CAPS, TIMINGS, LOOKUPS, [False, True]))
+assert len(CASES) == 5 * 5 * 6 * 7 * 2 == 2100
+
+
+def check(d: Decision, exp: Exp, now: float) -> None:
+    assert (d.action, d.mark, d.lookup_failed, d.receipt) == (
+        exp.action, exp.mark, exp.lookup_failed, exp.receipt,
+    ), d.reason  # fmt: skip
+    assert isinstance(d.reason, str) and d.reason
+    if exp.not_before is LATER:
+        assert d.not_before is not None and d.not_before > now
+    else:
+        assert d.not_before == exp.not_before
+
+
+@pytest.mark.parametrize(
+    ("state", "cap", "timing", "lookup", "gone"),
+    CASES,
+    ids=[f"{s}-{c}-{t}-{lk}-{'gone' if g else 'live'}" for s, c, t, lk, g in CASES],
+)
+def test_decision_table(state: State, cap: str, timing: str, lookup: str, gone: bool) -> None:
+    t = TIMINGS[timing]
+    result, failures = LOOKUPS[lookup]
+    now = T0 + t.offset
+    d = decide(op_at(state, CAPS[cap], failures=failures), CAPS[cap], now, lookup=result,
+               submitter_gone=gone, lookup_limit=LIMIT)  # fmt: skip
+    check(d, oracle(state, cap, t, lookup, gone), now)
+
+
+def test_timings_mean_what_their_names_say() -> None:
+    assert retention_margin(CAPS["dedupe-finite"]) == TIMEOUT + 0.05 * RETENTION == 80.0
+    edge = RETENTION - 80.0
+    for t in TIMINGS.values():
+        assert t.in_window == (t.offset < TIMEOUT)
+        assert t.lag_passed == (t.offset >= TIMEOUT + LAG)
+        assert t.keeps_key == (t.offset < edge)
+    assert edge < TIMINGS["in-margin-before-retention"].offset < RETENTION
+    assert TIMINGS["past-retention"].offset > RETENTION
+
+
+# -- 2. sharp edges -------------------------------------------------------------------------
+
+RECON = Policy(can_reconcile=True, timeout=30.0, lookup_lag=7.5)
+DEDUPE = CAPS["dedupe-finite"]
+BOTH = CAPS["both"]
+NEITHER = CAPS["neither"]
+
+
+@pytest.mark.parametrize("gone", [False, True])
+def test_notfound_exactly_at_the_trust_boundary(gone: bool) -> None:
+    sent = 1700000000.1
+    boundary = sent + RECON.timeout + RECON.lookup_lag
+    op = op_at(State.SUBMITTED, RECON, sent=sent)
+    at = decide(op, RECON, boundary, lookup=NotFound(), submitter_gone=gone)
+    assert at.action is Action.SUBMIT and at.mark is None
+    before = decide(op, RECON, math.nextafter(boundary, -math.inf), lookup=NotFound())
+    assert before.action is Action.WAIT and before.not_before == boundary
+
+
+def test_dedupe_only_waits_for_a_live_submitter_and_resends_when_it_is_gone() -> None:
+    op = op_at(State.SUBMITTED, DEDUPE)
+    live = decide(op, DEDUPE, T0 + 5.0)
+    assert live.action is Action.WAIT and live.not_before == T0 + TIMEOUT
+    assert decide(op, DEDUPE, T0 + 5.0, submitter_gone=True).action is Action.SUBMIT
+    assert decide(op, DEDUPE, T0 + TIMEOUT).action is Action.SUBMIT  # window over
+
+
+def test_retention_counts_from_the_first_send_not_the_latest() -> None:
+    first = T0
+    resend = T0 + 900.0  # a resend refreshed submitted_at; the service's key clock did not
+    op = op_at(State.SUBMITTED, DEDUPE, sent=resend, first=first)
+    # 950 s after the first send: past retention minus margin, though 50 s after the resend
+    late = decide(op, DEDUPE, first + 950.0, submitter_gone=True)
+    assert late.action is Action.ESCALATE and late.mark is State.UNRESOLVED
+    assert decide(op, DEDUPE, first + 910.0, submitter_gone=True).action is Action.SUBMIT
+
+
+def test_margin_is_timeout_plus_five_percent_of_retention() -> None:
+    assert retention_margin(DEDUPE) == 80.0
+    assert retention_margin(Policy(idempotent=True, key_retention=120.0, timeout=5.0)) == 11.0
+    assert retention_margin(CAPS["dedupe-forever"]) == 0.0
+    op = op_at(State.SUBMITTED, DEDUPE)
+    edge = T0 + RETENTION - retention_margin(DEDUPE)
+    assert decide(op, DEDUPE, math.nextafter(edge, -math.inf)).action is Action.SUBMIT
+    assert decide(op, DEDUPE, edge).action is Action.ESCALATE
+    assert decide(op, DEDUPE, T0 + RETENTION - 1.0).action is Action.ESCALATE  # margin matters
+
+
+@pytest.mark.parametrize("lookup", [Indeterminate("busy"), LookupFailed("Timeout")])
+@pytest.mark.parametrize(("limit", "failures"), [(5, 4), (5, 9), (1, 0)])
+def test_both_after_lookup_limit_resends_inside_retention_else_unresolved(
+    lookup: Any, limit: int, failures: int
+) -> None:
+    op = op_at(State.SUBMITTED, BOTH, failures=failures)
+    inside = decide(op, BOTH, T0 + 100.0, lookup=lookup, lookup_limit=limit)
+    assert (inside.action, inside.mark, inside.lookup_failed) == (Action.SUBMIT, None, True)
+    for now in (T0 + 950.0, T0 + 5000.0):
+        out = decide(op, BOTH, now, lookup=lookup, lookup_limit=limit)
+        assert (out.action, out.mark, out.lookup_failed) == (
+            Action.ESCALATE, State.UNRESOLVED, True,
+        )  # fmt: skip
+    # the reconcile-only effect has no fallback: UNRESOLVED at the limit, even right away
+    rec = decide(op_at(State.SUBMITTED, RECON, failures=failures), RECON, T0 + 100.0,
+                 lookup=lookup, lookup_limit=limit)  # fmt: skip
+    assert (rec.action, rec.mark) == (Action.ESCALATE, State.UNRESOLVED)
+
+
+def test_lookup_failures_below_the_limit_back_off() -> None:
+    for failures in range(LIMIT - 1):
+        op = op_at(State.SUBMITTED, BOTH, failures=failures)
+        d = decide(op, BOTH, T0 + 100.0, lookup=Indeterminate(), lookup_limit=LIMIT)
+        assert d.action is Action.WAIT and d.lookup_failed and d.not_before > T0 + 100.0
+
+
+@pytest.mark.parametrize("policy", [RECON, BOTH], ids=["reconcile-only", "both"])
+@pytest.mark.parametrize("offset", [0.0, 40.0, 1e6])
+def test_found_carries_its_receipt(policy: Policy, offset: float) -> None:
+    receipt = {"id": "ch_9", "status": "succeeded"}
+    op = op_at(State.SUBMITTED, policy, failures=LIMIT + 3)  # even after many failed lookups
+    d = decide(op, policy, T0 + offset, lookup=Found(receipt))
+    assert (d.action, d.mark, d.receipt, d.not_before) == (
+        Action.USE_RECEIPT, State.CONFIRMED, receipt, None,
+    )  # fmt: skip
+
+
+def test_neither_waits_in_window_then_escalates() -> None:
+    op = op_at(State.SUBMITTED, NEITHER)
+    inside = decide(op, NEITHER, T0 + 1.0)
+    assert inside.action is Action.WAIT and inside.not_before == T0 + TIMEOUT
+    assert inside.mark is None
+    for d in (decide(op, NEITHER, T0 + TIMEOUT), decide(op, NEITHER, T0 + 1.0, submitter_gone=True)):
+        assert (d.action, d.mark) == (Action.ESCALATE, State.UNRESOLVED)
+
+
+# -- 3. the guarantee, as a property --------------------------------------------------------
+
+LOOKUP_ST = st.one_of(
+    st.none(),
+    st.builds(Found, st.one_of(st.none(), st.dictionaries(st.text(max_size=3), st.integers()))),
+    st.just(NotFound()),
+    st.builds(Indeterminate, st.text(max_size=5)),
+    st.builds(LookupFailed, st.text(max_size=5)),
+)
+POLICY_ST = st.builds(
+    Policy,
+    can_reconcile=st.booleans(),
+    idempotent=st.booleans(),
+    key_retention=st.none() | st.floats(1e-3, 1e6),
+    timeout=st.floats(1e-3, 1e4),
+    lookup_lag=st.just(0.0) | st.floats(0.0, 1e4),
+)
+
+
+@st.composite
+def scenario(draw: st.DrawFn) -> tuple[Operation, Policy, float, dict[str, Any]]:
+    policy = draw(POLICY_ST)
+    first = draw(st.floats(0.0, 2e9))
+    sent = first + draw(st.just(0.0) | st.floats(0.0, 1e6))
+    retention = policy.key_retention or 0.0
+    anchors = [sent, sent + policy.timeout, sent + policy.timeout + policy.lookup_lag,
+               first + retention - retention_margin(policy), first + retention]  # fmt: skip
+    base = draw(st.sampled_from(anchors))
+    now = draw(st.sampled_from([base, math.nextafter(base, -math.inf)]) | st.builds(
+        lambda d: base + d, st.floats(-1e6, 1e6)))  # fmt: skip
+    op = op_at(draw(st.sampled_from(State)), policy, sent=sent, first=first,
+               failures=draw(st.integers(0, 10)))  # fmt: skip
+    kwargs = {"lookup": draw(LOOKUP_ST), "submitter_gone": draw(st.booleans()),
+              "lookup_limit": draw(st.integers(1, 10))}  # fmt: skip
+    return op, policy, now, kwargs
+
+
+@settings(max_examples=2000, deadline=None, database=None)
+@given(scenario())
+def test_the_guarantee(case: tuple[Operation, Policy, float, dict[str, Any]]) -> None:
+    op, policy, now, kwargs = case
+    d = decide(op, policy, now, **kwargs)
+    assert d == decide(op, policy, now, **kwargs)  # deterministic
+    lookup = kwargs["lookup"]
+    if op.state is State.SUBMITTED and d.action is Action.SUBMIT:
+        assert op.submitted_at is not None and op.first_submitted_at is not None
+        ret = policy.key_retention
+        dedupes = policy.idempotent and (
+            ret is None or now < op.first_submitted_at + ret - retention_margin(policy)
+        )
+        trusted_notfound = (
+            policy.can_reconcile
+            and isinstance(lookup, NotFound)
+            and now >= op.submitted_at + policy.timeout + policy.lookup_lag
+        )
+        assert dedupes or trusted_notfound, d.reason
+        assert policy.can_reconcile or policy.idempotent  # never for a neither-effect
+    assert d.mark in (None, State.CONFIRMED, State.UNRESOLVED)
+    if d.mark is State.CONFIRMED:
+        assert isinstance(lookup, Found) and policy.can_reconcile
+        assert d.action is Action.USE_RECEIPT and d.receipt == lookup.receipt
+    if d.mark is State.UNRESOLVED:
+        assert d.action is Action.ESCALATE
+    if d.mark is not None or d.lookup_failed:
+        assert op.state is State.SUBMITTED
+    if d.lookup_failed:
+        assert policy.can_reconcile and isinstance(lookup, Indeterminate | LookupFailed)
+    if d.action is Action.WAIT:
+        assert d.not_before is not None and d.not_before >= now
+        if not d.lookup_failed:  # a NotFound or in-flight wait ends strictly later
+            assert d.not_before > now
+    else:
+        assert d.not_before is None
+
+
+# -- 4. task_action -------------------------------------------------------------------------
+
+S = State
+
+
+@pytest.mark.parametrize(
+    ("states", "completed", "expected"),
+    [
+        ([S.PLANNED, S.SUBMITTED, S.UNRESOLVED, S.CONFIRMED], False, Action.ESCALATE),
+        ([S.UNRESOLVED, S.CONFIRMED], True, Action.ESCALATE),
+        ([S.PLANNED, S.SUBMITTED, S.FAILED], False, Action.RECONCILE),
+        ([S.SUBMITTED], True, Action.RECONCILE),
+        ([S.CONFIRMED, S.PLANNED, S.FAILED], False, Action.SUBMIT),
+        ([S.CONFIRMED, S.FAILED], False, Action.RESUME),
+        ([], False, Action.RESUME),
+        ([S.CONFIRMED, S.FAILED], True, None),
+        ([], True, None),
+    ],
+    ids=["escalate", "escalate-done", "reconcile", "reconcile-done", "submit", "resume",
+         "resume-empty", "complete", "complete-empty"],  # fmt: skip
+)
+def test_task_action(states: list[State], completed: bool, expected: Action | None) -> None:
+    assert task_action(states, completed) is expected
+    assert task_action(iter(states), completed) is expected  # any iterable, read once

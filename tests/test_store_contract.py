@@ -1,0 +1,149 @@
+"""The store contract, run against every backend by the parametrized ``store`` fixture."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+import intentlog
+from intentlog._model import Operation, Policy, State
+from intentlog.stores._base import Resolution, Store, TaskUpdate
+
+TTL = 30.0
+
+
+def make_op(store: Store, key: str = "k1", task_id: str = "t1", **changes: object) -> Operation:
+    now = store.now()
+    op = Operation(
+        key=key,
+        task_id=task_id,
+        effect="charge",
+        fingerprint="f" * 64,
+        state=State.SUBMITTED,
+        policy=Policy(can_reconcile=True, timeout=5.0),
+        created_at=now,
+        updated_at=now,
+        attempts=1,
+        submitted_at=now,
+        first_submitted_at=now,
+        submitted_by="host:1:2:abcd",
+        receipt={"nested": [1, "two", None]},
+    )
+    return op.replace(**changes)
+
+
+def test_claim_creates_then_compare_and_set_on_epoch(store: Store) -> None:
+    first = store.claim_task("t1", "a", TTL, None)
+    assert first is not None and first.epoch == 1 and first.owner == "a"
+    assert store.claim_task("t1", "b", TTL, None) is None  # already exists
+    assert store.claim_task("t1", "b", TTL, 7) is None  # wrong epoch
+    second = store.claim_task("t1", "b", TTL, 1)
+    assert second is not None and second.epoch == 2 and second.owner == "b"
+    assert store.claim_task("t1", "c", TTL, 1) is None  # the loser of a race
+    assert second.lease_expires == pytest.approx(store.now() + TTL, abs=2)
+
+
+def test_concurrent_claims_have_exactly_one_winner(store: Store) -> None:
+    store.claim_task("t1", "seed", TTL, None)
+    wins: list[str] = []
+
+    def claim(name: str) -> None:
+        if store.claim_task("t1", name, TTL, 1) is not None:
+            wins.append(name)
+
+    threads = [threading.Thread(target=claim, args=(f"w{i}",)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(wins) == 1
+
+
+def test_fenced_task_write_refuses_a_stale_epoch(store: Store) -> None:
+    store.claim_task("t1", "a", TTL, None)
+    store.claim_task("t1", "b", TTL, 1)
+    with pytest.raises(intentlog.LeaseLost) as info:
+        store.write_task("t1", 1, TTL, TaskUpdate(next_step="x"))
+    assert info.value.task_id == "t1"
+    record = store.get_task("t1")
+    assert record is not None and record.next_step is None  # nothing changed
+    updated = store.write_task("t1", 2, TTL, TaskUpdate(next_step="x", state_json='{"a":1}'))
+    assert updated.next_step == "x" and updated.state == {"a": 1}
+    released = store.write_task("t1", 2, TTL, TaskUpdate(release=True))
+    assert released.owner is None and released.lease_expires == 0
+
+
+def test_insert_op_is_insert_if_absent_and_fenced(store: Store) -> None:
+    store.claim_task("t1", "a", TTL, None)
+    op = make_op(store)
+    stored, created = store.insert_op(op, 1, TTL)
+    assert created and stored.version == 1 and stored.receipt == op.receipt
+    again, created = store.insert_op(make_op(store, fingerprint="0" * 64), 1, TTL)
+    assert not created and again.fingerprint == "f" * 64  # the first claim stands
+    with pytest.raises(intentlog.LeaseLost):
+        store.insert_op(make_op(store, key="k2"), 99, TTL)
+    assert store.get_op("k2") is None
+
+
+def test_update_op_is_compare_and_set_on_version(store: Store) -> None:
+    store.claim_task("t1", "a", TTL, None)
+    stored, _ = store.insert_op(make_op(store), 1, TTL)
+    confirmed = store.update_op(stored.replace(state=State.CONFIRMED, receipt={"id": 1}), 1, TTL)
+    assert confirmed is not None and confirmed.version == 2
+    stale = store.update_op(stored.replace(state=State.UNRESOLVED), 1, TTL)
+    assert stale is None  # version moved on: nothing written
+    current = store.get_op("k1")
+    assert current is not None and current.state is State.CONFIRMED
+    assert current.receipt == {"id": 1}
+
+
+def test_fenced_update_op_refuses_a_stale_epoch(store: Store) -> None:
+    store.claim_task("t1", "a", TTL, None)
+    stored, _ = store.insert_op(make_op(store), 1, TTL)
+    store.claim_task("t1", "b", TTL, 1)
+    with pytest.raises(intentlog.LeaseLost):
+        store.update_op(stored.replace(state=State.CONFIRMED), 1, TTL)
+    current = store.get_op("k1")
+    assert current is not None and current.state is State.SUBMITTED
+
+
+def test_operator_update_writes_its_audit_record_atomically(store: Store) -> None:
+    store.claim_task("t1", "a", TTL, None)
+    stored, _ = store.insert_op(make_op(store), 1, TTL)
+    audit = Resolution("k1", "t1", store.now(), State.SUBMITTED, State.FAILED, "no", None, "me")
+    assert store.update_op(stored.replace(state=State.FAILED), None, TTL, audit) is not None
+    assert [r.to_state for r in store.resolutions("k1")] == [State.FAILED]
+    # a lost compare-and-set writes no audit record either
+    assert store.update_op(stored.replace(state=State.CONFIRMED), None, TTL, audit) is None
+    assert len(store.resolutions()) == 1
+
+
+def test_listing_and_counting(store: Store) -> None:
+    store.claim_task("t1", "a", TTL, None)
+    store.claim_task("t2", "a", TTL, None)
+    store.insert_op(make_op(store, "k1", "t1"), 1, TTL)
+    store.insert_op(make_op(store, "k2", "t2", state=State.UNRESOLVED), 1, TTL)
+    store.insert_op(make_op(store, "k3", "t2", state=State.CONFIRMED), 1, TTL)
+    assert [o.key for o in store.list_ops(task_id="t2")] == ["k2", "k3"]
+    assert [o.key for o in store.list_ops(states=[State.SUBMITTED, State.UNRESOLVED])] == [
+        "k1",
+        "k2",
+    ]
+    counts = store.count_ops()
+    assert counts[State.SUBMITTED] == 1 and counts[State.CONFIRMED] == 1
+    assert counts[State.PLANNED] == 0
+    assert [t.task_id for t in store.list_tasks()] == ["t1", "t2"]
+
+
+def test_delete_completed_keeps_anything_unsettled(store: Store) -> None:
+    for task_id, state in (("done", State.CONFIRMED), ("open", State.UNRESOLVED)):
+        store.claim_task(task_id, "a", TTL, None)
+        store.insert_op(make_op(store, f"k-{task_id}", task_id, state=state), 1, TTL)
+        store.write_task(task_id, 1, TTL, TaskUpdate(completed=True))
+    store.claim_task("running", "a", TTL, None)
+    removed = store.delete_completed(store.now() + 1)
+    assert removed == 1
+    assert store.get_task("done") is None and store.get_op("k-done") is None
+    assert store.get_task("open") is not None and store.get_op("k-open") is not None
+    assert store.get_task("running") is not None
