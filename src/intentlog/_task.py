@@ -170,7 +170,11 @@ class Task:
             raise InvalidInput(f"run() needs an intentlog.Effect, got {effect!r}")
         op, created = self._intent(effect, args, kwargs, key, planned=False)
         if created and op.state is State.SUBMITTED:
-            return self._send(op, effect, args, kwargs)
+            try:
+                return self._send(op, effect, args, kwargs)
+            except _Ambiguous as amb:
+                # Exactly like a crash during the request: let the decision settle it.
+                return self._drive(self._reload(op), effect, args, kwargs, amb.error)
         return self._drive(op, effect, args, kwargs)
 
     def _intent(
@@ -241,13 +245,20 @@ class Task:
             )
 
     def _drive(
-        self, op: Operation, effect: Effect, args: tuple[Any, ...], kwargs: dict[str, Any]
+        self,
+        op: Operation,
+        effect: Effect,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        last_error: BaseException | None = None,
     ) -> JSON:
-        """Decide, act, repeat: the loop that settles an existing operation."""
+        """Decide, act, repeat: the loop that settles an existing operation.
+
+        ``last_error`` is the ambiguous error of a send this call already made.
+        """
         give_up = time.monotonic() + self._journal.max_wait
         lookup: LookupResult | LookupFailed | None = None
-        sends = 0
-        last_error: BaseException | None = None
+        sends = 0 if last_error is None else 1
         while True:
             now = self._store.now()
             gone = op.submitted_by in (None, self._owner) or holder_is_dead(op.submitted_by)

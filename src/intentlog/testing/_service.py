@@ -372,8 +372,9 @@ class ReferenceService:
         that applied (or replayed) are committed, then the connection is closed without an
         answer / answered 500. A request uses at most one count, checked in that order, so
         several counts script a sequence. ``delay``: seconds to wait after the commit before
-        answering, for every matching request while set. ``key``: only requests with this
-        Idempotency-Key match (None: all).
+        answering, for every matching request that applied or replayed while it is set (409 and
+        422 answers are never delayed). ``key``: only requests with this Idempotency-Key match
+        (None: all). ``GET /_truth`` ignores faults.
         """
         parsed = _Faults.parse(faults)
         with self._lock:
