@@ -134,7 +134,8 @@ def _decide_submitted(
         failures = op.lookup_failures + 1
         what = lookup.reason if isinstance(lookup, Indeterminate) else lookup.error
         if failures < lookup_limit:
-            backoff = min(_BACKOFF_BASE * 2 ** (failures - 1), _BACKOFF_CAP)
+            # The exponent is capped too, so a huge lookup_limit cannot overflow a float.
+            backoff = min(_BACKOFF_BASE * 2 ** min(failures - 1, 16), _BACKOFF_CAP)
             return Decision(
                 Action.WAIT,
                 f"lookup inconclusive ({what or 'no reason given'}); ask again later",
@@ -142,6 +143,13 @@ def _decide_submitted(
                 lookup_failed=True,
             )
         if policy.idempotent and _inside_retention(op, policy, now):
+            if not submitter_gone and now < in_flight_until:
+                return Decision(
+                    Action.WAIT,
+                    "lookups keep failing and another worker's request may still be in flight",
+                    not_before=in_flight_until,
+                    lookup_failed=True,
+                )
             return Decision(
                 Action.SUBMIT,
                 "lookups keep failing, but the service deduplicates this key; send it again",

@@ -335,7 +335,8 @@ class Task:
             )
         try:
             result = effect.submit(op.key, *args, **kwargs)
-        except Rejected as exc:
+        except (Rejected, KeyConflict) as exc:
+            # The service said "not applied" (a KeyConflict is its 422 for a reused key).
             failed = op.replace(
                 state=State.FAILED,
                 updated_at=self._store.now(),

@@ -364,6 +364,15 @@ class ReferenceService:
         with contextlib.closing(_connect(self._db_path)) as conn:
             return self._truth(conn)
 
+    def applied(self) -> dict[str, list[str]]:
+        """Ground truth with ids: key -> the payment ids applied for it, oldest first."""
+        with self._lock:
+            rows = self._db().execute("SELECT key, id FROM payments ORDER BY seq").fetchall()
+        result: dict[str, list[str]] = {}
+        for key, pid in rows:
+            result.setdefault(str(key), []).append(str(pid))
+        return result
+
     def set_faults(self, **faults: Any) -> None:
         """Replace the fault settings, as ``POST /_faults``; ValueError on a bad setting.
 

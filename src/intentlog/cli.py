@@ -1,0 +1,516 @@
+"""The ``intentlog`` command line: look at a journal and settle what automation cannot.
+
+Commands::
+
+    intentlog status                    counts by state, operations and tasks needing attention
+    intentlog show TASK                 one task, its operations and their resolutions
+    intentlog resolve KEY --confirmed|--failed|--retry [--receipt JSON] [--note TEXT]
+    intentlog recover --effects MODULE  reconcile SUBMITTED operations with their services
+    intentlog gc --older-than 30d       delete completed tasks older than a duration
+
+Every command takes ``--json`` for one JSON object on stdout. The journal is ``--db URL``,
+else ``$INTENTLOG_URL``, else ``./.intentlog/journal.db``; it must already exist.
+
+Exit codes:
+
+    0  nothing needs attention (status), or the command did what it was asked
+    1  an intentlog error (bad journal, bad input, unknown task or key): ``error: ...`` on stderr
+    2  usage error (a bad or missing option)
+    3  something needs a person: an operation is UNRESOLVED, action ESCALATE (status, recover)
+    4  work that automation will do, and nothing needs a person (status)
+"""
+
+from __future__ import annotations
+
+import collections
+import enum
+import functools
+import importlib
+import json
+import os
+import re
+import sys
+import textwrap
+import urllib.parse
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, ClassVar
+
+import click
+
+import intentlog
+from intentlog._journal import DEFAULT_PATH
+
+__all__ = ["cli", "main"]
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_PERSON, EXIT_AUTOMATION = 0, 1, 2, 3, 4
+WIDTH = 100
+_USERINFO = re.compile(r"([A-Za-z][\w+.-]*://[^:/@\s'\"]*):[^\s'\"]*@")
+
+
+class _Failure(Exception):
+    """A CLI-level error (bad option value, module that will not import): exit 1."""
+
+
+def mask(text: str, raw_url: str | None = None) -> str:
+    """Replace ``user:password@`` in any URL in ``text`` by ``user:***@``."""
+    if raw_url:
+        try:
+            password = urllib.parse.urlsplit(raw_url).password
+        except ValueError:
+            password = None
+        if password:
+            text = text.replace(password, "***")
+    return _USERINFO.sub(r"\1:***@", text)
+
+
+class _Group(click.Group):
+    """Catches every intentlog error in one place: ``error: <message>`` on stderr, exit 1."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (intentlog.Error, _Failure, OSError) as exc:
+            raw = ctx.obj.get("db") if ctx.obj else None
+            click.echo(f"error: {mask(str(exc), raw)}", err=True)
+            raise click.exceptions.Exit(EXIT_ERROR) from None
+
+
+_json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+
+
+@click.group(cls=_Group)
+@click.option(
+    "--db",
+    metavar="URL",
+    envvar="INTENTLOG_URL",
+    help="Journal: a path or sqlite:///path [env INTENTLOG_URL; default ./.intentlog/journal.db].",
+)
+@click.version_option(intentlog.__version__, prog_name="intentlog")
+@click.pass_context
+def cli(ctx: click.Context, db: str | None) -> None:
+    """Look at an intentlog journal and settle what automation cannot.
+
+    \b
+    Exit codes: 0 nothing needs attention / done; 1 intentlog error
+    (message on stderr); 2 usage error; 3 something needs a person
+    (an UNRESOLVED operation); 4 work that automation will do.
+
+    \b
+    Example:
+      INTENTLOG_URL=./.intentlog/journal.db intentlog status --json
+    """
+    ctx.obj = {"db": db}
+
+
+def _open(ctx: click.Context) -> intentlog.Journal:
+    """Open the journal; refuse a SQLite journal that does not exist (likely a wrong path)."""
+    raw: str | None = ctx.obj["db"]
+    path: str | None = None
+    if raw is None:
+        path = str(DEFAULT_PATH)
+    elif "://" not in raw:
+        path = raw
+    elif raw.startswith("sqlite:///"):
+        path = raw[len("sqlite://") :]
+    if path and not Path(path).exists():
+        raise _Failure(f"no journal at {Path(path).resolve()}; pass --db URL or set INTENTLOG_URL")
+    return intentlog.open(raw)
+
+
+def _emit(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, default=str))
+
+
+def _iso(t: float | None) -> str | None:
+    if t is None:
+        return None
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _compact(value: Any) -> str:
+    return "-" if value is None else json.dumps(value, separators=(",", ":"), default=str)
+
+
+def _table(headers: Sequence[str], rows: Iterable[Sequence[object]], header: bool = True) -> str:
+    """Aligned text columns within WIDTH: the last column wraps, or goes below its row
+    (indented) when fewer than 40 columns are left for it."""
+    cells = [[str(c) for c in row] for row in rows]
+    widths = [len(h) for h in headers]
+    for row in cells:
+        for i, cell in enumerate(row[:-1]):
+            widths[i] = max(widths[i], len(cell))
+    indent = sum(w + 2 for w in widths[:-1])
+    below = WIDTH - indent < 40
+    lines = []
+    for n, row in enumerate([list(headers), *cells] if header else cells):
+        head = "".join(c.ljust(w + 2) for c, w in zip(row[:-1], widths, strict=False))
+        if below and not (header and n == 0):
+            lines.append(head.rstrip())
+            lines.extend("    " + part for part in textwrap.wrap(row[-1], WIDTH - 4))
+            continue
+        wrapped = textwrap.wrap(row[-1], max(WIDTH - indent, 1)) or [""]
+        lines.append((head + wrapped[0]).rstrip())
+        lines.extend((" " * indent + more).rstrip() for more in wrapped[1:])
+    return "\n".join(lines)
+
+
+def _pick(obj: Any, *names: str) -> dict[str, Any]:
+    """Attributes as JSON values: enums by value, times (``*_at``, ``at``) as ISO-8601 UTC."""
+    out: dict[str, Any] = {}
+    for name in names:
+        value = getattr(obj, name)
+        if name in ("at", "not_before") or name.endswith("_at"):
+            value = _iso(value)
+        out[name] = value.value if isinstance(value, enum.Enum) else value
+    return out
+
+
+_OP_FIELDS = ("key", "task_id", "effect", "state", "attempts", "receipt", "error", "note")
+_OP_TIMES = ("created_at", "updated_at", "submitted_at")
+_RESOLUTION_FIELDS = ("at", "from_state", "to_state", "note", "receipt", "actor")
+
+
+def _action(action: intentlog.Action | None, next_step: str | None) -> str | None:
+    if action is intentlog.Action.RESUME and next_step:
+        return f"RESUME at {next_step}"
+    return action.value if action else None
+
+
+def _alive(info: intentlog.TaskInfo) -> str:
+    return "live worker" if info.holder_alive else "none"
+
+
+@cli.command(short_help="Counts by state, and what needs attention (exit 0/3/4).")
+@_json_option
+@click.pass_context
+def status(ctx: click.Context, as_json: bool) -> None:
+    """Show counts by state and everything that needs attention.
+
+    Lists every operation not yet CONFIRMED or FAILED with its next action
+    (WAIT shows the seconds until the next step can be decided), then the
+    unfinished tasks nobody is working on, or that need a person.
+
+    \b
+    Exit codes:
+      0  nothing needs attention
+      1  intentlog error (message on stderr)
+      2  usage error
+      3  something needs a person (an operation's next action is ESCALATE)
+      4  work that automation will do, and nothing needs a person
+
+    \b
+    Example:
+      intentlog status --json
+    """
+    with _open(ctx) as journal:
+        counts = journal.counts()
+        pending = journal.pending()
+        tasks = journal.attention()
+        now = journal.store.now()
+        url = journal.url
+    needs_person = any(p.next_action is intentlog.Action.ESCALATE for p in pending)
+    code = EXIT_PERSON if needs_person else EXIT_AUTOMATION if pending or tasks else EXIT_OK
+    by_state = {s.value: counts.get(s, 0) for s in intentlog.State}
+
+    def wait(p: intentlog.Pending) -> float | None:
+        if p.next_action is not intentlog.Action.WAIT or p.not_before is None:
+            return None
+        return round(max(p.not_before - now, 0.0), 1)
+
+    items = [
+        {**_pick(p, "key", "task_id", "effect", "state", "next_action", "reason", "not_before")}
+        | {"wait_seconds": wait(p)}
+        for p in pending
+    ]
+    task_items = [
+        _pick(t.record, "task_id", "next_step", "epoch")
+        | {"next_action": _action(t.next_action, None), "holder_alive": t.holder_alive}
+        for t in tasks
+    ]
+    if as_json:
+        doc = {"journal": url, "counts": by_state, "pending": items, "tasks": task_items}
+        _emit({**doc, "needs_person": needs_person})
+        ctx.exit(code)
+    click.echo(f"journal  {url}\n")
+    click.echo(_table(list(by_state), [[str(n) for n in by_state.values()]]))
+    if pending:
+        click.echo(f"\noperations needing attention ({len(pending)}):")
+        cols = ("task_id", "key", "effect", "state", "next_action", "wait_seconds", "reason")
+        rows = [["-" if i[c] is None else i[c] for c in cols] for i in items]
+        headers = ["TASK", "KEY", "EFFECT", "STATE", "NEXT", "WAIT", "REASON"]
+        click.echo(_table(headers, rows))
+    if tasks:
+        click.echo(f"\ntasks needing attention ({len(tasks)}):")
+        rows = [
+            [t["task_id"], _action(a.next_action, a.record.next_step), _alive(a)]
+            for t, a in zip(task_items, tasks, strict=True)
+        ]
+        click.echo(_table(["TASK", "NEXT", "WORKER"], rows))
+    verdict = {
+        EXIT_OK: "nothing needs attention",
+        EXIT_PERSON: "needs a person: intentlog resolve KEY --confirmed/--failed/--retry",
+        EXIT_AUTOMATION: "work remains that automation will do (run the tasks, or recover)",
+    }
+    click.echo(f"\n{verdict[code]}")
+    ctx.exit(code)
+
+
+@cli.command(short_help="One task, its operations and their resolutions.")
+@click.argument("task_id", metavar="TASK")
+@_json_option
+@click.pass_context
+def show(ctx: click.Context, task_id: str, as_json: bool) -> None:
+    """Show one task, its operations and each operation's resolutions.
+
+    \b
+    Exit codes: 0 shown; 1 unknown task or bad journal; 2 usage error.
+
+    \b
+    Example:
+      intentlog show order-42 --json
+    """
+    with _open(ctx) as journal:
+        info = journal.task_info(task_id)
+        resolutions = {op.key: journal.resolutions(op.key) for op in info.operations}
+        url = journal.url
+    rec = info.record
+    task = _pick(rec, "task_id", "next_step", "state", "completed", "epoch", "created_at")
+    task |= {"updated_at": _iso(rec.updated_at), "lease_holder": rec.owner}
+    task |= {"holder_alive": info.holder_alive, "next_action": _action(info.next_action, None)}
+    ops = [
+        _pick(op, *_OP_FIELDS, *_OP_TIMES)
+        | {"resolutions": [_pick(r, *_RESOLUTION_FIELDS) for r in resolutions[op.key]]}
+        for op in info.operations
+    ]
+    if as_json:
+        _emit({"journal": url, "task": task, "operations": ops})
+        return
+    holder = f"{rec.owner} ({'alive' if info.holder_alive else 'not alive'})" if rec.owner else "-"
+    fields = [("task", rec.task_id), ("next action", _action(info.next_action, rec.next_step))]
+    fields += [("next_step", rec.next_step or "-"), ("state", _compact(rec.state))]
+    fields += [("completed", "yes" if rec.completed else "no"), ("epoch", str(rec.epoch))]
+    fields += [("lease holder", holder), ("updated", str(task["updated_at"]))]
+    click.echo(_table(["", ""], fields, header=False))
+    click.echo(f"\noperations ({len(ops)}):")
+    for op in ops:
+        rows = [
+            (name, _compact(op[name]) if name in ("receipt", "error") else str(op[name] or "-"))
+            for name in ("key", "effect", "state", "attempts", "receipt", "error", "note")
+        ]
+        rows += [("created", op["created_at"]), ("updated", op["updated_at"])]
+        for r in op["resolutions"]:
+            text = f"{r['at']} {r['from_state']} -> {r['to_state']} by {r['actor']}"
+            extra = f"; receipt {_compact(r['receipt'])}" if r["receipt"] is not None else ""
+            rows.append(("resolution", text + (f": {r['note']}" if r["note"] else "") + extra))
+        click.echo("\n" + textwrap.indent(_table(["", ""], rows, header=False), "  "))
+
+
+@cli.command(short_help="Settle an operation: --confirmed, --failed or --retry.")
+@click.argument("key")
+@click.option("--confirmed", is_flag=True, help="It happened; give what you saw as --receipt.")
+@click.option("--failed", is_flag=True, help="It did not happen; do not retry this key.")
+@click.option("--retry", is_flag=True, help="It did not happen; the next run sends it again.")
+@click.option("--receipt", metavar="JSON", help="The receipt (JSON), only with --confirmed.")
+@click.option("--note", metavar="TEXT", help="Why; kept in the audit log.")
+@_json_option
+@click.pass_context
+def resolve(
+    ctx: click.Context,
+    key: str,
+    confirmed: bool,
+    failed: bool,
+    retry: bool,
+    receipt: str | None,
+    note: str | None,
+    as_json: bool,
+) -> None:
+    """Settle an operation by hand (exactly one of --confirmed, --failed, --retry).
+
+    The resolution is kept as an audit record (see intentlog show TASK).
+
+    \b
+    Exit codes: 0 resolved; 1 unknown key, bad --receipt, or an outcome that
+    does not fit the operation's state; 2 usage error.
+
+    \b
+    Example:
+      intentlog resolve charge-1ec2efaa48 --confirmed \\
+          --receipt '{"id": "ch_1"}' --note "seen in the dashboard"
+    """
+    chosen = [
+        name for name, on in (("confirmed", confirmed), ("failed", failed), ("retry", retry)) if on
+    ]
+    if len(chosen) != 1:
+        raise click.UsageError(
+            "give exactly one of --confirmed, --failed, --retry"
+            + (f" (got {', '.join('--' + c for c in chosen)})" if chosen else ""),
+            ctx,
+        )
+    parsed: Any = None
+    if receipt is not None:
+        try:
+            parsed = json.loads(receipt)
+        except ValueError as exc:
+            raise _Failure(f"--receipt is not valid JSON: {exc}") from None
+    with _open(ctx) as journal:
+        op = journal.resolve(key, chosen[0], receipt=parsed, note=note)
+        task_action = journal.task_info(op.task_id)
+    action = _action(task_action.next_action, task_action.record.next_step)
+    if as_json:
+        _emit(_pick(op, *_OP_FIELDS, *_OP_TIMES) | {"task_next_action": action})
+        return
+    click.echo(f"{op.key}: {op.state.value}")
+    click.echo(f"task {op.task_id}: next action {action}")
+
+
+def load_effects(specs: Sequence[str]) -> list[intentlog.Effect]:
+    """Import ``module`` or ``module:attr`` specs and collect their intentlog.Effect objects."""
+    cwd = os.getcwd()
+    if not sys.path or sys.path[0] != cwd:
+        sys.path.insert(0, cwd)
+    found: dict[str, intentlog.Effect] = {}
+    for spec in specs:
+        module_name, _, attr = spec.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except Exception as exc:
+            raise _Failure(
+                f"cannot import effects module {module_name!r}: {type(exc).__name__}: {exc}"
+            ) from None
+        if attr:
+            try:
+                obj: Any = functools.reduce(getattr, attr.split("."), module)
+            except AttributeError:
+                raise _Failure(f"module {module_name!r} has no attribute {attr!r}") from None
+            many = isinstance(obj, list | tuple | set | frozenset)
+            effects = list(obj) if many else [obj]
+            if not effects or not all(isinstance(e, intentlog.Effect) for e in effects):
+                raise _Failure(f"{spec} is not an intentlog.Effect or a list of them")
+        else:
+            effects = [v for v in vars(module).values() if isinstance(v, intentlog.Effect)]
+            if not effects:
+                raise _Failure(f"no intentlog.Effect found in module {module_name!r}")
+        for effect in effects:
+            other = found.setdefault(effect.name, effect)
+            if other is not effect:
+                raise _Failure(f"two different effects are named {effect.name!r} (in {spec})")
+    return list(found.values())
+
+
+@cli.command(short_help="Reconcile SUBMITTED operations; sends nothing.")
+@click.option(
+    "--effects",
+    "specs",
+    metavar="MODULE",
+    multiple=True,
+    required=True,
+    help="Module (or module:attr) with the effects; repeatable; ./ is importable.",
+)
+@click.option(
+    "--wait",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="How long to wait for a task held by a live worker.",
+)
+@_json_option
+@click.pass_context
+def recover(ctx: click.Context, specs: tuple[str, ...], wait: float, as_json: bool) -> None:
+    """Reconcile SUBMITTED operations with their services, sending nothing.
+
+    Found operations become CONFIRMED; operations nothing can settle become
+    UNRESOLVED. Tasks held by a live worker are left alone.
+
+    \b
+    Exit codes: 0 nothing ended UNRESOLVED; 1 import error, no effects, or
+    intentlog error; 2 usage error; 3 an operation ended UNRESOLVED.
+
+    \b
+    Example:
+      intentlog recover --effects myapp.effects --effects billing:EFFECTS --wait 5
+    """
+    effects = load_effects(specs)
+    with _open(ctx) as journal:
+        report = journal.recover(effects, wait=wait)
+        url = journal.url
+    unresolved = [r for r in report if r.state is intentlog.State.UNRESOLVED]
+    code = EXIT_PERSON if unresolved else EXIT_OK
+    cols = ("key", "task_id", "effect", "state", "action", "reason")
+    items = [_pick(r, *cols) for r in report]
+    if as_json:
+        names = [e.name for e in effects]
+        doc = {"journal": url, "effects": names, "recovered": items}
+        _emit({**doc, "needs_person": bool(unresolved)})
+        ctx.exit(code)
+    if not report:
+        click.echo("no SUBMITTED operations to recover")
+        ctx.exit(code)
+    rows = [[i[c] for c in cols] for i in items]
+    click.echo(_table(["KEY", "TASK", "EFFECT", "STATE", "NEXT", "REASON"], rows))
+    tally = collections.Counter(r.state.value for r in report)
+    summary = ", ".join(f"{n} {state}" for state, n in sorted(tally.items()))
+    click.echo(f"\n{len(report)} operation(s) examined: {summary}")
+    if unresolved:
+        click.echo("needs a person: intentlog resolve KEY --confirmed/--failed/--retry")
+    ctx.exit(code)
+
+
+class Duration(click.ParamType):  # type: ignore[type-arg, unused-ignore]
+    """``30d``, ``12h``, ``45m``, ``90s`` or a plain number of seconds."""
+
+    name = "duration"
+    units: ClassVar[dict[str, int]] = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        if isinstance(value, int | float):
+            return float(value)
+        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", str(value).lower())
+        if match is None:
+            self.fail(f"{value!r} is not a duration like 30d, 12h, 45m, 90s or seconds", param, ctx)
+        return float(match[1]) * self.units[match[2]]
+
+
+@cli.command(short_help="Delete completed tasks older than a duration.")
+@click.option(
+    "--older-than",
+    type=Duration(),
+    required=True,
+    metavar="DURATION",
+    help="Remove tasks completed longer ago than this: 30d, 12h, 45m, 90s or seconds.",
+)
+@_json_option
+@click.pass_context
+def gc(ctx: click.Context, older_than: float, as_json: bool) -> None:
+    """Delete completed tasks (and their operations) older than a duration.
+
+    Never removes an unfinished task or one with an operation that is not
+    CONFIRMED or FAILED.
+
+    \b
+    Exit codes: 0 done; 1 intentlog error; 2 usage error (bad --older-than).
+
+    \b
+    Example:
+      intentlog gc --older-than 30d
+    """
+    with _open(ctx) as journal:
+        removed = journal.gc(older_than)
+        url = journal.url
+    if as_json:
+        _emit({"journal": url, "older_than_seconds": older_than, "removed": removed})
+        return
+    click.echo(f"removed {removed} completed task(s) older than {older_than:g}s from {url}")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of the ``intentlog`` command."""
+    cli.main(args=list(argv) if argv is not None else None, prog_name="intentlog")
+
+
+if __name__ == "__main__":
+    main()
