@@ -32,3 +32,18 @@ def two_charges(journal: intentlog.Journal, service: ServiceInfo) -> None:
         task.run(charge, amount=100, key="split-1-part-1")
         task.run(charge, amount=100, key="split-1-part-2")
         task.complete()
+
+
+def single(journal: intentlog.Journal, service: ServiceInfo) -> None:
+    """One charge, then completion."""
+    with journal.task("single-1") as task:
+        task.run(service.payment_effect("charge"), amount=250)
+        task.complete()
+
+
+def naive(journal: intentlog.Journal, service: ServiceInfo) -> None:
+    """A broken workflow: every start sends with a fresh key (the journal cannot help it)."""
+    with journal.task("naive-1") as task:
+        attempt = len(task.operations()) + 1
+        task.run(service.payment_effect("charge"), amount=1, key=f"naive-attempt-{attempt}")
+        task.complete()

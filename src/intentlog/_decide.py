@@ -95,7 +95,10 @@ def decide(
             Action.REPLAN, "the service did not apply it; a new attempt needs a new key"
         )
     if op.state is State.UNRESOLVED:
-        return Decision(Action.ESCALATE, "outcome unknown; resolve it (confirmed, failed or retry)")
+        why = f" ({op.note})" if op.note else ""
+        return Decision(
+            Action.ESCALATE, f"outcome unknown{why}; resolve it (confirmed, failed or retry)"
+        )
     return _decide_submitted(op, policy, now, lookup, submitter_gone, lookup_limit)
 
 

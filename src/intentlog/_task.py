@@ -387,6 +387,8 @@ class Task:
             changes["lookup_failures"] = op.lookup_failures + 1
         if decision.mark is not None:
             changes["state"] = decision.mark
+        if decision.mark is State.UNRESOLVED:
+            changes["note"] = decision.reason  # why, for the person who must resolve it
         if decision.mark is State.CONFIRMED:
             changes["receipt"] = self._clean(effect, decision.receipt)
         new = op.replace(**changes)

@@ -80,13 +80,11 @@ class _Group(click.Group):
 _json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 
 
+_DB = "Journal: a path or sqlite:///path [env INTENTLOG_URL; default ./.intentlog/journal.db]."
+
+
 @click.group(cls=_Group)
-@click.option(
-    "--db",
-    metavar="URL",
-    envvar="INTENTLOG_URL",
-    help="Journal: a path or sqlite:///path [env INTENTLOG_URL; default ./.intentlog/journal.db].",
-)
+@click.option("--db", metavar="URL", envvar="INTENTLOG_URL", help=_DB)
 @click.version_option(intentlog.__version__, prog_name="intentlog")
 @click.pass_context
 def cli(ctx: click.Context, db: str | None) -> None:
@@ -127,6 +125,10 @@ def _iso(t: float | None) -> str | None:
     if t is None:
         return None
     return datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _secs(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds:.1f}s"
 
 
 def _compact(value: Any) -> str:
@@ -178,6 +180,10 @@ def _action(action: intentlog.Action | None, next_step: str | None) -> str | Non
     return action.value if action else None
 
 
+def _action_text(info: intentlog.TaskInfo) -> str:
+    return _action(info.next_action, info.record.next_step) or "none (task complete)"
+
+
 def _alive(info: intentlog.TaskInfo) -> str:
     return "live worker" if info.holder_alive else "none"
 
@@ -220,7 +226,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
         return round(max(p.not_before - now, 0.0), 1)
 
     items = [
-        {**_pick(p, "key", "task_id", "effect", "state", "next_action", "reason", "not_before")}
+        _pick(p, "key", "task_id", "effect", "state", "next_action", "reason", "not_before")
         | {"wait_seconds": wait(p)}
         for p in pending
     ]
@@ -237,14 +243,14 @@ def status(ctx: click.Context, as_json: bool) -> None:
     click.echo(_table(list(by_state), [[str(n) for n in by_state.values()]]))
     if pending:
         click.echo(f"\noperations needing attention ({len(pending)}):")
-        cols = ("task_id", "key", "effect", "state", "next_action", "wait_seconds", "reason")
-        rows = [["-" if i[c] is None else i[c] for c in cols] for i in items]
+        cols = ("task_id", "key", "effect", "state", "next_action")
+        rows = [[*(i[c] for c in cols), _secs(i["wait_seconds"]), i["reason"]] for i in items]
         headers = ["TASK", "KEY", "EFFECT", "STATE", "NEXT", "WAIT", "REASON"]
         click.echo(_table(headers, rows))
     if tasks:
         click.echo(f"\ntasks needing attention ({len(tasks)}):")
         rows = [
-            [t["task_id"], _action(a.next_action, a.record.next_step), _alive(a)]
+            [t["task_id"], _action_text(a), _alive(a)]
             for t, a in zip(task_items, tasks, strict=True)
         ]
         click.echo(_table(["TASK", "NEXT", "WORKER"], rows))
@@ -288,7 +294,7 @@ def show(ctx: click.Context, task_id: str, as_json: bool) -> None:
         _emit({"journal": url, "task": task, "operations": ops})
         return
     holder = f"{rec.owner} ({'alive' if info.holder_alive else 'not alive'})" if rec.owner else "-"
-    fields = [("task", rec.task_id), ("next action", _action(info.next_action, rec.next_step))]
+    fields = [("task", rec.task_id), ("next action", _action_text(info))]
     fields += [("next_step", rec.next_step or "-"), ("state", _compact(rec.state))]
     fields += [("completed", "yes" if rec.completed else "no"), ("epoch", str(rec.epoch))]
     fields += [("lease holder", holder), ("updated", str(task["updated_at"]))]
@@ -296,7 +302,7 @@ def show(ctx: click.Context, task_id: str, as_json: bool) -> None:
     click.echo(f"\noperations ({len(ops)}):")
     for op in ops:
         rows = [
-            (name, _compact(op[name]) if name in ("receipt", "error") else str(op[name] or "-"))
+            (name, _compact(op[name]) if name in ("receipt", "error") else op[name] or "-")
             for name in ("key", "effect", "state", "attempts", "receipt", "error", "note")
         ]
         rows += [("created", op["created_at"]), ("updated", op["updated_at"])]
@@ -339,9 +345,8 @@ def resolve(
       intentlog resolve charge-1ec2efaa48 --confirmed \\
           --receipt '{"id": "ch_1"}' --note "seen in the dashboard"
     """
-    chosen = [
-        name for name, on in (("confirmed", confirmed), ("failed", failed), ("retry", retry)) if on
-    ]
+    flags = {"confirmed": confirmed, "failed": failed, "retry": retry}
+    chosen = [name for name, on in flags.items() if on]
     if len(chosen) != 1:
         raise click.UsageError(
             "give exactly one of --confirmed, --failed, --retry"
@@ -356,13 +361,19 @@ def resolve(
             raise _Failure(f"--receipt is not valid JSON: {exc}") from None
     with _open(ctx) as journal:
         op = journal.resolve(key, chosen[0], receipt=parsed, note=note)
-        task_action = journal.task_info(op.task_id)
-    action = _action(task_action.next_action, task_action.record.next_step)
+        info = journal.task_info(op.task_id)
     if as_json:
-        _emit(_pick(op, *_OP_FIELDS, *_OP_TIMES) | {"task_next_action": action})
+        _emit(
+            _pick(op, *_OP_FIELDS, *_OP_TIMES)
+            | {"task_next_action": _action(info.next_action, None)}
+        )
         return
     click.echo(f"{op.key}: {op.state.value}")
-    click.echo(f"task {op.task_id}: next action {action}")
+    click.echo(f"task {op.task_id}: next action {_action_text(info)}")
+
+
+_EFFECTS = "Module (or module:attr) with the effects; repeatable; ./ is importable."
+_WAIT = "How long to wait for a task held by a live worker (default 0)."
 
 
 def load_effects(specs: Sequence[str]) -> list[intentlog.Effect]:
@@ -400,22 +411,8 @@ def load_effects(specs: Sequence[str]) -> list[intentlog.Effect]:
 
 
 @cli.command(short_help="Reconcile SUBMITTED operations; sends nothing.")
-@click.option(
-    "--effects",
-    "specs",
-    metavar="MODULE",
-    multiple=True,
-    required=True,
-    help="Module (or module:attr) with the effects; repeatable; ./ is importable.",
-)
-@click.option(
-    "--wait",
-    type=click.FloatRange(min=0),
-    default=0.0,
-    show_default=True,
-    metavar="SECONDS",
-    help="How long to wait for a task held by a live worker.",
-)
+@click.option("--effects", "specs", metavar="MODULE", multiple=True, required=True, help=_EFFECTS)
+@click.option("--wait", type=click.FloatRange(min=0), default=0.0, metavar="SECONDS", help=_WAIT)
 @_json_option
 @click.pass_context
 def recover(ctx: click.Context, specs: tuple[str, ...], wait: float, as_json: bool) -> None:
@@ -475,14 +472,11 @@ class Duration(click.ParamType):  # type: ignore[type-arg, unused-ignore]
         return float(match[1]) * self.units[match[2]]
 
 
+_OLDER = "Remove tasks completed longer ago than this: 30d, 12h, 45m, 90s or seconds."
+
+
 @cli.command(short_help="Delete completed tasks older than a duration.")
-@click.option(
-    "--older-than",
-    type=Duration(),
-    required=True,
-    metavar="DURATION",
-    help="Remove tasks completed longer ago than this: 30d, 12h, 45m, 90s or seconds.",
-)
+@click.option("--older-than", type=Duration(), required=True, metavar="DURATION", help=_OLDER)
 @_json_option
 @click.pass_context
 def gc(ctx: click.Context, older_than: float, as_json: bool) -> None:

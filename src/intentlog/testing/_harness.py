@@ -293,6 +293,11 @@ def _check(cell: Cell, got: _Outcome, want: _Outcome) -> None:
     if set(got.ops) != set(want.ops):
         odd = sorted(set(got.ops) ^ set(want.ops))
         cell.problems.append(f"operation keys differ from a run without crashes: {odd}")
+    total, expected = sum(map(len, got.applied.values())), sum(map(len, want.applied.values()))
+    if total != expected:
+        cell.problems.append(
+            f"the service applied {total} effects; a run without crashes applies {expected}"
+        )
     if set(got.applied) != set(want.applied):
         cell.problems.append("the service applied other keys than in a run without crashes")
 
