@@ -318,7 +318,7 @@ def test_recover_not_found_leaves_it_for_the_task(db: str, effects_module: Any) 
     data = json.loads(result.stdout)
     assert data["effects"] == ["charge"] and data["needs_person"] is False
     [item] = data["recovered"]
-    assert item["key"] == key and item["state"] == "SUBMITTED" and item["action"] == "SUBMIT"
+    assert item["key"] == key and item["state"] == "SUBMITTED" and item["next_action"] == "SUBMIT"
     assert op_state(db, key) is intentlog.State.SUBMITTED
 
 

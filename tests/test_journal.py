@@ -343,6 +343,10 @@ def test_gc_removes_only_completed_and_settled_tasks(journal: intentlog.Journal)
         pass
     assert journal.gc(older_than=0) == 1
     assert sorted(t.task_id for t in journal.tasks()) == ["running", "stuck"]
+    journal.resolve(journal.operations("stuck")[0].key, "failed", note="gone")
+    assert len(journal.resolutions()) == 1
+    assert journal.gc(older_than=0) == 1  # settled now
+    assert journal.resolutions() == []  # the audit log went with its task
     with pytest.raises(intentlog.InvalidInput):
         journal.gc(older_than=-1)
 
@@ -407,10 +411,11 @@ def test_foreign_sqlite_database_is_refused(tmp_path: Path) -> None:
         intentlog.open(path)
 
 
-@pytest.mark.parametrize("url", ["mysql://x", "sqlite://relative.db", ""])
-def test_bad_urls_are_refused(url: str) -> None:
-    with pytest.raises(intentlog.InvalidInput):
+@pytest.mark.parametrize("url", ["mysql://x", "sqlite://relative.db", "", "sqlite://u:pw@h/x"])
+def test_bad_urls_are_refused_without_printing_a_password(url: str) -> None:
+    with pytest.raises(intentlog.InvalidInput) as info:
         intentlog.open(url)
+    assert "pw@" not in str(info.value)
 
 
 def test_default_location_and_env_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -68,7 +68,7 @@ def with_intentlog(journal_path: str, payments_url: str, mailer_url: str, order:
                 state["mail"] = task.run(send_mail, order=order, to="guest@example.com")["id"]
                 task.checkpoint(next_step="done", state=state)
         except intentlog.OutcomeUnknown as exc:
-            print(f"agent: {exc}", file=sys.stderr)
+            print(f"OutcomeUnknown: {exc}", file=sys.stderr)
             return EXIT_UNRESOLVED
         task.complete(state=state)
     return 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -383,7 +384,7 @@ def open(url: str | os.PathLike[str] | None = None, **options: Any) -> Journal:
     if scheme == "sqlite":
         if not rest.startswith("/") or len(rest) < 2:
             raise InvalidInput(
-                f"sqlite URL needs a path: sqlite:///path/to/journal.db, got {text!r}"
+                f"sqlite URL needs a path (sqlite:///path/journal.db), got {_masked(text)!r}"
             )
         return Journal(_sqlite(rest), **options)
     if scheme in ("postgresql", "postgres"):
@@ -392,6 +393,11 @@ def open(url: str | os.PathLike[str] | None = None, **options: Any) -> Journal:
             "does not include yet; use a SQLite path"
         )
     raise InvalidInput(f"unknown journal URL scheme {scheme!r}; use a path or sqlite:///path")
+
+
+def _masked(url: str) -> str:
+    """The URL with any password replaced, so it is safe in an error message."""
+    return re.sub(r"(://[^/:@]*:)[^/@]*@", r"\1***@", url)
 
 
 def _sqlite(path: str) -> Store:

@@ -209,7 +209,8 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def delete_completed(self, before: float) -> int:
         """Delete tasks completed before ``before`` whose operations are all CONFIRMED or
-        FAILED, with their operations; returns how many tasks were removed. Atomic."""
+        FAILED, with their operations and resolutions; returns how many tasks were removed.
+        Atomic."""
 
     # -- operations -------------------------------------------------------------------------
 

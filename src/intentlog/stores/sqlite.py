@@ -259,6 +259,9 @@ class SQLiteStore(Store):
                 " (SELECT 1 FROM operations o WHERE o.task_id = t.task_id"
                 "  AND o.state NOT IN ('CONFIRMED', 'FAILED'))"
             )
+            # The audit log goes with its task: a later task with the same id derives the
+            # same keys, and must not inherit another run's resolutions.
+            conn.execute(f"DELETE FROM resolutions WHERE task_id IN ({doomed})", (before,))
             conn.execute(f"DELETE FROM operations WHERE task_id IN ({doomed})", (before,))
             cur = conn.execute(f"DELETE FROM tasks WHERE task_id IN ({doomed})", (before,))
             return cur.rowcount

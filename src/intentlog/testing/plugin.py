@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from intentlog.testing._harness import MatrixReport, crash_matrix as _crash_matrix
+from intentlog.testing._harness import MatrixReport
+from intentlog.testing._harness import crash_matrix as _crash_matrix
 from intentlog.testing._service import ReferenceService
 
 
