@@ -425,7 +425,7 @@ def test_default_location_and_env_url(tmp_path: Path, monkeypatch: pytest.Monkey
         assert journal.url.endswith(".intentlog/journal.db")
     monkeypatch.setenv("INTENTLOG_URL", f"sqlite://{tmp_path}/env.db")
     with intentlog.open() as journal:
-        assert journal.url == f"sqlite:///{tmp_path}/env.db"
+        assert journal.url == f"sqlite://{tmp_path}/env.db"
 
 
 def test_completed_task_releases_its_lease(journal: intentlog.Journal) -> None:

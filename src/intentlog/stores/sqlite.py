@@ -109,7 +109,7 @@ class SQLiteStore(Store):
 
     def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = 30.0) -> None:
         self.path = Path(path)
-        self.url = f"sqlite:///{self.path.resolve()}"
+        self.url = f"sqlite://{self.path.resolve()}"
         self._lock = threading.RLock()
         self.commits = 0  # durable write transactions made through this store object
         _check_header(self.path)
