@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import Any, overload
 
@@ -15,7 +15,7 @@ __all__ = ["Effect", "Seconds", "effect"]
 
 Seconds = float | int | timedelta
 Submit = Callable[..., Any]
-Reconcile = Callable[[str], LookupResult]
+Reconcile = Callable[[str], LookupResult] | Callable[[str], Awaitable[LookupResult]]
 ReceiptSelector = Sequence[str] | Callable[[Any], Any]
 
 
@@ -104,6 +104,13 @@ class Effect:
             key_retention=self.key_retention,
             timeout=self.timeout,
             lookup_lag=self.lookup_lag,
+        )
+
+    @property
+    def is_async(self) -> bool:
+        """True when submit or reconcile is an ``async def`` (usable only by AsyncJournal)."""
+        return inspect.iscoroutinefunction(self.submit) or inspect.iscoroutinefunction(
+            self.reconcile
         )
 
     def reconciler(self, fn: Reconcile) -> Reconcile:

@@ -2,25 +2,37 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
 import re
-import time
+import warnings
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from intentlog._decide import DEFAULT_LOOKUP_LIMIT, LookupFailed, decide, task_action
+from intentlog._driver import Call, Protocol, run_sync
 from intentlog._effect import Effect
 from intentlog._errors import InvalidInput, TaskBusy, UnknownOperation
 from intentlog._hygiene import DEFAULT_MAX_BYTES, check_safe
 from intentlog._keys import validate_task_id
+from intentlog._lease import Renewer
 from intentlog._model import JSON, Action, LookupResult, Operation, State, TaskRecord
-from intentlog._owner import holder_is_dead, new_owner
+from intentlog._owner import holder_is_dead
+from intentlog._protocol import Options, TaskCore, p_acquire
 from intentlog._task import Task
 from intentlog.stores._base import Resolution, Store
 
-__all__ = ["DEFAULT_PATH", "Journal", "Pending", "Recovered", "TaskInfo", "open"]
+__all__ = [
+    "DEFAULT_PATH",
+    "BlockingCallWarning",
+    "Journal",
+    "Pending",
+    "Recovered",
+    "TaskInfo",
+    "open",
+]
 
 DEFAULT_PATH = Path(".intentlog") / "journal.db"
 ENV_URL = "INTENTLOG_URL"
@@ -94,12 +106,27 @@ class Journal:
         if lookup_limit < 1 or attempts_per_run < 1 or lease_wait < 0 or max_wait < 0:
             raise InvalidInput("lookup_limit and attempts_per_run must be >= 1, waits >= 0")
         self._store = store
-        self.lease_ttl = float(lease_ttl)
-        self.lease_wait = float(lease_wait)
-        self.max_wait = float(max_wait)
-        self.max_bytes = int(max_bytes)
-        self.lookup_limit = int(lookup_limit)
-        self.attempts_per_run = int(attempts_per_run)
+        self.options = Options(
+            lease_ttl=float(lease_ttl),
+            lease_wait=float(lease_wait),
+            max_wait=float(max_wait),
+            max_bytes=int(max_bytes),
+            lookup_limit=int(lookup_limit),
+            attempts_per_run=int(attempts_per_run),
+        )
+        self._renewer = Renewer(self.options.lease_ttl)
+
+    @property
+    def lease_ttl(self) -> float:
+        return self.options.lease_ttl
+
+    @property
+    def max_bytes(self) -> int:
+        return self.options.max_bytes
+
+    @property
+    def lookup_limit(self) -> int:
+        return self.options.lookup_limit
 
     @property
     def store(self) -> Store:
@@ -111,6 +138,9 @@ class Journal:
         return self._store.url
 
     def close(self) -> None:
+        """Stop renewing leases and close the store. Open task handles lose their leases
+        when these expire."""
+        self._renewer.close()
         self._store.close()
 
     def __enter__(self) -> Journal:
@@ -133,31 +163,11 @@ class Journal:
         two workers can never both win.
         """
         task_id = validate_task_id(task_id)
-        give_up = time.monotonic() + (self.lease_wait if wait is None else wait)
-        owner = new_owner()
-        pause = 0.02
-        while True:
-            record = self._store.get_task(task_id)
-            claimed = None
-            if record is None:
-                claimed = self._store.claim_task(task_id, owner, self.lease_ttl, None)
-            elif (
-                record.owner is None
-                or record.lease_expires <= self._store.now()
-                or holder_is_dead(record.owner)
-            ):
-                claimed = self._store.claim_task(task_id, owner, self.lease_ttl, record.epoch)
-            if claimed is not None:
-                return Task(self, claimed, owner)
-            if time.monotonic() >= give_up:
-                holder = record.owner if record is not None else "another worker"
-                raise TaskBusy(
-                    f"task {task_id!r} is leased by {holder} (a live worker) until its lease "
-                    "expires or it finishes",
-                    task_id=task_id,
-                )
-            time.sleep(min(pause, max(give_up - time.monotonic(), 0)))
-            pause = min(pause * 2, 0.5)
+        _warn_if_in_event_loop()
+        record, owner = run_sync(p_acquire(self._store, self.options, task_id, wait))
+        return Task(
+            TaskCore(self._store, self.options, record, owner, is_async=False), self._renewer
+        )
 
     def tasks(self, *, include_completed: bool = True) -> list[TaskRecord]:
         """Every task record, oldest first."""
@@ -239,24 +249,44 @@ class Journal:
         to do. Tasks leased by a live worker are left alone (reported with action WAIT).
         Operations of effects not given are reported and left as they are.
         """
+        return run_sync(self.p_recover(effects, wait, is_async=False))
+
+    def p_recover(
+        self, effects: Iterable[Effect], wait: float, *, is_async: bool
+    ) -> Protocol[list[Recovered]]:
+        """The protocol behind ``recover`` (shared with AsyncJournal)."""
         by_name = {e.name: e for e in effects}
         report: list[Recovered] = []
-        task_ids = dict.fromkeys(
-            op.task_id for op in self._store.list_ops(states=[State.SUBMITTED])
-        )
-        for task_id in task_ids:
+        submitted = yield Call(self._store.list_ops, (), {"states": [State.SUBMITTED]})
+        for task_id in dict.fromkeys(op.task_id for op in submitted):
+            ops: list[Operation] = yield Call(
+                self._store.list_ops, (), {"task_id": task_id, "states": [State.SUBMITTED]}
+            )
             try:
-                handle = self.task(task_id, wait=wait)
+                record, owner = yield from p_acquire(self._store, self.options, task_id, wait)
             except TaskBusy:
-                for op in self._store.list_ops(task_id=task_id, states=[State.SUBMITTED]):
-                    report.append(_report(op, Action.WAIT, "its task is leased by a live worker"))
+                report.extend(_report(op, Action.WAIT, "its task is leased by a live worker")
+                              for op in ops)  # fmt: skip
                 continue
-            with handle:
-                for op in self._store.list_ops(task_id=task_id, states=[State.SUBMITTED]):
-                    report.append(self._recover_one(handle, op, by_name.get(op.effect)))
+            core = TaskCore(self._store, self.options, record, owner, is_async=is_async)
+            try:
+                ops = yield Call(
+                    self._store.list_ops, (), {"task_id": task_id, "states": [State.SUBMITTED]}
+                )
+                for op in ops:
+                    effect = by_name.get(op.effect)
+                    if effect is not None and effect.is_async and not is_async:
+                        raise InvalidInput(
+                            f"effect {effect.name!r} is async: recover it with AsyncJournal"
+                        )
+                    report.append((yield from self._p_recover_one(core, op, effect)))
+            finally:
+                yield from core.p_close()
         return report
 
-    def _recover_one(self, handle: Task, op: Operation, effect: Effect | None) -> Recovered:
+    def _p_recover_one(
+        self, core: TaskCore, op: Operation, effect: Effect | None
+    ) -> Protocol[Recovered]:
         if effect is None:
             return _report(op, Action.RECONCILE, f"effect {op.effect!r} was not given to recover")
         now = self._store.now()
@@ -264,11 +294,11 @@ class Journal:
         kwargs: dict[str, Any] = {"submitter_gone": gone, "lookup_limit": self.lookup_limit}
         decision = decide(op, effect.policy, now, **kwargs)
         if decision.action is Action.RECONCILE:
-            lookup: LookupResult | LookupFailed = handle._lookup(effect, op.key)
+            lookup: LookupResult | LookupFailed = yield from core.p_lookup(effect, op.key)
             decision = decide(op, effect.policy, now, lookup=lookup, **kwargs)
         if decision.mark is not None or decision.lookup_failed:
-            marked = handle._mark(op, decision, effect)
-            op = marked if marked is not None else self.operation(op.key)
+            marked = yield from core.p_mark(op, decision, effect)
+            op = marked if marked is not None else (yield from core.p_reload(op))
         action = decision.action
         if decision.mark is State.CONFIRMED:
             action = Action.USE_RECEIPT
@@ -354,6 +384,23 @@ class Journal:
         if older_than < 0:
             raise InvalidInput(f"older_than must be >= 0 seconds, got {older_than!r}")
         return self._store.delete_completed(self._store.now() - older_than)
+
+
+class BlockingCallWarning(RuntimeWarning):
+    """The synchronous journal was used inside a running event loop, which it blocks."""
+
+
+def _warn_if_in_event_loop() -> None:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    warnings.warn(
+        "the synchronous intentlog journal blocks the running event loop; use "
+        "intentlog.open_async(...) and 'async with journal.task(...)' in async code",
+        BlockingCallWarning,
+        stacklevel=3,
+    )
 
 
 def _report(op: Operation, action: Action, reason: str) -> Recovered:

@@ -1,0 +1,123 @@
+"""Decide, then drive: the I/O requests a protocol yields, and the sync and async runners.
+
+The task protocol (``intentlog._task``) is written once, as generators that yield one request
+per piece of I/O and receive its result. :func:`run_sync` performs the requests in the calling
+thread; :func:`run_async` performs them without blocking the event loop (store calls and sync
+user code in a thread pool, async user code awaited). Neither runner holds any policy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import dataclasses
+import inspect
+import time
+from collections.abc import Callable, Generator
+from typing import Any, TypeVar
+
+from intentlog._errors import InvalidInput
+
+__all__ = ["Call", "Protocol", "Sleep", "User", "run_async", "run_sync"]
+
+T = TypeVar("T")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Call:
+    """Call a store function (blocking I/O, never user code)."""
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class User:
+    """Call user code (an effect's submit or reconcile), which may be sync or async."""
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    what: str = ""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Sleep:
+    seconds: float
+
+
+Request = Call | User | Sleep
+Protocol = Generator[Request, Any, T]
+
+
+def run_sync(protocol: Protocol[T]) -> T:
+    """Drive ``protocol`` in this thread."""
+    send: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            request = protocol.throw(error) if error is not None else protocol.send(send)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        send, error = None, None
+        try:
+            if isinstance(request, Sleep):
+                time.sleep(request.seconds)
+            elif isinstance(request, Call):
+                send = request.fn(*request.args, **request.kwargs)
+            else:
+                if inspect.iscoroutinefunction(request.fn):
+                    raise InvalidInput(
+                        f"{request.what} is an async function: use it with "
+                        "intentlog.open_async(...) and 'await task.run(...)'"
+                    )
+                send = request.fn(*request.args, **request.kwargs)
+                if inspect.isawaitable(send):
+                    _close(send)
+                    raise InvalidInput(
+                        f"{request.what} returned an awaitable: use it with "
+                        "intentlog.open_async(...) and 'await task.run(...)'"
+                    )
+        except BaseException as exc:
+            error = exc
+
+
+async def run_async(protocol: Protocol[T], executor: concurrent.futures.Executor) -> T:
+    """Drive ``protocol`` on the running event loop; blocking work goes to ``executor``."""
+    loop = asyncio.get_running_loop()
+    send: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            request = protocol.throw(error) if error is not None else protocol.send(send)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        send, error = None, None
+        try:
+            if isinstance(request, Sleep):
+                await asyncio.sleep(request.seconds)
+            elif isinstance(request, Call):
+                send = await loop.run_in_executor(
+                    executor, _call, request.fn, request.args, request.kwargs
+                )
+            elif inspect.iscoroutinefunction(request.fn):
+                send = await request.fn(*request.args, **request.kwargs)
+            else:
+                send = await loop.run_in_executor(
+                    executor, _call, request.fn, request.args, request.kwargs
+                )
+                if inspect.isawaitable(send):
+                    send = await send
+        except BaseException as exc:
+            error = exc
+
+
+def _call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    return fn(*args, **kwargs)
+
+
+def _close(awaitable: Any) -> None:
+    close = getattr(awaitable, "close", None)
+    if callable(close):
+        close()  # no "coroutine was never awaited" warning on top of our error

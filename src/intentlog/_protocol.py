@@ -1,0 +1,484 @@
+"""The task protocol, written once: generators that decide and yield their I/O.
+
+``TaskCore`` holds a leased task's state; its ``p_*`` methods are protocols (see
+``intentlog._driver``) run by the sync ``Task`` and the async ``AsyncTask`` alike. Every send
+is preceded by a durable, fenced write (the intent), and every receipt is durable before
+``run`` returns it. All policy lives in :func:`intentlog._decide.decide`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+import warnings
+from typing import Any
+
+from intentlog._crash import crashpoint
+from intentlog._decide import Decision, LookupFailed, decide, task_action
+from intentlog._driver import Call, Protocol, Sleep, User
+from intentlog._effect import Effect
+from intentlog._errors import (
+    InvalidInput,
+    KeyConflict,
+    LeaseLost,
+    OutcomeUnknown,
+    Rejected,
+    StillInFlight,
+    TaskBusy,
+)
+from intentlog._hygiene import ReceiptWarning, _user_stacklevel, check_safe, clean_receipt
+from intentlog._keys import canonical_json, derive_key, fingerprint, validate_key
+from intentlog._model import (
+    JSON,
+    Action,
+    Found,
+    Indeterminate,
+    LookupResult,
+    NotFound,
+    Operation,
+    State,
+    TaskRecord,
+)
+from intentlog._owner import holder_is_dead, new_owner
+from intentlog.stores._base import Store, TaskUpdate
+
+__all__ = ["Options", "TaskCore", "p_acquire"]
+
+_LEASE_SAFETY = 0.2  # fraction of the lease that must remain before a send
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Options:
+    """A journal's settings, shared by its sync and async faces (see ``Journal``)."""
+
+    lease_ttl: float = 30.0
+    lease_wait: float = 10.0
+    max_wait: float = 60.0
+    max_bytes: int = 64 * 1024
+    lookup_limit: int = 5
+    attempts_per_run: int = 3
+
+
+def p_acquire(
+    store: Store, options: Options, task_id: str, wait: float | None
+) -> Protocol[tuple[TaskRecord, str]]:
+    """Lease the task (creating it on first use); returns its record and our owner id.
+
+    Every takeover is a compare-and-set on the epoch, so two workers can never both win. A
+    lease whose holder is known dead, or expired, or released, is taken at once.
+    """
+    give_up = time.monotonic() + (options.lease_wait if wait is None else wait)
+    owner = new_owner()
+    pause = 0.02
+    while True:
+        record: TaskRecord | None = yield Call(store.get_task, (task_id,))
+        claimed = None
+        if record is None:
+            claimed = yield Call(store.claim_task, (task_id, owner, options.lease_ttl, None))
+        elif (
+            record.owner is None
+            or record.lease_expires <= store.now()
+            or holder_is_dead(record.owner)
+        ):
+            claimed = yield Call(
+                store.claim_task, (task_id, owner, options.lease_ttl, record.epoch)
+            )
+        if claimed is not None:
+            return claimed, owner
+        if time.monotonic() >= give_up:
+            holder = record.owner if record is not None else "another worker"
+            raise TaskBusy(
+                f"task {task_id!r} is leased by {holder} (a live worker) until its lease "
+                "expires or it finishes",
+                task_id=task_id,
+            )
+        yield Sleep(min(pause, max(give_up - time.monotonic(), 0)))
+        pause = min(pause * 2, 0.5)
+
+
+class TaskCore:
+    """A leased task's state and the protocols that act on it. Not thread-safe: one task
+    handle is used by one thread or one asyncio task at a time."""
+
+    def __init__(
+        self, store: Store, options: Options, record: TaskRecord, owner: str, *, is_async: bool
+    ) -> None:
+        self.store = store
+        self.options = options
+        self.record = record
+        self.owner = owner
+        self.is_async = is_async
+        self.closed = False
+        self.lost: LeaseLost | None = None
+        self.lease_deadline = time.monotonic() + options.lease_ttl
+
+    @property
+    def id(self) -> str:
+        return self.record.task_id
+
+    @property
+    def ttl(self) -> float:
+        return self.options.lease_ttl
+
+    # -- checkpoints -----------------------------------------------------------------------
+
+    def p_checkpoint(self, next_step: str | None, state: JSON) -> Protocol[None]:
+        if next_step is not None and (not isinstance(next_step, str) or len(next_step) > 200):
+            raise InvalidInput(f"next_step must be a string of at most 200 chars: {next_step!r}")
+        state_json = None
+        if state is not ...:
+            state_json = check_safe(state, what="state", max_bytes=self.options.max_bytes)
+        yield from self.p_write_task(TaskUpdate(next_step=next_step, state_json=state_json))
+
+    def p_complete(self, state: JSON) -> Protocol[None]:
+        state_json = None
+        if state is not ...:
+            state_json = check_safe(state, what="state", max_bytes=self.options.max_bytes)
+        update = TaskUpdate(state_json=state_json, completed=True, release=True)
+        yield from self.p_write_task(update)
+        self.closed = True
+
+    def p_close(self) -> Protocol[None]:
+        if self.closed:
+            return
+        if self.lost is None:
+            # LeaseLost: someone else holds it now, so there is nothing of ours to release.
+            with contextlib.suppress(LeaseLost):
+                yield from self.p_write_task(TaskUpdate(release=True))
+        self.closed = True
+
+    def p_next_action(self) -> Protocol[Action | None]:
+        ops: list[Operation] = yield Call(self.store.list_ops, (), {"task_id": self.id})
+        return task_action((op.state for op in ops), self.record.completed)
+
+    def p_write_task(self, update: TaskUpdate) -> Protocol[None]:
+        self.check_usable()
+        self.record = yield from self._fenced(
+            self.store.write_task, self.id, self.record.epoch, self.ttl, update
+        )
+        self.lease_deadline = time.monotonic() + self.ttl
+
+    # -- effects ---------------------------------------------------------------------------
+
+    def p_plan(
+        self, effect: Effect, args: tuple[Any, ...], kwargs: dict[str, Any], key: str | None
+    ) -> Protocol[str]:
+        op, _ = yield from self.p_intent(effect, args, kwargs, key, planned=True)
+        return op.key
+
+    def p_run(
+        self, effect: Effect, args: tuple[Any, ...], kwargs: dict[str, Any], key: str | None
+    ) -> Protocol[JSON]:
+        if not isinstance(effect, Effect):
+            raise InvalidInput(f"run() needs an intentlog.Effect, got {effect!r}")
+        if effect.is_async and not self.is_async:
+            raise InvalidInput(
+                f"effect {effect.name!r} is async: run it with intentlog.open_async(...) and "
+                "'await task.run(...)'"
+            )
+        op, created = yield from self.p_intent(effect, args, kwargs, key, planned=False)
+        if created and op.state is State.SUBMITTED:
+            try:
+                return (yield from self.p_send(op, effect, args, kwargs))
+            except _Ambiguous as amb:
+                # Exactly like a crash during the request: let the decision settle it.
+                op = yield from self.p_reload(op)
+                return (yield from self.p_drive(op, effect, args, kwargs, amb.error))
+        return (yield from self.p_drive(op, effect, args, kwargs))
+
+    def p_intent(
+        self,
+        effect: Effect,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        key: str | None,
+        *,
+        planned: bool,
+    ) -> Protocol[tuple[Operation, bool]]:
+        self.check_usable()
+        named = effect.bind(args, kwargs)
+        canonical = canonical_json(named, what=f"arguments of effect {effect.name!r}")
+        fp = fingerprint(canonical)
+        key = validate_key(key) if key is not None else derive_key(self.id, effect.name, canonical)
+        existing: Operation | None = yield Call(self.store.get_op, (key,))
+        if existing is not None:
+            self._same_call(existing, effect, fp)
+            return existing, False
+        stored_args = None
+        if effect.store_args:
+            check_safe(named, what="args", max_bytes=self.options.max_bytes)
+            stored_args = named
+        now = self.store.now()
+        # An effect that can neither deduplicate nor reconcile writes PLANNED first, so a
+        # crash before the send is resubmittable; the others go straight to SUBMITTED.
+        planned = planned or effect.policy.writes_planned_first
+        op = Operation(
+            key=key,
+            task_id=self.id,
+            effect=effect.name,
+            fingerprint=fp,
+            state=State.PLANNED if planned else State.SUBMITTED,
+            policy=effect.policy,
+            created_at=now,
+            updated_at=now,
+            attempts=0 if planned else 1,
+            submitted_at=None if planned else now,
+            first_submitted_at=None if planned else now,
+            submitted_by=None if planned else self.owner,
+            args=stored_args,
+        )
+        op, created = yield from self._fenced(self.store.insert_op, op, self.record.epoch, self.ttl)
+        if not created:
+            self._same_call(op, effect, fp)
+            return op, False
+        self.lease_deadline = time.monotonic() + self.ttl
+        crashpoint("after_plan" if planned else "after_submit_mark", effect.name)
+        return op, True
+
+    def _same_call(self, op: Operation, effect: Effect, fp: str) -> None:
+        if op.task_id != self.id:
+            raise KeyConflict(
+                f"key {op.key!r} belongs to task {op.task_id!r}, not {self.id!r}",
+                key=op.key,
+                task_id=self.id,
+                state=op.state.value,
+            )
+        if op.effect != effect.name or op.fingerprint != fp:
+            what = "effect" if op.effect != effect.name else "arguments"
+            raise KeyConflict(
+                f"key {op.key!r} was recorded for {op.effect!r} with other {what}; "
+                "a different call needs a different key",
+                key=op.key,
+                task_id=self.id,
+                state=op.state.value,
+            )
+
+    def p_drive(
+        self,
+        op: Operation,
+        effect: Effect,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        last_error: BaseException | None = None,
+    ) -> Protocol[JSON]:
+        """Decide, act, repeat: the loop that settles an existing operation.
+
+        ``last_error`` is the ambiguous error of a send this call already made.
+        """
+        give_up = time.monotonic() + self.options.max_wait
+        lookup: LookupResult | LookupFailed | None = None
+        sends = 0 if last_error is None else 1
+        while True:
+            now = self.store.now()
+            gone = op.submitted_by in (None, self.owner) or holder_is_dead(op.submitted_by)
+            decision = decide(
+                op,
+                effect.policy,
+                now,
+                lookup=lookup,
+                submitter_gone=gone,
+                lookup_limit=self.options.lookup_limit,
+            )
+            lookup = None
+            if decision.mark is not None or decision.lookup_failed:
+                marked = yield from self.p_mark(op, decision, effect)
+                if marked is None:  # changed under us (an operator resolved it): look again
+                    op = yield from self.p_reload(op)
+                    continue
+                op = marked
+            action = decision.action
+            if action is Action.USE_RECEIPT:
+                return op.receipt
+            if action is Action.REPLAN:
+                raise Rejected(_failure_message(op), key=op.key, task_id=self.id, state="FAILED")
+            if action is Action.ESCALATE:
+                raise OutcomeUnknown(
+                    f"operation {op.key!r} ({op.effect}) is UNRESOLVED: {decision.reason}. "
+                    f"Resolve it: intentlog resolve {op.key} --confirmed/--failed/--retry",
+                    key=op.key,
+                    task_id=self.id,
+                    state=op.state.value,
+                )
+            if action is Action.RECONCILE:
+                lookup = yield from self.p_lookup(effect, op.key)
+                continue
+            if action is Action.WAIT:
+                assert decision.not_before is not None
+                delay = max(decision.not_before - now, 0.0)
+                if time.monotonic() + delay > give_up:
+                    raise StillInFlight(
+                        f"operation {op.key!r} ({op.effect}): {decision.reason}; the next step "
+                        f"can be decided in {delay:.1f}s, beyond max_wait",
+                        key=op.key,
+                        task_id=self.id,
+                        state=op.state.value,
+                        not_before=decision.not_before,
+                    ) from last_error
+                yield Sleep(delay)
+                continue
+            # SUBMIT: a fenced write records the (re)send before it happens.
+            if last_error is not None:
+                if sends >= self.options.attempts_per_run:
+                    raise last_error
+                # Back off before resending after an error; the op stays SUBMITTED meanwhile.
+                yield Sleep(min(0.2 * 2 ** (sends - 1), 5.0, max(give_up - time.monotonic(), 0)))
+            sends += 1
+            op = yield from self.p_mark_sending(op, effect)
+            try:
+                return (yield from self.p_send(op, effect, args, kwargs))
+            except _Ambiguous as amb:
+                last_error = amb.error
+                op = yield from self.p_reload(op)
+
+    def p_send(
+        self, op: Operation, effect: Effect, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Protocol[JSON]:
+        """Send a SUBMITTED operation and record the outcome. Raises _Ambiguous when the
+        request may or may not have landed."""
+        if time.monotonic() > self.lease_deadline - _LEASE_SAFETY * self.ttl:
+            # Paused (or starved) since the intent was written: the lease may be gone.
+            raise LeaseLost(
+                f"task {self.id!r}: too little of the lease remains to send {op.key!r}",
+                task_id=self.id,
+                key=op.key,
+            )
+        try:
+            result = yield User(
+                effect.submit, (op.key, *args), kwargs, f"submit of effect {effect.name!r}"
+            )
+        except (Rejected, KeyConflict) as exc:
+            # The service said "not applied" (a KeyConflict is its 422 for a reused key).
+            failed = op.replace(
+                state=State.FAILED,
+                updated_at=self.store.now(),
+                error={"message": str(exc), "type": type(exc).__name__},
+            )
+            yield from self._fenced(self.store.update_op, failed, self.record.epoch, self.ttl)
+            raise
+        except Exception as exc:
+            raise _Ambiguous(exc) from exc
+        crashpoint("after_remote_commit", effect.name)
+        receipt = self.clean(effect, result)
+        done = op.replace(state=State.CONFIRMED, updated_at=self.store.now(), receipt=receipt)
+        stored = yield from self._fenced(self.store.update_op, done, self.record.epoch, self.ttl)
+        if stored is None:  # an operator resolved it while we were sending
+            stored = yield from self.p_reload(op)
+            if stored.state is not State.CONFIRMED:
+                raise OutcomeUnknown(
+                    f"operation {op.key!r} was resolved as {stored.state} while in flight",
+                    key=op.key,
+                    task_id=self.id,
+                    state=stored.state.value,
+                )
+        crashpoint("after_confirm", effect.name)
+        return stored.receipt
+
+    def p_mark_sending(self, op: Operation, effect: Effect) -> Protocol[Operation]:
+        now = self.store.now()
+        sending = op.replace(
+            state=State.SUBMITTED,
+            updated_at=now,
+            attempts=op.attempts + 1,
+            submitted_at=now,
+            first_submitted_at=op.first_submitted_at or now,
+            submitted_by=self.owner,
+            lookup_failures=0,
+            policy=effect.policy,
+        )
+        stored = yield from self._fenced(self.store.update_op, sending, self.record.epoch, self.ttl)
+        if stored is None:
+            raise _Ambiguous(RuntimeError("operation changed while being resubmitted"))
+        self.lease_deadline = time.monotonic() + self.ttl
+        crashpoint("after_submit_mark", effect.name)
+        return stored  # type: ignore[no-any-return]
+
+    def p_mark(
+        self, op: Operation, decision: Decision, effect: Effect
+    ) -> Protocol[Operation | None]:
+        changes: dict[str, Any] = {"updated_at": self.store.now()}
+        if decision.lookup_failed:
+            changes["lookup_failures"] = op.lookup_failures + 1
+        if decision.mark is not None:
+            changes["state"] = decision.mark
+        if decision.mark is State.UNRESOLVED:
+            changes["note"] = decision.reason  # why, for the person who must resolve it
+        if decision.mark is State.CONFIRMED:
+            changes["receipt"] = self.clean(effect, decision.receipt)
+        new = op.replace(**changes)
+        stored: Operation | None = yield from self._fenced(
+            self.store.update_op, new, self.record.epoch, self.ttl
+        )
+        return stored
+
+    def p_lookup(self, effect: Effect, key: str) -> Protocol[LookupResult | LookupFailed]:
+        assert effect.reconcile is not None
+        try:
+            result = yield User(effect.reconcile, (key,), {}, f"reconcile of {effect.name!r}")
+        except Exception as exc:
+            return LookupFailed(f"{type(exc).__name__}: {exc}")
+        if isinstance(result, Found | NotFound | Indeterminate):
+            return result
+        return LookupFailed(
+            f"reconciler returned {type(result).__name__}, not Found, NotFound or Indeterminate"
+        )
+
+    def clean(self, effect: Effect, result: Any) -> JSON:
+        try:
+            selected = effect.select_receipt(result)
+        except Exception as exc:
+            warnings.warn(
+                f"receipt selector of effect {effect.name!r} raised {exc!r}; the journal keeps a "
+                "note instead of the receipt",
+                ReceiptWarning,
+                stacklevel=_user_stacklevel(),
+            )
+            return {"intentlog_note": f"receipt selector raised {type(exc).__name__}"}
+        receipt, _ = clean_receipt(selected, effect=effect.name, max_bytes=self.options.max_bytes)
+        return receipt
+
+    def p_reload(self, op: Operation) -> Protocol[Operation]:
+        fresh: Operation | None = yield Call(self.store.get_op, (op.key,))
+        if fresh is None:
+            raise InvalidInput(f"operation {op.key!r} disappeared from the journal", key=op.key)
+        return fresh
+
+    # -- lease -----------------------------------------------------------------------------
+
+    def check_usable(self) -> None:
+        if self.lost is not None:
+            raise self.lost
+        if self.closed:
+            raise InvalidInput(f"task {self.id!r} handle is closed; open it again", task_id=self.id)
+
+    def _fenced(self, fn: Any, *args: Any) -> Protocol[Any]:
+        try:
+            return (yield Call(fn, args))
+        except LeaseLost as exc:
+            self.lost = exc
+            raise
+
+    def renew(self) -> None:
+        """Extend the lease (called by the journal's renewal thread, never concurrently with
+        itself). A fenced write: a worker that was taken over learns it here too."""
+        if self.closed or self.lost is not None:
+            return
+        try:
+            self.store.write_task(self.id, self.record.epoch, self.ttl, TaskUpdate())
+            self.lease_deadline = time.monotonic() + self.ttl
+        except LeaseLost as exc:
+            self.lost = exc
+
+
+class _Ambiguous(Exception):
+    """Internal: submit raised something other than Rejected; the request may have landed."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _failure_message(op: Operation) -> str:
+    detail = op.error.get("message") if isinstance(op.error, dict) else None
+    text = f": {detail}" if detail else ""
+    return f"operation {op.key!r} ({op.effect}) FAILED{text}; a new attempt needs a new key"
