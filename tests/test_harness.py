@@ -128,3 +128,14 @@ def test_crash_points_are_inert_unless_armed(tmp_path: Path) -> None:
         assert run_child(tmp_path, info, "after_send:other-effect").returncode == 0
         assert run_child(tmp_path, info, "after_send:charge:2").returncode == 0  # no 2nd send
     assert signal.SIGKILL == 9
+
+
+def test_crash_matrix_on_the_async_api_with_concurrent_tasks(
+    crash_matrix: Callable[..., MatrixReport],
+) -> None:
+    report = crash_matrix("workflows:order_async")
+    report.raise_for_problems()
+    assert len(report.cells) == 4 * len(CRASH_POINTS) * 4
+    for cell in report.cells:
+        if cell.mode != "neither":
+            assert cell.unresolved == [], cell  # a service that can be asked needs no person

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import intentlog
 from intentlog.testing import ServiceInfo
 
@@ -47,3 +49,46 @@ def naive(journal: intentlog.Journal, service: ServiceInfo) -> None:
         attempt = len(task.operations()) + 1
         task.run(service.payment_effect("charge"), amount=1, key=f"naive-attempt-{attempt}")
         task.complete()
+
+
+async def order_async(journal: intentlog.AsyncJournal, service: ServiceInfo) -> None:
+    """The order workflow on the asyncio API, with two orders running concurrently."""
+
+    async def one(order: str) -> None:
+        charge = service.payment_effect("charge")
+        reserve = service.payment_effect("reserve")
+        async with journal.task(order) as task:
+            if task.completed:
+                return
+            if task.next_step in (None, "charge"):
+                paid = await task.run(charge, amount=500, order=order)
+                await task.checkpoint(next_step="reserve", state={"charge": paid["id"]})
+            if task.next_step == "reserve":
+                room = await task.run(reserve, amount=120, order=order)
+                await task.checkpoint(next_step="done", state={**task.state, "room": room["id"]})
+            await task.complete()
+
+    await asyncio.gather(one("order-a"), one("order-b"))
+
+
+async def mixed(journal: intentlog.AsyncJournal, service: ServiceInfo) -> None:
+    """32 asyncio tasks and 8 threads (on a sync journal over the same file), three effects
+    each, all at once: the shape of an agent server under load."""
+    effects = [service.payment_effect(name) for name in ("charge", "reserve", "notify")]
+
+    async def async_order(i: int) -> None:
+        async with journal.task(f"async-{i}") as task:
+            for step, effect in enumerate(effects):
+                await task.run(effect, amount=10 + step, order=i)
+            await task.complete()
+
+    def thread_orders(sync: intentlog.Journal, t: int) -> None:
+        for i in range(8):
+            with sync.task(f"thread-{t}-{i}") as task:
+                for step, effect in enumerate(effects):
+                    task.run(effect, amount=20 + step, order=i)
+                task.complete()
+
+    with intentlog.open(journal.url.removeprefix("sqlite://")) as sync:
+        threads = [asyncio.to_thread(thread_orders, sync, t) for t in range(8)]
+        await asyncio.gather(*(async_order(i) for i in range(32)), *threads)

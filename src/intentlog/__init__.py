@@ -6,6 +6,7 @@ with the service before it would ever send again. Where nothing can settle an ou
 UNRESOLVED and never duplicates the effect automatically.
 """
 
+from intentlog._async import AsyncJournal, AsyncTask, open_async
 from intentlog._decide import Decision, decide
 from intentlog._effect import Effect, effect
 from intentlog._errors import (
@@ -24,7 +25,7 @@ from intentlog._errors import (
     UnsafeValue,
 )
 from intentlog._hygiene import REDACTED, ReceiptWarning
-from intentlog._journal import Journal, Pending, Recovered, TaskInfo, open
+from intentlog._journal import BlockingCallWarning, Journal, Pending, Recovered, TaskInfo, open
 from intentlog._model import (
     Action,
     Found,
@@ -42,6 +43,9 @@ __version__ = "0.1.0"
 __all__ = [
     "REDACTED",
     "Action",
+    "AsyncJournal",
+    "AsyncTask",
+    "BlockingCallWarning",
     "Decision",
     "Effect",
     "Error",
@@ -74,4 +78,5 @@ __all__ = [
     "decide",
     "effect",
     "open",
+    "open_async",
 ]

@@ -420,6 +420,11 @@ def open(url: str | os.PathLike[str] | None = None, **options: Any) -> Journal:
     ``url``: a file path, ``sqlite:///path``, or ``postgresql://...``; default
     ``$INTENTLOG_URL``, else ``./.intentlog/journal.db``. ``options`` go to :class:`Journal`.
     """
+    return Journal(open_store(url), **options)
+
+
+def open_store(url: str | os.PathLike[str] | None = None) -> Store:
+    """The store a journal URL names (see :func:`open`)."""
     if url is None:
         url = os.environ.get(ENV_URL) or DEFAULT_PATH
     text = os.fspath(url)
@@ -427,18 +432,15 @@ def open(url: str | os.PathLike[str] | None = None, **options: Any) -> Journal:
         raise InvalidInput("journal URL is empty")
     scheme, sep, rest = text.partition("://")
     if not sep:
-        return Journal(_sqlite(text), **options)
+        return _sqlite(text)
     if scheme == "sqlite":
         if not rest.startswith("/") or len(rest) < 2:
             raise InvalidInput(
                 f"sqlite URL needs a path (sqlite:///path/journal.db), got {_masked(text)!r}"
             )
-        return Journal(_sqlite(rest), **options)
+        return _sqlite(rest)
     if scheme in ("postgresql", "postgres"):
-        raise InvalidInput(
-            "postgresql:// journals need the PostgreSQL store, which this version of intentlog "
-            "does not include yet; use a SQLite path"
-        )
+        return _postgres(text)
     raise InvalidInput(f"unknown journal URL scheme {scheme!r}; use a path or sqlite:///path")
 
 
@@ -451,3 +453,13 @@ def _sqlite(path: str) -> Store:
     from intentlog.stores.sqlite import SQLiteStore
 
     return SQLiteStore(path)
+
+
+def _postgres(url: str) -> Store:
+    try:  # psycopg is an optional extra: import it only for a postgresql:// journal
+        from intentlog.stores.postgres import PostgresStore
+    except ImportError as exc:
+        raise InvalidInput(
+            f"postgresql:// journals need psycopg 3: pip install 'intentlog[postgres]' ({exc})"
+        ) from exc
+    return PostgresStore(url)

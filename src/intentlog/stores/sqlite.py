@@ -14,9 +14,9 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from intentlog._errors import JournalCorrupt, JournalError, LeaseLost, SchemaTooNew
 from intentlog._model import Operation, State, TaskRecord
@@ -95,6 +95,21 @@ _MIGRATIONS: tuple[str, ...] = (
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 
 
+_T = TypeVar("_T")
+
+
+class _Request:
+    """One caller's write waiting for a group commit."""
+
+    __slots__ = ("body", "done", "error", "result")
+
+    def __init__(self, body: Callable[[sqlite3.Connection], Any]) -> None:
+        self.body = body
+        self.done = False
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+
 class _VersionMoved(Exception):
     """Internal: a compare-and-set lost; rolls the write transaction back."""
 
@@ -102,15 +117,19 @@ class _VersionMoved(Exception):
 class SQLiteStore(Store):
     """A journal in one SQLite file, created with mode 0600.
 
-    Thread-safe: one connection guarded by a lock. Process-safe: SQLite's file locks, WAL and
-    a busy timeout. A file that is not an intentlog journal, is damaged, or was written by a
-    newer intentlog is refused with a clear error and left untouched.
+    Thread-safe: one write connection (with group commit) and one read connection.
+    Process-safe: SQLite's file locks, WAL and a busy timeout. A file that is not an
+    intentlog journal, is damaged, or was written by a newer intentlog is refused with a clear
+    error and left untouched.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = 30.0) -> None:
         self.path = Path(path)
         self.url = f"sqlite://{self.path.resolve()}"
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # the write connection; a batch leader holds it
+        self._queue_lock = threading.Lock()
+        self._queue: list[_Request] = []
+        self._read_lock = threading.Lock()
         self.commits = 0  # durable write transactions made through this store object
         _check_header(self.path)
         if not self.path.exists():
@@ -125,9 +144,13 @@ class SQLiteStore(Store):
         self._conn.row_factory = sqlite3.Row
         try:
             self._prepare(busy_timeout)
+            self._reader = sqlite3.connect(
+                str(self.path), timeout=busy_timeout, isolation_level=None, check_same_thread=False
+            )
         except BaseException:
             self._conn.close()
             raise
+        self._reader.row_factory = sqlite3.Row
 
     def _prepare(self, busy_timeout: float) -> None:
         try:
@@ -162,6 +185,7 @@ class SQLiteStore(Store):
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction of its own (used by migrations only)."""
         with self._lock:
             self._conn.execute("BEGIN IMMEDIATE")
             try:
@@ -172,15 +196,68 @@ class SQLiteStore(Store):
             self._conn.execute("COMMIT")
             self.commits += 1
 
-    def _read(self, sql: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]:
+    def _commit(self, body: Callable[[sqlite3.Connection], _T]) -> _T:
+        """Run ``body`` in a write transaction that is durable when this returns.
+
+        Group commit: writers that arrive while a commit is in progress queue up; the next one
+        to get the connection runs every queued body in one transaction (each inside its own
+        savepoint, so one body's failure undoes only its own statements) and commits once.
+        Each caller still returns only after the commit that holds its write, so the
+        guarantee (intent durable before the send, receipt durable before run returns) holds
+        for every caller; concurrent threads just share the fsync.
+        """
+        request = _Request(body)
+        with self._queue_lock:
+            self._queue.append(request)
         with self._lock:
-            return self._conn.execute(sql, tuple(params)).fetchall()
+            if not request.done:  # nobody committed it for us meanwhile: lead a batch
+                with self._queue_lock:
+                    batch, self._queue = self._queue, []
+                self._run_batch(batch)
+        if request.error is not None:
+            raise request.error
+        return request.result  # type: ignore[no-any-return]
+
+    def _run_batch(self, batch: list[_Request]) -> None:
+        conn = self._conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for request in batch:
+                if len(batch) > 1:
+                    conn.execute("SAVEPOINT one")
+                try:
+                    request.result = request.body(conn)
+                except BaseException as exc:
+                    request.error = exc
+                    conn.execute("ROLLBACK TO one" if len(batch) > 1 else "ROLLBACK")
+                    if len(batch) == 1:
+                        return
+                if len(batch) > 1:
+                    conn.execute("RELEASE one")
+            conn.execute("COMMIT")
+            self.commits += 1
+        except sqlite3.Error as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            error = JournalError(f"journal write failed: {exc}")
+            for request in batch:
+                request.error = error
+        finally:
+            for request in batch:
+                request.done = True
+
+    def _read(self, sql: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]:
+        # A connection of its own, so reads never wait behind a commit (WAL readers see
+        # every transaction committed before they start).
+        with self._read_lock:
+            return self._reader.execute(sql, tuple(params)).fetchall()
 
     def now(self) -> float:
         return time.time()
 
     def close(self) -> None:
-        with self._lock:
+        with self._lock, self._read_lock:
+            self._reader.close()
             self._conn.close()
 
     # -- tasks ------------------------------------------------------------------------------
@@ -193,7 +270,8 @@ class SQLiteStore(Store):
         self, task_id: str, owner: str, ttl: float, expect_epoch: int | None
     ) -> TaskRecord | None:
         now = self.now()
-        with self._write() as conn:
+
+        def body(conn: sqlite3.Connection) -> TaskRecord | None:
             if expect_epoch is None:
                 cur = conn.execute(
                     "INSERT INTO tasks (task_id, epoch, owner, lease_expires, state, created_at,"
@@ -209,7 +287,9 @@ class SQLiteStore(Store):
             if cur.rowcount != 1:
                 return None
             row = conn.execute("SELECT * FROM tasks WHERE task_id = ?", (task_id,)).fetchone()
-        return task_from_row(row)
+            return task_from_row(row)
+
+        return self._commit(body)
 
     @staticmethod
     def _fence(conn: sqlite3.Connection, task_id: str, epoch: int, ttl: float, now: float) -> None:
@@ -226,7 +306,8 @@ class SQLiteStore(Store):
 
     def write_task(self, task_id: str, epoch: int, ttl: float, update: TaskUpdate) -> TaskRecord:
         now = self.now()
-        with self._write() as conn:
+
+        def body(conn: sqlite3.Connection) -> TaskRecord:
             self._fence(conn, task_id, epoch, ttl, now)
             sets: list[str] = []
             params: list[Any] = []
@@ -246,14 +327,16 @@ class SQLiteStore(Store):
                     f"UPDATE tasks SET {', '.join(sets)} WHERE task_id = ?", (*params, task_id)
                 )
             row = conn.execute("SELECT * FROM tasks WHERE task_id = ?", (task_id,)).fetchone()
-        return task_from_row(row)
+            return task_from_row(row)
+
+        return self._commit(body)
 
     def list_tasks(self, *, include_completed: bool = True) -> list[TaskRecord]:
         where = "" if include_completed else " WHERE completed = 0"
         return [task_from_row(r) for r in self._read(f"SELECT * FROM tasks{where} ORDER BY rowid")]
 
     def delete_completed(self, before: float) -> int:
-        with self._write() as conn:
+        def body(conn: sqlite3.Connection) -> int:
             doomed = (
                 "SELECT task_id FROM tasks t WHERE completed = 1 AND updated_at < ? AND NOT EXISTS"
                 " (SELECT 1 FROM operations o WHERE o.task_id = t.task_id"
@@ -266,6 +349,8 @@ class SQLiteStore(Store):
             cur = conn.execute(f"DELETE FROM tasks WHERE task_id IN ({doomed})", (before,))
             return cur.rowcount
 
+        return self._commit(body)
+
     # -- operations -------------------------------------------------------------------------
 
     def get_op(self, key: str) -> Operation | None:
@@ -275,7 +360,8 @@ class SQLiteStore(Store):
     def insert_op(self, op: Operation, epoch: int, ttl: float) -> tuple[Operation, bool]:
         row = op_to_row(op, version=1)
         placeholders = ", ".join("?" for _ in OP_COLUMNS)
-        with self._write() as conn:
+
+        def body(conn: sqlite3.Connection) -> tuple[Operation, bool]:
             self._fence(conn, op.task_id, epoch, ttl, op.updated_at)
             # The primary key is the claim: two workers racing for one key cannot both win.
             cur = conn.execute(
@@ -285,7 +371,9 @@ class SQLiteStore(Store):
             )
             created = cur.rowcount == 1
             stored = conn.execute("SELECT * FROM operations WHERE key = ?", (op.key,)).fetchone()
-        return op_from_row(stored), created
+            return op_from_row(stored), created
+
+        return self._commit(body)
 
     def update_op(
         self,
@@ -296,7 +384,8 @@ class SQLiteStore(Store):
     ) -> Operation | None:
         row = op_to_row(op, version=op.version + 1)
         columns = [c for c in OP_COLUMNS if c != "key"]
-        with contextlib.suppress(_VersionMoved), self._write() as conn:
+
+        def body(conn: sqlite3.Connection) -> Operation:
             if epoch is not None:
                 self._fence(conn, op.task_id, epoch, ttl, op.updated_at)
             cur = conn.execute(
@@ -322,7 +411,11 @@ class SQLiteStore(Store):
                     ),
                 )
             return op.replace(version=op.version + 1)
-        return None  # the version moved on; the transaction was rolled back
+
+        try:
+            return self._commit(body)
+        except _VersionMoved:
+            return None  # the version moved on; this write was rolled back
 
     def list_ops(
         self, *, task_id: str | None = None, states: Iterable[State] | None = None

@@ -36,8 +36,7 @@ from intentlog.testing._service import MODES, ReferenceService
 
 __all__ = ["Cell", "MatrixReport", "ServiceInfo", "crash_matrix", "load_workflow"]
 
-IN_FLIGHT_POINTS = frozenset({"after_submit_mark", "after_send", "after_remote_commit"})
-Workflow = Callable[[intentlog.Journal, "ServiceInfo"], Any]
+Workflow = Callable[[Any, "ServiceInfo"], Any]  # a Journal, or an AsyncJournal if async
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,13 +189,21 @@ class _Runner:
             runs = [first]
             if cell is not None and crash is not None and first.returncode == 0:
                 cell.outcome = "not reached"
+            # Operation states when the latest run started: an operation may become
+            # UNRESOLVED in a run only if it was in flight (SUBMITTED) when that run started,
+            # left so by a worker that died or stopped.
+            before: dict[str, str] = {}
             while runs[-1].returncode != 0 and len(runs) <= self.max_restarts:
                 last = runs[-1]
                 if last.returncode == 3:
-                    key = json.loads(last.stdout.strip().splitlines()[-1])["unresolved"]
-                    self._resolve(journal_path, key, service, cell)
+                    # Settle every UNRESOLVED operation, not only the one that stopped the run:
+                    # concurrent tasks may have left several.
+                    for key, state in self._states(journal_path).items():
+                        if state == "UNRESOLVED":
+                            self._resolve(journal_path, key, service, cell, before.get(key))
                 elif last.returncode != -signal.SIGKILL:
                     raise _ChildFailed(last)
+                before = self._states(journal_path)
                 runs.append(self._child(journal_path, info, None))
             if runs[-1].returncode != 0:
                 raise _ChildFailed(runs[-1])
@@ -219,10 +226,21 @@ class _Runner:
             timeout=self.child_timeout,
         )
 
+    @staticmethod
+    def _states(journal_path: Path) -> dict[str, str]:
+        with intentlog.open(journal_path) as journal:
+            return {op.key: op.state.value for op in journal.operations()}
+
     def _resolve(
-        self, journal_path: Path, key: str, service: ReferenceService, cell: Cell | None
+        self,
+        journal_path: Path,
+        key: str,
+        service: ReferenceService,
+        cell: Cell | None,
+        state_before: str | None,
     ) -> None:
-        """Settle an UNRESOLVED operation the way a person with the dashboard would."""
+        """Check an UNRESOLVED operation was allowed to be, then settle it the way a person
+        with the service's dashboard would."""
         with intentlog.open(journal_path) as journal:
             op = journal.operation(key)
             if cell is not None:
@@ -230,9 +248,14 @@ class _Runner:
                 if op.policy.can_reconcile or op.policy.idempotent:
                     cell.problems.append(f"{key} ({op.effect}) UNRESOLVED though its service "
                                          "can deduplicate or be asked")  # fmt: skip
-                if cell.point not in IN_FLIGHT_POINTS:
-                    cell.problems.append(f"{key} UNRESOLVED after a kill outside the in-flight "
-                                         "window")  # fmt: skip
+                # In flight means SUBMITTED: intent durable, no receipt. With concurrent tasks
+                # that need not be the operation the crash point targeted: a sibling cut off
+                # mid-request (killed, or cancelled when the run stopped) counts too.
+                if state_before != "SUBMITTED":
+                    cell.problems.append(
+                        f"{key} UNRESOLVED though it was {state_before or 'not recorded'} when "
+                        "the previous worker stopped, outside its in-flight window"
+                    )
             ids = service.applied().get(key)
             if ids:
                 journal.resolve(key, "confirmed", receipt={"id": ids[-1]}, note="crash harness")

@@ -1,0 +1,217 @@
+"""The asyncio API: same behaviour as the sync one, group commit, and misuse made loud."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import intentlog
+from intentlog import Action, State
+from remote import Remote, make_effect
+
+
+def arun(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def test_run_replay_and_receipt(tmp_path: Path) -> None:
+    sent: list[str] = []
+
+    @intentlog.effect(idempotent=True)
+    async def charge(key: str, amount: int) -> dict[str, Any]:
+        await asyncio.sleep(0)
+        sent.append(key)
+        return {"id": f"ch_{len(sent)}", "amount": amount}
+
+    async def main() -> None:
+        async with intentlog.open_async(tmp_path / "j.db") as journal:
+            async with journal.task("t") as task:
+                first = await task.run(charge, amount=5)
+                assert await task.run(charge, 5) == first
+                await task.checkpoint(next_step="ship", state={"charge": first["id"]})
+                assert await task.next_action() is Action.RESUME
+                await task.complete()
+            again = await journal.task("t")
+            assert again.completed
+            assert again.next_step == "ship"
+            await again.close()
+            assert (await journal.counts())[State.CONFIRMED] == 1
+
+    arun(main())
+    assert len(sent) == 1
+
+
+def test_sync_effects_run_off_the_loop_and_recover_after_a_kill_like_state(
+    tmp_path: Path,
+) -> None:
+    remote = Remote(str(tmp_path / "remote.db"))
+    charge = make_effect("reconcilable", remote)
+
+    async def main() -> Any:
+        async with (
+            intentlog.open_async(tmp_path / "j.db") as journal,
+            journal.task("t") as task,
+        ):
+            assert threading.current_thread() is threading.main_thread()
+            return await task.run(charge, amount=7)
+
+    receipt = arun(main())
+    assert remote.count() == 1
+    assert receipt["id"] == remote.ids()[0]
+
+
+def test_async_errors_match_the_sync_api(tmp_path: Path) -> None:
+    async def refuse(key: str) -> None:
+        raise intentlog.Rejected("declined")
+
+    async def flaky(key: str) -> None:
+        raise TimeoutError("no answer")
+
+    async def main() -> None:
+        async with intentlog.open_async(tmp_path / "j.db") as journal:
+            async with journal.task("t") as task:
+                with pytest.raises(intentlog.Rejected, match="declined"):
+                    await task.run(intentlog.Effect("refuse", refuse, idempotent=True))
+                with pytest.raises(intentlog.OutcomeUnknown):
+                    await task.run(intentlog.Effect("flaky", flaky))
+                ok = intentlog.Effect("ok", lambda key: {"ok": True}, idempotent=True)
+                assert await task.run(ok, key="k") == {"ok": True}
+                with pytest.raises(intentlog.KeyConflict):
+                    await task.run(intentlog.Effect("other", refuse, idempotent=True), key="k")
+            pending = await journal.pending()
+            assert [p.next_action for p in pending] == [Action.ESCALATE]
+            resolved = await journal.resolve(pending[0].key, "failed", note="bounced")
+            assert resolved.state is State.FAILED
+            assert len(await journal.resolutions()) == 1
+
+    arun(main())
+
+
+def test_async_recover_with_an_async_reconciler(tmp_path: Path) -> None:
+    async def submit(key: str) -> None:
+        raise ConnectionError("dropped after commit")
+
+    async def lookup(key: str) -> intentlog.Found:
+        return intentlog.Found({"id": "found-1"})
+
+    effect = intentlog.Effect("pay", submit, reconcile=lookup, timeout=30)
+
+    async def main() -> None:
+        async with intentlog.open_async(tmp_path / "j.db", max_wait=0) as journal:
+            # the first lookup already finds it: run returns the receipt from the lookup
+            async with journal.task("t") as task:
+                assert await task.run(effect) == {"id": "found-1"}
+            (op,) = await journal.operations("t")
+            assert op.state is State.CONFIRMED
+
+    arun(main())
+
+
+def test_misuse_is_loud(tmp_path: Path) -> None:
+    @intentlog.effect
+    async def async_effect(key: str) -> int:
+        return 1
+
+    with intentlog.open(tmp_path / "j.db") as journal, journal.task("t") as task:
+        with pytest.raises(intentlog.InvalidInput, match="open_async"):
+            task.run(async_effect)
+        assert task.operations() == []  # refused before any intent was written
+
+    async def main() -> None:
+        journal = intentlog.open_async(tmp_path / "a.db")
+        try:
+            with pytest.raises(TypeError, match="async with"), journal.task("t"):
+                pass
+            with pytest.raises(TypeError, match="async with"), journal:
+                pass
+            sync = intentlog.open(tmp_path / "s.db")
+            with pytest.warns(intentlog.BlockingCallWarning, match="open_async"):
+                handle = sync.task("t")
+            handle.close()
+            sync.close()
+        finally:
+            await journal.aclose()
+
+    arun(main())
+
+
+def test_group_commit_many_async_tasks_share_commits(tmp_path: Path) -> None:
+    @intentlog.effect(idempotent=True)
+    async def charge(key: str, n: int) -> dict[str, int]:
+        await asyncio.sleep(0.001)
+        return {"n": n}
+
+    async def main() -> tuple[int, int]:
+        async with intentlog.open_async(tmp_path / "j.db") as journal:
+
+            async def one(i: int) -> None:
+                async with journal.task(f"t{i}") as task:
+                    for step in range(3):
+                        assert await task.run(charge, n=i * 10 + step) == {"n": i * 10 + step}
+                    await task.complete()
+
+            before = journal.store.commits
+            await asyncio.gather(*(one(i) for i in range(64)))
+            counts = await journal.counts()
+            return journal.store.commits - before, counts[State.CONFIRMED]
+
+    commits, confirmed = arun(main())
+    writes = 64 * (1 + 3 * 2 + 1)  # claim, intent + receipt per effect, complete
+    assert confirmed == 64 * 3
+    assert commits < writes / 2, (commits, writes)  # shared commits
+
+
+def test_group_commit_threads_on_the_sync_journal(tmp_path: Path) -> None:
+    effect = intentlog.Effect("e", lambda key, n: {"n": n}, idempotent=True)
+    with intentlog.open(tmp_path / "j.db") as journal:
+        errors: list[BaseException] = []
+
+        def work(i: int) -> None:
+            try:
+                with journal.task(f"t{i}") as task:
+                    for step in range(5):
+                        task.run(effect, n=step)
+                    task.complete()
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        before = journal.store.commits
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        assert journal.counts()[State.CONFIRMED] == 16 * 5
+        assert journal.store.commits - before < 16 * (1 + 5 * 2 + 1)
+
+
+def test_a_failing_write_in_a_shared_commit_fails_alone(tmp_path: Path) -> None:
+    # One writer's compare-and-set loses inside a batch; the others still commit.
+    from intentlog.stores.sqlite import SQLiteStore
+
+    store = SQLiteStore(tmp_path / "j.db")
+    try:
+        store.claim_task("a", "o", 30, None)
+        results: list[Any] = []
+        barrier = threading.Barrier(8)
+
+        def claim(i: int) -> None:
+            barrier.wait()
+            results.append(store.claim_task("a", f"w{i}", 30, 1))
+
+        threads = [threading.Thread(target=claim, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len([r for r in results if r is not None]) == 1
+        record = store.get_task("a")
+        assert record is not None
+        assert record.epoch == 2
+    finally:
+        store.close()

@@ -1,0 +1,56 @@
+"""Many concurrent async tasks and threads, killed with SIGKILL mid-run, then restarted."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import intentlog
+from intentlog.testing import ReferenceService, ServiceInfo
+
+HERE = Path(__file__).parent
+
+
+def test_concurrent_async_tasks_and_threads_survive_sigkill(tmp_path: Path) -> None:
+    journal_path = tmp_path / "journal.db"
+    env = {**os.environ, "PYTHONPATH": str(HERE)}
+    env.pop("INTENTLOG_CRASH", None)
+    with ReferenceService("both", db_path=tmp_path / "service.db") as service:
+        info = ServiceInfo(service.url, "both", timeout=1.0)
+        argv = [sys.executable, "-m", "intentlog.testing._child", "workflows:mixed",
+                str(journal_path), json.dumps(dataclasses.asdict(info))]  # fmt: skip
+        confirmed: dict[str, object] = {}
+        kills = 0
+        for delay in (0.35, 0.4, 0.45):
+            with subprocess.Popen(argv, env=env) as child:
+                time.sleep(delay)
+                if child.poll() is None:
+                    child.kill()
+                    kills += 1
+                child.wait()
+            with intentlog.open(journal_path) as journal:
+                now = {op.key: op.receipt for op in journal.operations()
+                       if op.state is intentlog.State.CONFIRMED}  # fmt: skip
+            for key, receipt in confirmed.items():
+                assert now.get(key) == receipt, f"confirmed receipt of {key} lost or changed"
+            confirmed = now
+        assert kills >= 2  # the kills landed mid-run
+        assert subprocess.run(argv, env=env, timeout=120).returncode == 0
+        applied = service.applied()
+        with intentlog.open(journal_path) as journal:
+            ops = journal.operations()
+            tasks = journal.tasks()
+    assert all(len(ids) == 1 for ids in applied.values()), "a key was applied twice"
+    assert len(tasks) == 32 + 8 * 8
+    assert all(t.completed for t in tasks)
+    assert len(ops) == 3 * len(tasks)
+    for op in ops:
+        assert op.state is intentlog.State.CONFIRMED
+        assert op.receipt["id"] in applied[op.key]  # the receipt is what the service applied
+        if op.key in confirmed:
+            assert op.receipt == confirmed[op.key]
