@@ -463,3 +463,44 @@ def test_errors_pickle_with_their_context() -> None:
         intentlog.KeyConflict, "boom", "k", "t", "CONFIRMED")  # fmt: skip
     unsafe = pickle.loads(pickle.dumps(intentlog.UnsafeValue("bad", path="state.x")))
     assert unsafe.path == "state.x"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    "name", ["max_tokens", "input_tokens", "total_tokens", "signature_required", "keyboard"]
+)
+def test_ordinary_names_are_not_mistaken_for_secrets(journal: intentlog.Journal, name: str) -> None:
+    with journal.task("t") as task:
+        task.checkpoint(state={name: 1000})
+        assert task.state == {name: 1000}
+
+
+@pytest.mark.parametrize("name", ["access_token", "X-Api-Key", "apiKey", "client_secret", "pwd"])
+def test_secret_names_in_any_spelling_are_refused(journal: intentlog.Journal, name: str) -> None:
+    with journal.task("t") as task, pytest.raises(intentlog.UnsafeValue):
+        task.checkpoint(state={"nested": {name: "value"}})
+
+
+def test_rejection_and_lookup_texts_are_scrubbed_and_bounded(tmp_path: Path) -> None:
+    def refuse(key: str) -> None:
+        raise intentlog.Rejected("declined for https://u:hunter2@bank.example " + "x" * 5000)
+
+    def submit(key: str) -> None:
+        raise ConnectionError("reset")
+
+    def lookup(key: str) -> None:
+        raise RuntimeError("auth failed with Bearer abcdefghijklmnopq")
+
+    path = tmp_path / "j.db"
+    with intentlog.open(path, lookup_limit=1) as journal, journal.task("t") as task:
+        with pytest.raises(intentlog.Rejected):
+            task.run(intentlog.Effect("refuse", refuse, idempotent=True))
+        with pytest.raises(intentlog.OutcomeUnknown) as info:
+            task.run(intentlog.Effect("look", submit, reconcile=lookup, timeout=0.01))
+        assert "abcdefghijklmnopq" not in str(info.value)
+        ops = {op.effect: op for op in task.operations()}
+        assert len(ops["refuse"].error["message"]) <= 2000
+        assert "hunter2" not in ops["refuse"].error["message"]
+        assert "abcdefghijklmnopq" not in (ops["look"].note or "")
+    data = journal_bytes(path)
+    assert b"hunter2" not in data
+    assert b"abcdefghijklmnopq" not in data

@@ -9,6 +9,7 @@ a note) and a ReceiptWarning names what was dropped.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -25,17 +26,25 @@ __all__ = [
     "check_safe",
     "clean_receipt",
     "dumps_bounded",
+    "scrub_text",
 ]
 
 DEFAULT_MAX_BYTES = 64 * 1024
 REDACTED = "[redacted by intentlog]"
 
-# Names under which values are treated as credentials. Matched against the normalised key
-# (lowercase, '-' and ' ' as '_'); a name that *contains* one of these words counts.
-_SECRET_NAME_RE = re.compile(
-    r"(authorization|password|passwd|passphrase|token|api_?key|secret|cookie|credential"
-    r"|private_?key|access_?key|signature|session_?key|bearer)"
-)
+# Names under which values are treated as credentials. A name is split into words
+# (snake_case, kebab-case, camelCase); it counts if one word, or two adjacent words, match.
+# Whole words, so "max_tokens" or "signature_required" are ordinary data, "access_token",
+# "X-Api-Key" and "apiKey" are not.
+_SECRET_WORDS = frozenset(
+    {"authorization", "password", "passwd", "passphrase", "pwd", "token", "secret", "cookie",
+     "credential", "credentials", "bearer", "apikey", "privatekey", "accesskey", "secretkey"}
+)  # fmt: skip
+_SECRET_PAIRS = frozenset(
+    {("api", "key"), ("private", "key"), ("access", "key"), ("secret", "key"),
+     ("session", "key"), ("session", "id"), ("client", "secret")}
+)  # fmt: skip
+_WORD_RE = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
 # Values that look like credentials whatever their name.
 _SECRET_VALUE_RES = (
     re.compile(r"^\s*(bearer|basic|token)\s+[A-Za-z0-9._~+/=-]{8,}", re.IGNORECASE),
@@ -66,8 +75,36 @@ def _user_stacklevel() -> int:
 
 
 def _secret_name(name: str) -> bool:
-    normal = name.lower().replace("-", "_").replace(" ", "_")
-    return bool(_SECRET_NAME_RE.search(normal))
+    words = [w.lower() for w in _WORD_RE.findall(name)]
+    return any(w in _SECRET_WORDS for w in words) or any(
+        pair in _SECRET_PAIRS for pair in itertools.pairwise(words)
+    )
+
+
+# The same credential shapes, found inside free text (error messages, notes).
+_SECRET_IN_TEXT = (
+    (re.compile(r"\b(bearer|basic|token)\s+[A-Za-z0-9._~+/=-]{8,}", re.IGNORECASE), r"\1 " + "***"),
+    (
+        re.compile(
+            r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(-----END [A-Z ]*PRIVATE KEY-----|$)", re.DOTALL
+        ),
+        "***",
+    ),
+    (re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"), "***"),
+    (re.compile(r"\b(sk|rk)_(live|test)_[A-Za-z0-9]{8,}"), "***"),
+    (re.compile(r"\b(ghp|gho|ghs|ghu|github_pat)_[A-Za-z0-9_]{16,}"), "***"),
+    (re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}"), "***"),
+    (re.compile(r"\bAKIA[0-9A-Z]{16}\b"), "***"),
+    (re.compile(r"(://[^/\s:@]+:)[^/\s@]+@"), r"\1***@"),
+)
+
+
+def scrub_text(text: str, *, limit: int = 2000) -> str:
+    """Free text (an error message, a reason) made safe to journal and print: credential
+    shapes replaced by ``***`` and the length bounded."""
+    for pattern, replacement in _SECRET_IN_TEXT:
+        text = pattern.sub(replacement, text)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _secret_value(value: str) -> bool:

@@ -27,7 +27,13 @@ from intentlog._errors import (
     StillInFlight,
     TaskBusy,
 )
-from intentlog._hygiene import ReceiptWarning, _user_stacklevel, check_safe, clean_receipt
+from intentlog._hygiene import (
+    ReceiptWarning,
+    _user_stacklevel,
+    check_safe,
+    clean_receipt,
+    scrub_text,
+)
 from intentlog._keys import canonical_json, derive_key, fingerprint, validate_key
 from intentlog._model import (
     JSON,
@@ -337,12 +343,14 @@ class TaskCore:
         """Send a SUBMITTED operation and record the outcome. Raises _Ambiguous when the
         request may or may not have landed."""
         if time.monotonic() > self.lease_deadline - _LEASE_SAFETY * self.ttl:
-            # Paused (or starved) since the intent was written: the lease may be gone.
-            raise LeaseLost(
+            # Paused (or starved) since the intent was written: the lease may be gone, so
+            # this handle must neither send nor write any more.
+            self.lost = LeaseLost(
                 f"task {self.id!r}: too little of the lease remains to send {op.key!r}",
                 task_id=self.id,
                 key=op.key,
             )
+            raise self.lost
         try:
             result = yield User(
                 effect.submit, (op.key, *args), kwargs, f"submit of effect {effect.name!r}"
@@ -352,7 +360,7 @@ class TaskCore:
             failed = op.replace(
                 state=State.FAILED,
                 updated_at=self.store.now(),
-                error={"message": str(exc), "type": type(exc).__name__},
+                error={"message": scrub_text(str(exc)), "type": type(exc).__name__},
             )
             yield from self._fenced(self.store.update_op, failed, self.record.epoch, self.ttl)
             raise
@@ -402,7 +410,7 @@ class TaskCore:
         if decision.mark is not None:
             changes["state"] = decision.mark
         if decision.mark is State.UNRESOLVED:
-            changes["note"] = decision.reason  # why, for the person who must resolve it
+            changes["note"] = scrub_text(decision.reason)  # why, for whoever must resolve it
         if decision.mark is State.CONFIRMED:
             changes["receipt"] = self.clean(effect, decision.receipt)
         new = op.replace(**changes)
@@ -416,7 +424,7 @@ class TaskCore:
         try:
             result = yield User(effect.reconcile, (key,), {}, f"reconcile of {effect.name!r}")
         except Exception as exc:
-            return LookupFailed(f"{type(exc).__name__}: {exc}")
+            return LookupFailed(scrub_text(f"{type(exc).__name__}: {exc}", limit=500))
         if isinstance(result, Found | NotFound | Indeterminate):
             return result
         return LookupFailed(
