@@ -139,3 +139,11 @@ def test_crash_matrix_on_the_async_api_with_concurrent_tasks(
     for cell in report.cells:
         if cell.mode != "neither":
             assert cell.unresolved == [], cell  # a service that can be asked needs no person
+
+
+def test_crash_matrix_with_lazy_receipts(crash_matrix: Callable[..., MatrixReport]) -> None:
+    report = crash_matrix("workflows:order_lazy")
+    report.raise_for_problems()
+    for cell in report.cells:
+        if cell.mode != "neither":
+            assert cell.unresolved == [], cell

@@ -504,3 +504,29 @@ def test_rejection_and_lookup_texts_are_scrubbed_and_bounded(tmp_path: Path) -> 
     data = journal_bytes(path)
     assert b"hunter2" not in data
     assert b"abcdefghijklmnopq" not in data
+
+
+def test_lazy_receipts_ride_in_the_next_write(journal: intentlog.Journal, remote: Remote) -> None:
+    def charge(key: str, amount: int) -> dict[str, Any]:
+        return remote.apply(key, amount, dedupe=True)
+
+    effect = intentlog.Effect("charge", charge, idempotent=True, lazy_receipt=True)
+    with journal.task("t") as task:
+        before = commits(journal)
+        receipts = [task.run(effect, amount=n) for n in range(10)]
+        assert commits(journal) - before == 10  # one commit per effect, not two
+        assert task.run(effect, amount=3) == receipts[3]  # a replay sees the receipt
+        states = [op.state for op in task.operations()]
+        assert states == [State.CONFIRMED] * 9 + [State.SUBMITTED]  # the last one waits
+    # releasing the task was the next write: everything is durable now
+    assert [op.receipt for op in journal.operations("t")] == receipts
+    assert remote.count() == 10
+
+
+def test_lazy_receipts_are_refused_for_an_effect_that_can_do_neither(
+    journal: intentlog.Journal,
+) -> None:
+    effect = intentlog.Effect("mail", lambda key: 1, lazy_receipt=True)
+    with journal.task("t") as task, pytest.raises(intentlog.InvalidInput, match="lazy_receipt"):
+        task.run(effect)
+    assert journal.operations() == []

@@ -92,3 +92,22 @@ async def mixed(journal: intentlog.AsyncJournal, service: ServiceInfo) -> None:
     with intentlog.open(journal.url.removeprefix("sqlite://")) as sync:
         threads = [asyncio.to_thread(thread_orders, sync, t) for t in range(8)]
         await asyncio.gather(*(async_order(i) for i in range(32)), *threads)
+
+
+def order_lazy(journal: intentlog.Journal, service: ServiceInfo) -> None:
+    """The order workflow with lazy receipts (each rides in the task's next write)."""
+    charge = service.payment_effect("charge", lazy_receipt=True)
+    reserve = service.payment_effect("reserve", lazy_receipt=True)
+    notify = service.payment_effect("notify", lazy_receipt=True)
+    with journal.task("order-1") as task:
+        if task.completed:
+            return
+        if task.next_step in (None, "charge"):
+            paid = task.run(charge, amount=500, currency="chf")
+            task.checkpoint(next_step="reserve", state={"charge": paid["id"]})
+        if task.next_step == "reserve":
+            room = task.run(reserve, amount=120, room="101")
+            notified = task.run(notify, amount=0, to="guest-7")  # no checkpoint in between
+            task.checkpoint(next_step="done", state={**task.state, "room": room["id"],
+                                                     "note": notified["id"]})  # fmt: skip
+        task.complete()

@@ -45,6 +45,13 @@ class Effect:
     ``lookup_lag`` how long a lookup may lag behind a commit. ``receipt`` selects what is
     kept of submit's result (field names, or a function). ``store_args`` keeps the call's
     arguments in the journal (checked for secrets); by default only their fingerprint is.
+
+    ``lazy_receipt`` (only for an effect that can deduplicate or reconcile) lets the receipt
+    ride in the task's next write (the next intent, a checkpoint, completion or release)
+    instead of a commit of its own: about one commit per effect for a sequential task. Until
+    then the operation reads SUBMITTED, and a crash before that write leaves it SUBMITTED, which
+    the decision settles by lookup or by resending the same key; ``run`` returns the receipt
+    before it is durable.
     """
 
     def __init__(
@@ -59,6 +66,7 @@ class Effect:
         lookup_lag: Seconds = 0.0,
         receipt: ReceiptSelector | None = None,
         store_args: bool = False,
+        lazy_receipt: bool = False,
     ) -> None:
         if not isinstance(name, str) or not name.strip() or len(name) > 100:
             raise InvalidInput(
@@ -90,6 +98,7 @@ class Effect:
         self.lookup_lag = _seconds(lookup_lag, "lookup_lag", allow_zero=True) or 0.0
         self.receipt = receipt
         self.store_args = bool(store_args)
+        self.lazy_receipt = bool(lazy_receipt)
         try:
             self._signature: inspect.Signature | None = inspect.signature(submit)
         except (TypeError, ValueError):  # some builtins have no signature
@@ -105,6 +114,17 @@ class Effect:
             timeout=self.timeout,
             lookup_lag=self.lookup_lag,
         )
+
+    @property
+    def lazy(self) -> bool:
+        """Whether receipts ride in the task's next write. Checked when the effect is used
+        (a reconciler may be registered after the decorator ran)."""
+        if self.lazy_receipt and self.policy.writes_planned_first:
+            raise InvalidInput(
+                f"effect {self.name!r}: lazy_receipt needs a service that deduplicates or can "
+                "be asked (a receipt lost in a crash is then recovered, never resent blindly)"
+            )
+        return self.lazy_receipt
 
     @property
     def is_async(self) -> bool:
@@ -176,6 +196,7 @@ def effect(
     lookup_lag: Seconds = 0.0,
     receipt: ReceiptSelector | None = None,
     store_args: bool = False,
+    lazy_receipt: bool = False,
 ) -> Callable[[Submit], Effect]: ...
 def effect(
     fn: Submit | None = None,
@@ -188,6 +209,7 @@ def effect(
     lookup_lag: Seconds = 0.0,
     receipt: ReceiptSelector | None = None,
     store_args: bool = False,
+    lazy_receipt: bool = False,
 ) -> Effect | Callable[[Submit], Effect]:
     """Declare an effect from its submit function: ``@intentlog.effect(idempotent=True)``.
 
@@ -205,6 +227,7 @@ def effect(
             lookup_lag=lookup_lag,
             receipt=receipt,
             store_args=store_args,
+            lazy_receipt=lazy_receipt,
         )
 
     return wrap(fn) if fn is not None else wrap

@@ -52,6 +52,7 @@ from intentlog.stores._base import Store, TaskUpdate
 __all__ = ["Options", "TaskCore", "p_acquire"]
 
 _LEASE_SAFETY = 0.2  # fraction of the lease that must remain before a send
+_UNWRITTEN: Any = object()  # placeholder for "the lazy receipts waiting to be written"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -117,6 +118,8 @@ class TaskCore:
         self.is_async = is_async
         self.closed = False
         self.lost: LeaseLost | None = None
+        # Lazy receipts: CONFIRMED operations not yet written; they ride in the next write.
+        self.unwritten: dict[str, Operation] = {}
         self.lease_deadline = time.monotonic() + options.lease_ttl
 
     @property
@@ -161,7 +164,7 @@ class TaskCore:
     def p_write_task(self, update: TaskUpdate) -> Protocol[None]:
         self.check_usable()
         self.record = yield from self._fenced(
-            self.store.write_task, self.id, self.record.epoch, self.ttl, update
+            self.store.write_task, self.id, self.record.epoch, self.ttl, update, _UNWRITTEN
         )
         self.lease_deadline = time.monotonic() + self.ttl
 
@@ -178,6 +181,7 @@ class TaskCore:
     ) -> Protocol[JSON]:
         if not isinstance(effect, Effect):
             raise InvalidInput(f"run() needs an intentlog.Effect, got {effect!r}")
+        lazy = effect.lazy  # refuses lazy_receipt on an effect that can do neither
         if effect.is_async and not self.is_async:
             raise InvalidInput(
                 f"effect {effect.name!r} is async: run it with intentlog.open_async(...) and "
@@ -186,7 +190,7 @@ class TaskCore:
         op, created = yield from self.p_intent(effect, args, kwargs, key, planned=False)
         if created and op.state is State.SUBMITTED:
             try:
-                return (yield from self.p_send(op, effect, args, kwargs))
+                return (yield from self.p_send(op, effect, args, kwargs, lazy=lazy))
             except _Ambiguous as amb:
                 # Exactly like a crash during the request: let the decision settle it.
                 op = yield from self.p_reload(op)
@@ -207,7 +211,9 @@ class TaskCore:
         canonical = canonical_json(named, what=f"arguments of effect {effect.name!r}")
         fp = fingerprint(canonical)
         key = validate_key(key) if key is not None else derive_key(self.id, effect.name, canonical)
-        existing: Operation | None = yield Call(self.store.get_op, (key,))
+        existing: Operation | None = self.unwritten.get(key)
+        if existing is None:
+            existing = yield Call(self.store.get_op, (key,))
         if existing is not None:
             self._same_call(existing, effect, fp)
             return existing, False
@@ -234,7 +240,9 @@ class TaskCore:
             submitted_by=None if planned else self.owner,
             args=stored_args,
         )
-        op, created = yield from self._fenced(self.store.insert_op, op, self.record.epoch, self.ttl)
+        op, created = yield from self._fenced(
+            self.store.insert_op, op, self.record.epoch, self.ttl, _UNWRITTEN
+        )
         if not created:
             self._same_call(op, effect, fp)
             return op, False
@@ -332,16 +340,22 @@ class TaskCore:
             sends += 1
             op = yield from self.p_mark_sending(op, effect)
             try:
-                return (yield from self.p_send(op, effect, args, kwargs))
+                return (yield from self.p_send(op, effect, args, kwargs, lazy=effect.lazy))
             except _Ambiguous as amb:
                 last_error = amb.error
                 op = yield from self.p_reload(op)
 
     def p_send(
-        self, op: Operation, effect: Effect, args: tuple[Any, ...], kwargs: dict[str, Any]
+        self,
+        op: Operation,
+        effect: Effect,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        *,
+        lazy: bool = False,
     ) -> Protocol[JSON]:
         """Send a SUBMITTED operation and record the outcome. Raises _Ambiguous when the
-        request may or may not have landed."""
+        request may or may not have landed. ``lazy``: keep the receipt for the next write."""
         if time.monotonic() > self.lease_deadline - _LEASE_SAFETY * self.ttl:
             # Paused (or starved) since the intent was written: the lease may be gone, so
             # this handle must neither send nor write any more.
@@ -369,6 +383,9 @@ class TaskCore:
         crashpoint("after_remote_commit", effect.name)
         receipt = self.clean(effect, result)
         done = op.replace(state=State.CONFIRMED, updated_at=self.store.now(), receipt=receipt)
+        if lazy:
+            self.unwritten[op.key] = done  # written with the task's next write
+            return receipt
         stored = yield from self._fenced(self.store.update_op, done, self.record.epoch, self.ttl)
         if stored is None:  # an operator resolved it while we were sending
             stored = yield from self.p_reload(op)
@@ -460,11 +477,20 @@ class TaskCore:
             raise InvalidInput(f"task {self.id!r} handle is closed; open it again", task_id=self.id)
 
     def _fenced(self, fn: Any, *args: Any) -> Protocol[Any]:
+        """A fenced write; lazy receipts waiting to be written ride along where the write
+        takes them (``_UNWRITTEN`` in ``args``), and stay waiting if it fails."""
+        also = list(self.unwritten.values())
+        args = tuple(also if arg is _UNWRITTEN else arg for arg in args)
         try:
-            return (yield Call(fn, args))
+            result = yield Call(fn, args)
         except LeaseLost as exc:
             self.lost = exc
             raise
+        if any(arg is also for arg in args):
+            for op in also:
+                self.unwritten.pop(op.key, None)
+                crashpoint("after_confirm", op.effect)  # the lazy receipt is durable now
+        return result
 
     def renew(self) -> None:
         """Extend the lease (called by the journal's renewal thread, never concurrently with

@@ -16,7 +16,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from intentlog._model import Operation, Policy, State, TaskRecord
@@ -196,10 +196,17 @@ class Store(abc.ABC):
         """
 
     @abc.abstractmethod
-    def write_task(self, task_id: str, epoch: int, ttl: float, update: TaskUpdate) -> TaskRecord:
+    def write_task(
+        self,
+        task_id: str,
+        epoch: int,
+        ttl: float,
+        update: TaskUpdate,
+        also: Sequence[Operation] = (),
+    ) -> TaskRecord:
         """Fenced write of the task's position, state or completion; extends the lease.
 
-        Raises LeaseLost if the task's epoch is no longer ``epoch``.
+        Raises LeaseLost if the task's epoch is no longer ``epoch``. ``also``: see below.
         """
 
     @abc.abstractmethod
@@ -219,11 +226,18 @@ class Store(abc.ABC):
         """The operation with this key, or None."""
 
     @abc.abstractmethod
-    def insert_op(self, op: Operation, epoch: int, ttl: float) -> tuple[Operation, bool]:
+    def insert_op(
+        self, op: Operation, epoch: int, ttl: float, also: Sequence[Operation] = ()
+    ) -> tuple[Operation, bool]:
         """Fenced insert-if-absent on the key (a unique constraint, never read-then-write).
 
         Returns ``(op, True)`` if this call created it, or ``(existing, False)`` if the key was
         already taken (by any task). Raises LeaseLost if the task's epoch moved on.
+
+        ``also`` (on every fenced write): operations of the same task to store in the same
+        transaction, each a compare-and-set on its version like ``update_op``; one whose
+        version moved on is skipped (its newer state stands). This is how a lazy receipt rides
+        in the task's next write.
         """
 
     @abc.abstractmethod
@@ -233,6 +247,7 @@ class Store(abc.ABC):
         epoch: int | None,
         ttl: float,
         resolution: Resolution | None = None,
+        also: Sequence[Operation] = (),
     ) -> Operation | None:
         """Replace the stored operation by ``op`` if its version is still ``op.version``.
 

@@ -14,7 +14,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -304,11 +304,19 @@ class SQLiteStore(Store):
                 task_id=task_id,
             )
 
-    def write_task(self, task_id: str, epoch: int, ttl: float, update: TaskUpdate) -> TaskRecord:
+    def write_task(
+        self,
+        task_id: str,
+        epoch: int,
+        ttl: float,
+        update: TaskUpdate,
+        also: Sequence[Operation] = (),
+    ) -> TaskRecord:
         now = self.now()
 
         def body(conn: sqlite3.Connection) -> TaskRecord:
             self._fence(conn, task_id, epoch, ttl, now)
+            _store_also(conn, also)
             sets: list[str] = []
             params: list[Any] = []
             if update.next_step is not None:
@@ -357,21 +365,20 @@ class SQLiteStore(Store):
         rows = self._read("SELECT * FROM operations WHERE key = ?", (key,))
         return op_from_row(rows[0]) if rows else None
 
-    def insert_op(self, op: Operation, epoch: int, ttl: float) -> tuple[Operation, bool]:
+    def insert_op(
+        self, op: Operation, epoch: int, ttl: float, also: Sequence[Operation] = ()
+    ) -> tuple[Operation, bool]:
         row = op_to_row(op, version=1)
-        placeholders = ", ".join("?" for _ in OP_COLUMNS)
 
         def body(conn: sqlite3.Connection) -> tuple[Operation, bool]:
             self._fence(conn, op.task_id, epoch, ttl, op.updated_at)
+            _store_also(conn, also)
             # The primary key is the claim: two workers racing for one key cannot both win.
-            cur = conn.execute(
-                f"INSERT INTO operations ({', '.join(OP_COLUMNS)}) VALUES ({placeholders})"
-                " ON CONFLICT (key) DO NOTHING",
-                tuple(row[c] for c in OP_COLUMNS),
-            )
-            created = cur.rowcount == 1
+            cur = conn.execute(_INSERT_OP, tuple(row[c] for c in OP_COLUMNS))
+            if cur.rowcount == 1:
+                return op.replace(version=1), True
             stored = conn.execute("SELECT * FROM operations WHERE key = ?", (op.key,)).fetchone()
-            return op_from_row(stored), created
+            return op_from_row(stored), False
 
         return self._commit(body)
 
@@ -381,19 +388,15 @@ class SQLiteStore(Store):
         epoch: int | None,
         ttl: float,
         resolution: Resolution | None = None,
+        also: Sequence[Operation] = (),
     ) -> Operation | None:
         row = op_to_row(op, version=op.version + 1)
-        columns = [c for c in OP_COLUMNS if c != "key"]
 
         def body(conn: sqlite3.Connection) -> Operation:
             if epoch is not None:
                 self._fence(conn, op.task_id, epoch, ttl, op.updated_at)
-            cur = conn.execute(
-                f"UPDATE operations SET {', '.join(f'{c} = ?' for c in columns)}"
-                " WHERE key = ? AND version = ?",
-                (*(row[c] for c in columns), op.key, op.version),
-            )
-            if cur.rowcount != 1:
+            _store_also(conn, also)
+            if not _update_op(conn, op):
                 raise _VersionMoved
             if resolution is not None:
                 conn.execute(
@@ -454,6 +457,29 @@ class SQLiteStore(Store):
             )
             for r in rows
         ]
+
+
+_UPDATE_COLUMNS = [c for c in OP_COLUMNS if c != "key"]
+_UPDATE_OP = (
+    f"UPDATE operations SET {', '.join(f'{c} = ?' for c in _UPDATE_COLUMNS)}"
+    " WHERE key = ? AND version = ?"
+)
+_INSERT_OP = (
+    f"INSERT INTO operations ({', '.join(OP_COLUMNS)})"
+    f" VALUES ({', '.join('?' for _ in OP_COLUMNS)}) ON CONFLICT (key) DO NOTHING"
+)
+
+
+def _update_op(conn: sqlite3.Connection, op: Operation) -> bool:
+    """Compare-and-set ``op`` on its version; True if it was stored."""
+    row = op_to_row(op, version=op.version + 1)
+    cur = conn.execute(_UPDATE_OP, (*(row[c] for c in _UPDATE_COLUMNS), op.key, op.version))
+    return cur.rowcount == 1
+
+
+def _store_also(conn: sqlite3.Connection, also: Sequence[Operation]) -> None:
+    for op in also:
+        _update_op(conn, op)  # a version that moved on means a newer state: it stands
 
 
 def _check_header(path: Path) -> None:

@@ -29,6 +29,7 @@ def payment_effect(
     retention: float | timedelta | None = None,
     lookup_lag: float = 0.0,
     timeout: float = 5.0,
+    lazy_receipt: bool = False,
 ) -> Effect:
     """An Effect that POSTs ``{"amount": ...}`` style payloads to the reference service at
     ``url`` and declares exactly what a service in ``mode`` can do.
@@ -94,4 +95,5 @@ def payment_effect(
         key_retention=retention if dedupes else None,
         timeout=timeout,
         lookup_lag=lookup_lag,
+        lazy_receipt=lazy_receipt,
     )

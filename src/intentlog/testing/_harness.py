@@ -49,8 +49,9 @@ class ServiceInfo:
     lookup_lag: float = 0.0
     timeout: float = 0.5
 
-    def payment_effect(self, name: str = "charge") -> Effect:
-        """An Effect for this service that declares exactly what its mode can do."""
+    def payment_effect(self, name: str = "charge", *, lazy_receipt: bool = False) -> Effect:
+        """An Effect for this service that declares exactly what its mode can do.
+        ``lazy_receipt`` applies where the mode allows it (not in mode "neither")."""
         return payment_effect(
             self.url,
             self.mode,
@@ -58,6 +59,7 @@ class ServiceInfo:
             retention=self.retention,
             lookup_lag=self.lookup_lag,
             timeout=self.timeout,
+            lazy_receipt=lazy_receipt and self.mode != "neither",
         )
 
 
