@@ -103,6 +103,9 @@ class Effect:
             self._signature: inspect.Signature | None = inspect.signature(submit)
         except (TypeError, ValueError):  # some builtins have no signature
             self._signature = None
+        self._fast = _fast_binding(self._signature)
+        self._async_of: tuple[Any, ...] = ()
+        self._is_async = False
 
     @property
     def policy(self) -> Policy:
@@ -129,9 +132,11 @@ class Effect:
     @property
     def is_async(self) -> bool:
         """True when submit or reconcile is an ``async def`` (usable only by AsyncJournal)."""
-        return inspect.iscoroutinefunction(self.submit) or inspect.iscoroutinefunction(
-            self.reconcile
-        )
+        functions = (self.submit, self.reconcile)
+        if self._async_of != functions:  # cached: this is asked on every run
+            self._async_of = functions
+            self._is_async = any(inspect.iscoroutinefunction(f) for f in functions)
+        return self._is_async
 
     def reconciler(self, fn: Reconcile) -> Reconcile:
         """Decorator: register ``fn(key)`` as this effect's lookup by key."""
@@ -142,6 +147,14 @@ class Effect:
 
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         """Name every argument of a call, so ``f(1)`` and ``f(amount=1)`` get one key."""
+        if self._fast is not None and not args:
+            names, defaults = self._fast
+            if kwargs.keys() <= names.keys() and all(
+                n in kwargs for n in names if n not in defaults
+            ):
+                # Only keyword arguments to plain parameters: the common case, without
+                # inspect's general (and slower) binding.
+                return {n: kwargs[n] if n in kwargs else defaults[n] for n in names}
         if self._signature is None:
             if args:
                 raise InvalidInput(f"effect {self.name!r}: pass arguments by name")
@@ -182,6 +195,21 @@ class Effect:
             c for c, on in (("reconcile", self.reconcile), ("idempotent", self.idempotent)) if on
         ]
         return f"<Effect {self.name!r} {'+'.join(caps) or 'neither'}>"
+
+
+def _fast_binding(
+    signature: inspect.Signature | None,
+) -> tuple[dict[str, None], dict[str, Any]] | None:
+    """Parameter names (after the key) and defaults, if every one is a plain parameter."""
+    if signature is None:
+        return None
+    params = list(signature.parameters.values())[1:]
+    plain = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    if not signature.parameters or any(p.kind not in plain for p in params):
+        return None
+    names = dict.fromkeys(p.name for p in params)
+    defaults = {p.name: p.default for p in params if p.default is not p.empty}
+    return names, defaults
 
 
 @overload

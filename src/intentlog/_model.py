@@ -122,7 +122,19 @@ class Operation:
     note: str | None = None  # the latest operator note
 
     def replace(self, **changes: Any) -> Operation:
-        return dataclasses.replace(self, **changes)
+        """A copy with ``changes`` (field names only). Faster than dataclasses.replace, which
+        matters on the per-effect path."""
+        new = object.__new__(Operation)
+        for name in _OPERATION_FIELDS:
+            object.__setattr__(
+                new, name, changes.pop(name) if name in changes else getattr(self, name)
+            )
+        if changes:
+            raise TypeError(f"Operation has no fields {sorted(changes)}")
+        return new
+
+
+_OPERATION_FIELDS = tuple(f.name for f in dataclasses.fields(Operation))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

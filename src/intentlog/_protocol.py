@@ -246,7 +246,6 @@ class TaskCore:
         if not created:
             self._same_call(op, effect, fp)
             return op, False
-        self.lease_deadline = time.monotonic() + self.ttl
         crashpoint("after_plan" if planned else "after_submit_mark", effect.name)
         return op, True
 
@@ -414,7 +413,6 @@ class TaskCore:
         stored = yield from self._fenced(self.store.update_op, sending, self.record.epoch, self.ttl)
         if stored is None:
             raise _Ambiguous(RuntimeError("operation changed while being resubmitted"))
-        self.lease_deadline = time.monotonic() + self.ttl
         crashpoint("after_submit_mark", effect.name)
         return stored  # type: ignore[no-any-return]
 

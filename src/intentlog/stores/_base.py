@@ -3,9 +3,9 @@
 A backend implements :class:`Store`. Every primitive is atomic on its own: it either happens
 completely and durably (committed and synced before it returns) or not at all. Writes made on
 behalf of a task are *fenced*: they name the epoch of the lease they were made under and fail
-with LeaseLost, changing nothing, if the task's epoch has moved on. A fenced write also extends
-the task's lease to ``now + ttl`` in the same transaction, so a worker that just recorded an
-intent holds a fresh lease when it sends.
+with LeaseLost, changing nothing, if the task's epoch has moved on. ``write_task`` also extends
+the task's lease to ``now + ttl`` in the same transaction (operation writes may, but need not:
+the journal renews leases in the background and checks the time left before every send).
 
 Times are seconds since the Unix epoch on the store's clock (:meth:`Store.now`), never the
 worker's, so leases and retention windows mean the same thing to every worker.
@@ -59,6 +59,7 @@ TASK_COLUMNS = (
     "updated_at",
 )
 _JSON_FIELDS = ("receipt", "error", "args")
+_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -100,7 +101,7 @@ def op_to_row(op: Operation, version: int) -> dict[str, Any]:
     }
     for name in _JSON_FIELDS:
         value = getattr(op, name)
-        row[name] = None if value is None else json.dumps(value, separators=(",", ":"))
+        row[name] = None if value is None else _dumps(value)
     return row
 
 

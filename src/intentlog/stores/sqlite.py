@@ -292,6 +292,16 @@ class SQLiteStore(Store):
         return self._commit(body)
 
     @staticmethod
+    def _check_fence(conn: sqlite3.Connection, task_id: str, epoch: int) -> None:
+        row = conn.execute("SELECT epoch FROM tasks WHERE task_id = ?", (task_id,)).fetchone()
+        if row is None or row[0] != epoch:
+            raise LeaseLost(
+                f"task {task_id!r}: lease epoch {epoch} was taken over by another worker; "
+                "this write was refused",
+                task_id=task_id,
+            )
+
+    @staticmethod
     def _fence(conn: sqlite3.Connection, task_id: str, epoch: int, ttl: float, now: float) -> None:
         cur = conn.execute(
             "UPDATE tasks SET lease_expires = ?, updated_at = ? WHERE task_id = ? AND epoch = ?",
@@ -371,12 +381,14 @@ class SQLiteStore(Store):
         row = op_to_row(op, version=1)
 
         def body(conn: sqlite3.Connection) -> tuple[Operation, bool]:
-            self._fence(conn, op.task_id, epoch, ttl, op.updated_at)
-            _store_also(conn, also)
-            # The primary key is the claim: two workers racing for one key cannot both win.
-            cur = conn.execute(_INSERT_OP, tuple(row[c] for c in OP_COLUMNS))
-            if cur.rowcount == 1:
+            # One statement claims the key (the primary key: two workers racing for one key
+            # cannot both win) and checks the fence (the task's epoch) at the same time.
+            values = (*(row[c] for c in OP_COLUMNS), op.task_id, epoch)
+            if conn.execute(_INSERT_OP_FENCED, values).rowcount == 1:
+                _store_also(conn, also)
                 return op.replace(version=1), True
+            self._check_fence(conn, op.task_id, epoch)
+            _store_also(conn, also)
             stored = conn.execute("SELECT * FROM operations WHERE key = ?", (op.key,)).fetchone()
             return op_from_row(stored), False
 
@@ -393,11 +405,11 @@ class SQLiteStore(Store):
         row = op_to_row(op, version=op.version + 1)
 
         def body(conn: sqlite3.Connection) -> Operation:
-            if epoch is not None:
-                self._fence(conn, op.task_id, epoch, ttl, op.updated_at)
-            _store_also(conn, also)
-            if not _update_op(conn, op):
+            if not _update_op(conn, op, epoch):
+                if epoch is not None:
+                    self._check_fence(conn, op.task_id, epoch)
                 raise _VersionMoved
+            _store_also(conn, also)
             if resolution is not None:
                 conn.execute(
                     "INSERT INTO resolutions (key, task_id, at, from_state, to_state, note,"
@@ -464,17 +476,22 @@ _UPDATE_OP = (
     f"UPDATE operations SET {', '.join(f'{c} = ?' for c in _UPDATE_COLUMNS)}"
     " WHERE key = ? AND version = ?"
 )
-_INSERT_OP = (
+_FENCE = " AND EXISTS (SELECT 1 FROM tasks WHERE task_id = ? AND epoch = ?)"
+_INSERT_OP_FENCED = (
     f"INSERT INTO operations ({', '.join(OP_COLUMNS)})"
-    f" VALUES ({', '.join('?' for _ in OP_COLUMNS)}) ON CONFLICT (key) DO NOTHING"
+    f" SELECT {', '.join('?' for _ in OP_COLUMNS)} WHERE TRUE{_FENCE}"
+    " ON CONFLICT (key) DO NOTHING"
 )
 
 
-def _update_op(conn: sqlite3.Connection, op: Operation) -> bool:
-    """Compare-and-set ``op`` on its version; True if it was stored."""
+def _update_op(conn: sqlite3.Connection, op: Operation, epoch: int | None = None) -> bool:
+    """Compare-and-set ``op`` on its version (and, with ``epoch``, on the task's epoch); True
+    if it was stored."""
     row = op_to_row(op, version=op.version + 1)
-    cur = conn.execute(_UPDATE_OP, (*(row[c] for c in _UPDATE_COLUMNS), op.key, op.version))
-    return cur.rowcount == 1
+    values = (*(row[c] for c in _UPDATE_COLUMNS), op.key, op.version)
+    if epoch is None:
+        return conn.execute(_UPDATE_OP, values).rowcount == 1
+    return conn.execute(_UPDATE_OP + _FENCE, (*values, op.task_id, epoch)).rowcount == 1
 
 
 def _store_also(conn: sqlite3.Connection, also: Sequence[Operation]) -> None:
