@@ -1,8 +1,12 @@
 from __future__ import annotations
 
+import functools
+import os
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,11 +22,77 @@ def journal(tmp_path: Path) -> Iterator[intentlog.Journal]:
         yield j
 
 
-@pytest.fixture(params=["sqlite"])
+#: The PostgreSQL server the tests use; each test gets a fresh schema of its own in it.
+PG_URL = os.environ.get("INTENTLOG_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+@functools.cache
+def _pg_problem() -> str | None:
+    """Why the PostgreSQL tests cannot run here, or None if they can."""
+    try:
+        import psycopg
+    except ImportError:
+        return "psycopg is not installed (pip install 'intentlog[postgres]')"
+    try:
+        with psycopg.connect(PG_URL, connect_timeout=3):
+            return None
+    except psycopg.Error as exc:
+        return f"no PostgreSQL server answers at $INTENTLOG_TEST_PG: {exc}"
+
+
+def need_postgres() -> None:
+    """Skip the calling test where no server answers, but fail where CI=true: there the
+    PostgreSQL tests must run."""
+    problem = _pg_problem()
+    if problem is None:
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{problem} (CI=true: PostgreSQL tests must run, not skip)", pytrace=False)
+    pytest.skip(problem)
+
+
+def with_query(url: str, **params: str) -> str:
+    """``url`` with query parameters added."""
+    extra = "&".join(f"{name}={value}" for name, value in params.items())
+    return f"{url}{'&' if '?' in url else '?'}{extra}"
+
+
+@pytest.fixture
+def pg_admin() -> Iterator[Any]:
+    """An autocommit connection to the test server, for setting up and inspecting."""
+    need_postgres()
+    import psycopg
+
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        yield conn
+
+
+@pytest.fixture
+def pg_schema(pg_admin: Any) -> Iterator[str]:
+    """A fresh schema name, dropped (with everything in it) after the test."""
+    name = f"test_{uuid.uuid4().hex[:12]}"
+    yield name
+    pg_admin.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+
+@pytest.fixture
+def pg_url(pg_schema: str) -> str:
+    """A journal URL on the test server, in a schema of its own."""
+    return with_query(PG_URL, schema=pg_schema)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     """Every store backend, for the one contract suite."""
-    from intentlog.stores.sqlite import SQLiteStore
+    s: Store
+    if request.param == "postgres":
+        url = request.getfixturevalue("pg_url")  # skips (or fails in CI) without a server
+        from intentlog.stores.postgres import PostgresStore
 
-    s = SQLiteStore(tmp_path / "contract.db")
+        s = PostgresStore(url)
+    else:
+        from intentlog.stores.sqlite import SQLiteStore
+
+        s = SQLiteStore(tmp_path / "contract.db")
     yield s
     s.close()

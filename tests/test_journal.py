@@ -530,3 +530,27 @@ def test_lazy_receipts_are_refused_for_an_effect_that_can_do_neither(
     with journal.task("t") as task, pytest.raises(intentlog.InvalidInput, match="lazy_receipt"):
         task.run(effect)
     assert journal.operations() == []
+
+
+def test_unencodable_text_is_refused_or_noted_never_a_raw_error(journal: intentlog.Journal) -> None:
+    lone = "\ud800"
+    effect = intentlog.Effect("e", lambda key, note: {"text": lone}, idempotent=True)
+    with journal.task("t") as task:
+        with pytest.raises(intentlog.UnsafeValue):
+            task.checkpoint(state={"text": lone})
+        with pytest.raises(intentlog.InvalidInput):
+            task.run(effect, note=lone)
+        with pytest.raises(intentlog.InvalidInput, match="next_step"):
+            task.checkpoint(next_step="a\x00b")
+        with pytest.warns(intentlog.ReceiptWarning):
+            receipt = task.run(effect, note="fine")
+        assert "intentlog_note" in receipt
+
+
+def test_bad_options_do_not_leak_the_store(tmp_path: Path) -> None:
+    import threading
+
+    before = threading.active_count()
+    with pytest.raises(intentlog.InvalidInput, match="lease_ttl"):
+        intentlog.open(tmp_path / "j.db", lease_ttl=0)
+    assert threading.active_count() == before

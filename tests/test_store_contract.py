@@ -147,3 +147,29 @@ def test_delete_completed_keeps_anything_unsettled(store: Store) -> None:
     assert store.get_task("done") is None and store.get_op("k-done") is None
     assert store.get_task("open") is not None and store.get_op("k-open") is not None
     assert store.get_task("running") is not None
+
+
+def test_fenced_writes_carry_other_operations_of_the_task(store: Store) -> None:
+    store.claim_task("t1", "a", TTL, None)
+    k1, _ = store.insert_op(make_op(store, "k1"), 1, TTL)
+    confirmed = k1.replace(state=State.CONFIRMED, receipt={"id": "r1"})
+    store.insert_op(make_op(store, "k2"), 1, TTL, also=[confirmed])
+    first = store.get_op("k1")
+    assert first is not None
+    assert first.state is State.CONFIRMED  # rode along with the insert
+    stale = k1.replace(state=State.UNRESOLVED)  # version 1 moved on: skipped
+    store.write_task("t1", 1, TTL, TaskUpdate(next_step="n"), also=[stale])
+    again = store.get_op("k1")
+    assert again is not None
+    assert again.receipt == {"id": "r1"}
+    store.claim_task("t1", "b", TTL, 1)  # taken over: nothing of a stale write lands
+    k2 = store.get_op("k2")
+    assert k2 is not None
+    with pytest.raises(intentlog.LeaseLost):
+        store.write_task("t1", 1, TTL, TaskUpdate(), also=[k2.replace(state=State.FAILED)])
+    with pytest.raises(intentlog.LeaseLost):
+        store.insert_op(make_op(store, "k3"), 1, TTL, also=[k2.replace(state=State.FAILED)])
+    after = store.get_op("k2")
+    assert after is not None
+    assert after.state is State.SUBMITTED
+    assert store.get_op("k3") is None

@@ -257,4 +257,9 @@ def open_async(url: str | os.PathLike[str] | None = None, **options: Any) -> Asy
     and schema synchronously, once.
     """
     workers = options.pop("workers", 64)
-    return AsyncJournal(open_store(url), workers=workers, **options)
+    store = open_store(url)
+    try:
+        return AsyncJournal(store, workers=workers, **options)
+    except BaseException:
+        store.close()
+        raise

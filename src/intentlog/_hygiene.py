@@ -133,9 +133,9 @@ def dumps_bounded(value: Any, *, what: str, max_bytes: int) -> str:
     """Serialise ``value`` as JSON text of at most ``max_bytes`` bytes, or raise UnsafeValue."""
     try:
         text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-    except (TypeError, ValueError) as exc:
+        size = len(text.encode("utf-8"))
+    except (TypeError, ValueError) as exc:  # UnicodeEncodeError (a lone surrogate) included
         raise UnsafeValue(f"{what} is not JSON data: {exc}", path=what) from exc
-    size = len(text.encode("utf-8"))
     if size > max_bytes:
         raise UnsafeValue(
             f"{what} is {size} bytes as JSON; the journal keeps at most {max_bytes}",
@@ -185,6 +185,7 @@ def clean_receipt(value: Any, *, effect: str, max_bytes: int) -> tuple[Any, str]
     """
     try:
         text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        text.encode("utf-8")  # a lone surrogate cannot be stored
     except (TypeError, ValueError):
         raw = repr(value).encode("utf-8", "replace")
         note = {

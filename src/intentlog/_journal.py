@@ -327,8 +327,13 @@ class Journal:
             raise InvalidInput(
                 f"outcome must be one of {', '.join(targets)}, got {outcome!r}", key=str(key)
             )
-        if note is not None and (not isinstance(note, str) or len(note) > 2000):
-            raise InvalidInput("note must be a string of at most 2000 characters", key=str(key))
+        if note is not None and (
+            not isinstance(note, str) or len(note) > 2000 or _has_control(note, allow="\n\t")
+        ):
+            raise InvalidInput(
+                "note must be a string of at most 2000 characters without control characters",
+                key=str(key),
+            )
         if receipt is not None and outcome != "confirmed":
             raise InvalidInput("a receipt only goes with outcome 'confirmed'", key=str(key))
         if receipt is not None:
@@ -403,6 +408,10 @@ def _warn_if_in_event_loop() -> None:
     )
 
 
+def _has_control(text: str, allow: str = "") -> bool:
+    return any(ch not in allow and (ord(ch) < 32 or ord(ch) == 127) for ch in text)
+
+
 def _report(op: Operation, action: Action, reason: str) -> Recovered:
     return Recovered(op.key, op.task_id, op.effect, op.state, action, reason)
 
@@ -420,7 +429,12 @@ def open(url: str | os.PathLike[str] | None = None, **options: Any) -> Journal:
     ``url``: a file path, ``sqlite:///path``, or ``postgresql://...``; default
     ``$INTENTLOG_URL``, else ``./.intentlog/journal.db``. ``options`` go to :class:`Journal`.
     """
-    return Journal(open_store(url), **options)
+    store = open_store(url)
+    try:
+        return Journal(store, **options)
+    except BaseException:
+        store.close()  # bad options: do not leave a connection (or a pool) behind
+        raise
 
 
 def open_store(url: str | os.PathLike[str] | None = None) -> Store:

@@ -28,9 +28,11 @@ def canonical_json(value: Any, *, what: str = "value") -> str:
     Raises InvalidInput naming ``what`` if the value is not plain JSON data.
     """
     try:
-        return json.dumps(
+        text = json.dumps(
             value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
         )
+        text.encode("utf-8")  # a lone surrogate cannot be stored or hashed
+        return text
     except (TypeError, ValueError) as exc:
         raise InvalidInput(
             f"{what} must be JSON data (dict, list, str, int, float, bool, None): {exc}"

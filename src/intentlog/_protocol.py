@@ -133,8 +133,14 @@ class TaskCore:
     # -- checkpoints -----------------------------------------------------------------------
 
     def p_checkpoint(self, next_step: str | None, state: JSON) -> Protocol[None]:
-        if next_step is not None and (not isinstance(next_step, str) or len(next_step) > 200):
-            raise InvalidInput(f"next_step must be a string of at most 200 chars: {next_step!r}")
+        if next_step is not None and (
+            not isinstance(next_step, str)
+            or len(next_step) > 200
+            or any(ord(ch) < 32 or ord(ch) == 127 for ch in next_step)
+        ):
+            raise InvalidInput(
+                f"next_step must be a string of at most 200 printable chars: {next_step!r}"
+            )
         state_json = None
         if state is not ...:
             state_json = check_safe(state, what="state", max_bytes=self.options.max_bytes)
