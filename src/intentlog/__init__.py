@@ -37,6 +37,7 @@ from intentlog._model import (
     TaskRecord,
 )
 from intentlog._task import Task
+from intentlog._worker import Registry, Worker
 
 __version__ = "0.1.0"
 
@@ -64,6 +65,7 @@ __all__ = [
     "Policy",
     "ReceiptWarning",
     "Recovered",
+    "Registry",
     "Rejected",
     "SchemaTooNew",
     "State",
@@ -74,6 +76,7 @@ __all__ = [
     "TaskRecord",
     "UnknownOperation",
     "UnsafeValue",
+    "Worker",
     "__version__",
     "decide",
     "effect",

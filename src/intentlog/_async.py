@@ -204,6 +204,10 @@ class AsyncJournal:
         """Lease the task: ``async with journal.task(id) as task`` (or ``await``)."""
         return _Opening(self, validate_task_id(task_id), wait)
 
+    async def start(self, kind: str, task_id: str, input: JSON = None) -> bool:
+        """See :meth:`intentlog.Journal.start`."""
+        return await self._call(self._sync.start, kind, task_id, input)
+
     async def tasks(self, *, include_completed: bool = True) -> list[TaskRecord]:
         return await self._call(self._sync.tasks, include_completed=include_completed)
 

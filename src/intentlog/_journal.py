@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import os
 import re
 import warnings
@@ -14,7 +15,7 @@ from typing import Any
 from intentlog._decide import DEFAULT_LOOKUP_LIMIT, LookupFailed, decide, task_action
 from intentlog._driver import Call, Protocol, run_sync
 from intentlog._effect import Effect
-from intentlog._errors import InvalidInput, TaskBusy, UnknownOperation
+from intentlog._errors import InvalidInput, KeyConflict, TaskBusy, UnknownOperation
 from intentlog._hygiene import DEFAULT_MAX_BYTES, check_safe
 from intentlog._keys import validate_task_id
 from intentlog._lease import Renewer
@@ -168,6 +169,27 @@ class Journal:
         return Task(
             TaskCore(self._store, self.options, record, owner, is_async=False), self._renewer
         )
+
+    def start(self, kind: str, task_id: str, input: JSON = None) -> bool:
+        """Create a task for workers to run with the task function registered as ``kind``.
+
+        Idempotent: starting the same id again with the same kind and input changes nothing
+        and returns False (True when this call created it). Another kind or input for an
+        existing id raises KeyConflict. ``input`` is JSON, checked like task state.
+        """
+        task_id = validate_task_id(task_id)
+        if not isinstance(kind, str) or not kind.strip() or len(kind) > 100:
+            raise InvalidInput(f"task kind must be a non-empty string of <= 100 chars: {kind!r}")
+        input_json = check_safe(input, what="input", max_bytes=self.max_bytes)
+        if self._store.create_task(task_id, kind, input_json) is not None:
+            return True
+        existing = self._store.get_task(task_id)
+        if existing is None or existing.kind != kind or existing.input != json.loads(input_json):
+            raise KeyConflict(
+                f"task {task_id!r} already exists with another kind or input",
+                task_id=task_id,
+            )
+        return False
 
     def tasks(self, *, include_completed: bool = True) -> list[TaskRecord]:
         """Every task record, oldest first."""

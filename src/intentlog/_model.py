@@ -150,3 +150,8 @@ class TaskRecord:
     completed: bool
     created_at: float
     updated_at: float
+    kind: str | None = None  # the registered task function a worker runs it with
+    input: JSON = None  # the JSON input it was started with
+    runs: int = 0  # failed runs so far (a worker backs off between them)
+    last_error: str | None = None  # why the latest run failed
+    not_before: float = 0.0  # a worker does not claim it before this store-clock time

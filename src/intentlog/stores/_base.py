@@ -152,6 +152,11 @@ def task_from_row(row: Any) -> TaskRecord:
         completed=bool(row["completed"]),
         created_at=row["created_at"],
         updated_at=row["updated_at"],
+        kind=row["kind"],
+        input=json.loads(row["input"]) if row["input"] is not None else None,
+        runs=row["runs"],
+        last_error=row["last_error"],
+        not_before=row["not_before"],
     )
 
 
@@ -163,6 +168,8 @@ class TaskUpdate:
     state_json: str | None = None
     completed: bool | None = None
     release: bool = False  # give up the lease (owner cleared, lease expired) in the same write
+    failed: str | None = None  # a worker's run failed: count it and keep this reason
+    not_before: float | None = None  # do not claim the task again before this time
 
 
 class Store(abc.ABC):
@@ -213,6 +220,21 @@ class Store(abc.ABC):
 
         Raises LeaseLost if the task's epoch is no longer ``epoch``. ``also``: see below.
         """
+
+    @abc.abstractmethod
+    def create_task(self, task_id: str, kind: str, input_json: str) -> TaskRecord | None:
+        """Insert-if-absent a task for workers to run: ``kind`` names the registered task
+        function, ``input_json`` its JSON input. Unleased (owner None), epoch 0. Returns the
+        new record, or None if a task with this id already exists (nothing changed)."""
+
+    @abc.abstractmethod
+    def claim_next(self, owner: str, ttl: float) -> TaskRecord | None:
+        """Claim one runnable task for a worker, atomically: a task with a ``kind``, not
+        completed, ``not_before`` passed, unleased or with an expired lease, and with no
+        UNRESOLVED operation (such a task is parked until a person resolves it). Its epoch
+        rises by one (a compare-and-set, like ``claim_task``). Concurrent callers never get
+        the same task (PostgreSQL: ``FOR UPDATE SKIP LOCKED``; SQLite: one writer). Returns
+        the claimed record, or None if nothing is runnable now."""
 
     @abc.abstractmethod
     def list_tasks(self, *, include_completed: bool = True) -> list[TaskRecord]:

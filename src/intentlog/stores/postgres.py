@@ -55,7 +55,7 @@ except ImportError as exc:  # tested with psycopg hidden
 
 __all__ = ["DEFAULT_SCHEMA", "PostgresStore"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 DEFAULT_SCHEMA = "intentlog"
 _LOCK_KEY = 0x494C4F47  # "ILOG": with the schema name's hash, the migration advisory lock
 _CLOCK_REFRESH = 30.0  # seconds between clock offset measurements
@@ -102,6 +102,14 @@ _MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX resolutions_by_key ON {s}.resolutions (key);
     CREATE INDEX resolutions_by_task ON {s}.resolutions (task_id)
+    """,
+    # 2: tasks that workers run (registered kind, JSON input, failures and backoff)
+    """
+    ALTER TABLE {s}.tasks ADD COLUMN kind TEXT, ADD COLUMN input TEXT,
+        ADD COLUMN runs BIGINT NOT NULL DEFAULT 0, ADD COLUMN last_error TEXT,
+        ADD COLUMN not_before DOUBLE PRECISION NOT NULL DEFAULT 0;
+    CREATE INDEX tasks_runnable ON {s}.tasks (not_before) WHERE NOT completed AND kind IS NOT NULL;
+    CREATE INDEX operations_unresolved ON {s}.operations (task_id) WHERE state = 'UNRESOLVED'
     """,
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION
@@ -373,6 +381,12 @@ class PostgresStore(Store):
                 params.append(value)
         if update.release:
             sets.append("owner = NULL")
+        if update.failed is not None:
+            sets.append("runs = runs + 1, last_error = %s")
+            params.append(update.failed)
+        if update.not_before is not None:
+            sets.append("not_before = %s")
+            params.append(update.not_before)
         sql = f"UPDATE {{s}}.tasks SET {', '.join(sets)} WHERE task_id = %s AND epoch = %s"
 
         def body(cur: _Cursor) -> DictRow:
@@ -383,6 +397,33 @@ class PostgresStore(Store):
             return row
 
         return task_from_row(self._run(body, write=True))
+
+    def create_task(self, task_id: str, kind: str, input_json: str) -> TaskRecord | None:
+        now = self.now()
+        sql = (
+            "INSERT INTO {s}.tasks (task_id, epoch, owner, lease_expires, state, created_at,"
+            " updated_at, kind, input) VALUES (%s, 0, NULL, 0, 'null', %s, %s, %s, %s)"
+            " ON CONFLICT (task_id) DO NOTHING RETURNING *"
+        )
+        params = (task_id, now, now, kind, input_json)
+        row = self._run(lambda cur: self._x(cur, sql, params).fetchone(), write=True)
+        return task_from_row(row) if row is not None else None
+
+    def claim_next(self, owner: str, ttl: float) -> TaskRecord | None:
+        now = self.now()
+        # SKIP LOCKED: concurrent workers each lock a different candidate instead of queueing
+        # on the same row; the outer UPDATE raises the epoch of the one this worker locked.
+        sql = (
+            "UPDATE {s}.tasks SET epoch = epoch + 1, owner = %s, lease_expires = %s,"
+            " updated_at = %s WHERE task_id = (SELECT task_id FROM {s}.tasks t"
+            " WHERE NOT completed AND kind IS NOT NULL AND not_before <= %s"
+            " AND (owner IS NULL OR lease_expires <= %s) AND NOT EXISTS (SELECT 1 FROM"
+            " {s}.operations o WHERE o.task_id = t.task_id AND o.state = 'UNRESOLVED')"
+            " ORDER BY not_before, seq LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING *"
+        )
+        params = (owner, now + ttl, now, now, now)
+        row = self._run(lambda cur: self._x(cur, sql, params).fetchone(), write=True)
+        return task_from_row(row) if row is not None else None
 
     def list_tasks(self, *, include_completed: bool = True) -> list[TaskRecord]:
         where = "" if include_completed else " WHERE NOT completed"

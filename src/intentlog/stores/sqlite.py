@@ -33,7 +33,7 @@ from intentlog.stores._base import (
 __all__ = ["SQLiteStore"]
 
 APPLICATION_ID = 0x494C4F47  # "ILOG": tells our files from other SQLite databases
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _HEADER = b"SQLite format 3\x00"
 
 # Each entry migrates from version index to index + 1. Append only; never edit a released one.
@@ -90,6 +90,16 @@ _MIGRATIONS: tuple[str, ...] = (
         actor      TEXT NOT NULL
     );
     CREATE INDEX resolutions_by_key ON resolutions (key);
+    """,
+    # 2: tasks that workers run (registered kind, JSON input, failures and backoff)
+    """
+    ALTER TABLE tasks ADD COLUMN kind TEXT;
+    ALTER TABLE tasks ADD COLUMN input TEXT;
+    ALTER TABLE tasks ADD COLUMN runs INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE tasks ADD COLUMN last_error TEXT;
+    ALTER TABLE tasks ADD COLUMN not_before REAL NOT NULL DEFAULT 0;
+    CREATE INDEX tasks_runnable ON tasks (not_before) WHERE completed = 0 AND kind IS NOT NULL;
+    CREATE INDEX operations_unresolved ON operations (task_id) WHERE state = 'UNRESOLVED';
     """,
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION
@@ -340,12 +350,54 @@ class SQLiteStore(Store):
                 params.append(int(update.completed))
             if update.release:
                 sets.append("owner = NULL, lease_expires = 0")
+            if update.failed is not None:
+                sets.append("runs = runs + 1, last_error = ?")
+                params.append(update.failed)
+            if update.not_before is not None:
+                sets.append("not_before = ?")
+                params.append(update.not_before)
             if sets:
                 conn.execute(
                     f"UPDATE tasks SET {', '.join(sets)} WHERE task_id = ?", (*params, task_id)
                 )
             row = conn.execute("SELECT * FROM tasks WHERE task_id = ?", (task_id,)).fetchone()
             return task_from_row(row)
+
+        return self._commit(body)
+
+    def create_task(self, task_id: str, kind: str, input_json: str) -> TaskRecord | None:
+        now = self.now()
+
+        def body(conn: sqlite3.Connection) -> TaskRecord | None:
+            cur = conn.execute(
+                "INSERT INTO tasks (task_id, epoch, owner, lease_expires, state, created_at,"
+                " updated_at, kind, input) VALUES (?, 0, NULL, 0, 'null', ?, ?, ?, ?)"
+                " ON CONFLICT DO NOTHING",
+                (task_id, now, now, kind, input_json),
+            )
+            if cur.rowcount != 1:
+                return None
+            row = conn.execute("SELECT * FROM tasks WHERE task_id = ?", (task_id,)).fetchone()
+            return task_from_row(row)
+
+        return self._commit(body)
+
+    def claim_next(self, owner: str, ttl: float) -> TaskRecord | None:
+        now = self.now()
+
+        def body(conn: sqlite3.Connection) -> TaskRecord | None:
+            # One writer at a time (BEGIN IMMEDIATE): the read and the claim are atomic, so
+            # no two workers get one task; SQLite needs no SKIP LOCKED.
+            row = conn.execute(_RUNNABLE, (now, now)).fetchone()
+            if row is None:
+                return None
+            conn.execute(
+                "UPDATE tasks SET epoch = epoch + 1, owner = ?, lease_expires = ?, updated_at = ?"
+                " WHERE task_id = ? AND epoch = ?",
+                (owner, now + ttl, now, row["task_id"], row["epoch"]),
+            )
+            claimed = conn.execute("SELECT * FROM tasks WHERE task_id = ?", (row["task_id"],))
+            return task_from_row(claimed.fetchone())
 
         return self._commit(body)
 
@@ -471,6 +523,12 @@ class SQLiteStore(Store):
         ]
 
 
+_RUNNABLE = (
+    "SELECT task_id, epoch FROM tasks t WHERE completed = 0 AND kind IS NOT NULL"
+    " AND not_before <= ? AND (owner IS NULL OR lease_expires <= ?)"
+    " AND NOT EXISTS (SELECT 1 FROM operations o WHERE o.task_id = t.task_id"
+    " AND o.state = 'UNRESOLVED') ORDER BY not_before, created_at LIMIT 1"
+)
 _UPDATE_COLUMNS = [c for c in OP_COLUMNS if c != "key"]
 _UPDATE_OP = (
     f"UPDATE operations SET {', '.join(f'{c} = ?' for c in _UPDATE_COLUMNS)}"

@@ -1,0 +1,164 @@
+"""Workers: registered task functions, run by whichever worker claims the task.
+
+A worker claims a runnable task (new, or whose lease expired), renews its lease while it runs,
+reconciles the task's SUBMITTED operations first, then calls the task function, which resumes
+at the task's ``next_step``. A task that stops on an UNRESOLVED operation is parked until a
+person resolves it; a task whose function raises is retried later with backoff.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from intentlog._driver import run_sync
+from intentlog._effect import Effect
+from intentlog._errors import InvalidInput, LeaseLost, OutcomeUnknown, StillInFlight
+from intentlog._hygiene import scrub_text
+from intentlog._journal import Journal
+from intentlog._model import JSON, State, TaskRecord
+from intentlog._owner import new_owner
+from intentlog._protocol import TaskCore
+from intentlog._task import Task
+from intentlog.stores._base import TaskUpdate
+
+__all__ = ["Registry", "Worker"]
+
+TaskFunction = Callable[[Task, JSON], Any]
+_BACKOFF_CAP = 300.0
+
+
+class Registry:
+    """Task functions by name, and the effects a worker may reconcile before resuming.
+
+    ::
+
+        registry = intentlog.Registry(effects=[charge, send_mail])
+
+        @registry.task("order")
+        def order(task: intentlog.Task, input: dict) -> None:
+            ...  # resumes at task.next_step; returning completes the task
+    """
+
+    def __init__(self, effects: list[Effect] | None = None) -> None:
+        self.functions: dict[str, TaskFunction] = {}
+        self.effects: dict[str, Effect] = {}
+        self.add_effects(*(effects or []))
+
+    def task(self, name: str | None = None) -> Callable[[TaskFunction], TaskFunction]:
+        """Decorator: register ``fn(task, input)`` under ``name`` (default: its __name__)."""
+
+        def register(fn: TaskFunction) -> TaskFunction:
+            kind = name or fn.__name__
+            if kind in self.functions and self.functions[kind] is not fn:
+                raise InvalidInput(f"task kind {kind!r} is registered twice")
+            self.functions[kind] = fn
+            return fn
+
+        return register
+
+    def add_effects(self, *effects: Effect) -> None:
+        """Effects whose SUBMITTED operations a worker reconciles before running a task."""
+        for effect in effects:
+            if not isinstance(effect, Effect):
+                raise InvalidInput(f"not an intentlog.Effect: {effect!r}")
+            self.effects[effect.name] = effect
+
+
+class Worker:
+    """Runs registered tasks from a journal until stopped.
+
+    ``poll`` is how long to sleep when nothing is runnable. ``stop()`` (or SIGTERM/SIGINT
+    under ``run(handle_signals=True)``) lets the current task finish, then returns.
+    """
+
+    def __init__(self, journal: Journal, registry: Registry, *, poll: float = 0.5) -> None:
+        self.journal = journal
+        self.registry = registry
+        self.poll = poll
+        self._stop = threading.Event()
+        self.completed = 0
+        self.parked = 0
+        self.failed = 0
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def run(
+        self, *, exit_when_idle: bool = False, handle_signals: bool = False, max_tasks: int = 0
+    ) -> None:
+        """Claim and run tasks until stopped (or, with ``exit_when_idle``, until nothing is
+        runnable; with ``max_tasks``, after that many)."""
+        with self._signals() if handle_signals else contextlib.nullcontext():
+            ran = 0
+            while not self._stop.is_set():
+                if self.run_once():
+                    ran += 1
+                    if max_tasks and ran >= max_tasks:
+                        return
+                elif exit_when_idle:
+                    return
+                else:
+                    self._stop.wait(self.poll)
+
+    @contextlib.contextmanager
+    def _signals(self) -> Iterator[None]:
+        previous = {
+            sig: signal.signal(sig, lambda *_: self._stop.set())
+            for sig in (signal.SIGTERM, signal.SIGINT)
+        }
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def run_once(self) -> bool:
+        """Claim one runnable task and run it; False if nothing was runnable."""
+        owner = new_owner()
+        record = self.journal.store.claim_next(owner, self.journal.lease_ttl)
+        if record is None:
+            return False
+        self._run(record, owner)
+        return True
+
+    def _run(self, record: TaskRecord, owner: str) -> None:
+        journal = self.journal
+        core = TaskCore(journal.store, journal.options, record, owner, is_async=False)
+        task = Task(core, journal._renewer)
+        fn = self.registry.functions.get(record.kind or "")
+        try:
+            if fn is None:
+                raise InvalidInput(f"no task function registered for kind {record.kind!r}")
+            for op in journal.store.list_ops(task_id=record.task_id, states=[State.SUBMITTED]):
+                effect = self.registry.effects.get(op.effect)
+                if effect is not None:  # settle what a dead worker left in flight, first
+                    run_sync(journal._p_recover_one(core, op, effect))
+            fn(task, record.input)
+            if not task.completed:
+                task.complete()
+            self.completed += 1
+        except OutcomeUnknown:
+            self.parked += 1  # parked: not claimable while an operation is UNRESOLVED
+            task.close()
+        except StillInFlight as exc:
+            self._release(task, core, None, getattr(exc, "not_before", None))
+        except LeaseLost:
+            journal._renewer.discard(core)  # another worker has it: write nothing more
+        except Exception as exc:
+            self.failed += 1
+            backoff = min(2.0 ** min(record.runs, 16), _BACKOFF_CAP)
+            reason = scrub_text(f"{type(exc).__name__}: {exc}", limit=500)
+            self._release(task, core, reason, journal.store.now() + backoff)
+
+    def _release(
+        self, task: Task, core: TaskCore, failed: str | None, not_before: float | None
+    ) -> None:
+        self.journal._renewer.discard(core)
+        with contextlib.suppress(LeaseLost):
+            update = TaskUpdate(release=True, failed=failed, not_before=not_before)
+            run_sync(core.p_write_task(update))
+        core.closed = True
