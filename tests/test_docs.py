@@ -1,6 +1,6 @@
 """Keep the documentation true: run its Python examples and check its CLI commands.
 
-Every fenced ```python block of README.md, docs/concepts.md and docs/testing.md runs, in order,
+Every fenced ```python block of README.md and the docs listed in DOCS runs, in order,
 in one fresh namespace per file, in a temporary working directory. Two first-line markers:
 
 - ``# not run`` (optionally ``# not run: why``): the block is skipped; use it only for snippets
@@ -26,7 +26,7 @@ import pytest
 from intentlog.cli import cli
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = ("README.md", "docs/concepts.md", "docs/testing.md")
+DOCS = ("README.md", "docs/concepts.md", "docs/testing.md", "docs/deploy.md")
 EXISTING = [name for name in DOCS if (ROOT / name).exists()]
 
 _FENCE = re.compile(r"^```([\w+-]*)\s*$")
