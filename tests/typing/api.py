@@ -36,3 +36,35 @@ def workflow(path: str) -> str | None:
             action: intentlog.Action = item.next_action
             assert action
         return task.next_step
+
+
+@intentlog.effect(idempotent=True, lazy_receipt=True)
+async def publish(key: str, subject: str) -> dict[str, Any]:
+    return {"seq": 1, "subject": subject}
+
+
+async def async_workflow(url: str) -> None:
+    async with intentlog.open_async(url) as journal, journal.task("order-43") as task:
+        receipt = await task.run(publish, subject="orders")
+        await task.checkpoint(next_step="done", state={"seq": receipt["seq"]})
+        action: intentlog.Action | None = await task.next_action()
+        assert action is not None
+        await task.complete()
+        pending: list[intentlog.Pending] = await journal.pending()
+        assert pending == []
+
+
+registry = intentlog.Registry(effects=[charge, mail])
+
+
+@registry.task("order")
+def order(task: intentlog.Task, input: Any) -> None:
+    task.run(charge, amount=input["amount"])
+
+
+def run_workers(url: str) -> int:
+    with intentlog.open(url) as journal:
+        journal.start("order", "order-44", {"amount": 1})
+        worker = intentlog.Worker(journal, registry)
+        worker.run(exit_when_idle=True)
+        return worker.completed
