@@ -232,8 +232,9 @@ def status(ctx: click.Context, as_json: bool) -> None:
         for p in pending
     ]
     task_items = [
-        _pick(t.record, "task_id", "next_step", "epoch")
+        _pick(t.record, "task_id", "next_step", "epoch", "kind", "runs", "last_error")
         | {"next_action": _action(t.next_action, None), "holder_alive": t.holder_alive}
+        | {"not_before": _iso(t.record.not_before) if t.record.not_before > now else None}
         for t in tasks
     ]
     if as_json:
@@ -251,10 +252,10 @@ def status(ctx: click.Context, as_json: bool) -> None:
     if tasks:
         click.echo(f"\ntasks needing attention ({len(tasks)}):")
         rows = [
-            [t["task_id"], _action_text(a), _alive(a)]
+            [t["task_id"], _action_text(a), _alive(a), str(t["runs"] or "-"), t["last_error"] or ""]
             for t, a in zip(task_items, tasks, strict=True)
         ]
-        click.echo(_table(["TASK", "NEXT", "WORKER"], rows))
+        click.echo(_table(["TASK", "NEXT", "WORKER", "FAILED RUNS", "LAST ERROR"], rows))
     verdict = {
         EXIT_OK: "nothing needs attention",
         EXIT_PERSON: "needs a person: intentlog resolve KEY --confirmed/--failed/--retry",
