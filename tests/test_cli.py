@@ -121,8 +121,12 @@ def test_status_unresolved_needs_a_person(db: str) -> None:
             "task_id": "order-1",
             "next_step": None,
             "epoch": 1,
+            "kind": None,
+            "runs": 0,
+            "last_error": None,
             "next_action": "ESCALATE",
             "holder_alive": False,
+            "not_before": None,
         }
     ]
 
