@@ -19,6 +19,7 @@ from intentlog._journal import Journal, Pending, Recovered, TaskInfo, open_store
 from intentlog._keys import validate_task_id
 from intentlog._model import JSON, Action, Operation, State, TaskRecord
 from intentlog._protocol import TaskCore, p_acquire
+from intentlog._task import TaskView
 from intentlog.stores._base import Resolution, Store
 
 __all__ = ["AsyncJournal", "AsyncTask", "open_async"]
@@ -32,7 +33,7 @@ def _no_sync_with(what: str) -> TypeError:
     )
 
 
-class AsyncTask:
+class AsyncTask(TaskView):
     """A leased handle on one task, for asyncio code: ``async with journal.task(id) as task``.
 
     Same guarantees and verbs as :class:`intentlog.Task`, awaited.
@@ -42,26 +43,6 @@ class AsyncTask:
         self._journal = journal
         self._core = core
         journal._sync._renewer.add(core)
-
-    @property
-    def id(self) -> str:
-        return self._core.id
-
-    @property
-    def epoch(self) -> int:
-        return self._core.record.epoch
-
-    @property
-    def next_step(self) -> str | None:
-        return self._core.record.next_step
-
-    @property
-    def state(self) -> JSON:
-        return self._core.record.state
-
-    @property
-    def completed(self) -> bool:
-        return self._core.record.completed
 
     async def next_action(self) -> Action | None:
         """ESCALATE, RECONCILE, SUBMIT or RESUME, from the task's operations (None if done)."""

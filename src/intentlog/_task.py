@@ -12,21 +12,13 @@ from intentlog._protocol import TaskCore
 if TYPE_CHECKING:
     from intentlog._lease import Renewer
 
-__all__ = ["Task"]
+__all__ = ["Task", "TaskView"]
 
 
-class Task:
-    """A leased handle on one task. Use it as a context manager; it releases the lease on exit.
+class TaskView:
+    """What a task handle shows of its task, the same for the sync and async handles."""
 
-    While the handle is open, the journal renews its lease in the background. Every write is
-    fenced by the lease's epoch: if another worker took the task over, the write raises
-    LeaseLost and nothing is sent after it.
-    """
-
-    def __init__(self, core: TaskCore, renewer: Renewer) -> None:
-        self._core = core
-        self._renewer = renewer
-        renewer.add(core)
+    _core: TaskCore
 
     @property
     def id(self) -> str:
@@ -51,6 +43,20 @@ class Task:
     @property
     def completed(self) -> bool:
         return self._core.record.completed
+
+
+class Task(TaskView):
+    """A leased handle on one task. Use it as a context manager; it releases the lease on exit.
+
+    While the handle is open, the journal renews its lease in the background. Every write is
+    fenced by the lease's epoch: if another worker took the task over, the write raises
+    LeaseLost and nothing is sent after it.
+    """
+
+    def __init__(self, core: TaskCore, renewer: Renewer) -> None:
+        self._core = core
+        self._renewer = renewer
+        renewer.add(core)
 
     @property
     def next_action(self) -> Action | None:
