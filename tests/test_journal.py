@@ -554,3 +554,29 @@ def test_bad_options_do_not_leak_the_store(tmp_path: Path) -> None:
     with pytest.raises(intentlog.InvalidInput, match="lease_ttl"):
         intentlog.open(tmp_path / "j.db", lease_ttl=0)
     assert threading.active_count() == before
+
+
+def test_a_journal_of_an_older_schema_is_migrated_in_place(tmp_path: Path) -> None:
+    from intentlog.stores import sqlite as sqlite_store
+
+    path = tmp_path / "old.db"
+    conn = sqlite3.connect(path)
+    for statement in sqlite_store._MIGRATIONS[0].split(";"):
+        if statement.strip():
+            conn.execute(statement)
+    conn.execute(
+        "INSERT INTO tasks (task_id, epoch, lease_expires, next_step, state, created_at,"
+        " updated_at) VALUES ('old-1', 3, 0, 'ship', '{\"a\": 1}', 1, 1)"
+    )
+    conn.execute(f"PRAGMA application_id = {sqlite_store.APPLICATION_ID}")
+    conn.execute("PRAGMA user_version = 1")
+    conn.commit()
+    conn.close()
+    with intentlog.open(path) as journal:
+        record = journal.task_info("old-1").record
+        assert (record.epoch, record.next_step, record.state) == (3, "ship", {"a": 1})
+        assert (record.kind, record.runs, record.not_before) == (None, 0, 0.0)
+        assert journal.start("k", "new-1") is True  # the new columns work
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_store.SCHEMA_VERSION
+    conn.close()
