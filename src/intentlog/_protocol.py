@@ -310,7 +310,11 @@ class TaskCore:
             if action is Action.USE_RECEIPT:
                 return op.receipt
             if action is Action.REPLAN:
-                raise Rejected(_failure_message(op), key=op.key, task_id=self.id, state="FAILED")
+                # The same error type as the first run raised (a service's 422 key reuse is a
+                # KeyConflict), so a replay behaves like the run it replays.
+                stored_type = op.error.get("type") if isinstance(op.error, dict) else None
+                error = KeyConflict if stored_type == "KeyConflict" else Rejected
+                raise error(_failure_message(op), key=op.key, task_id=self.id, state="FAILED")
             if action is Action.ESCALATE:
                 raise OutcomeUnknown(
                     f"operation {op.key!r} ({op.effect}) is UNRESOLVED: {decision.reason}. "

@@ -1,0 +1,526 @@
+"""HTTP APIs as effects, with httpx: :func:`http_effect` (sync) and :func:`async_http_effect`.
+
+``pip install 'intentlog[http]'``. Both share one mapping of answers to outcomes
+(:meth:`_Spec.receipt_of_answer`, :meth:`_Spec.lookup_result`) and one protocol for the
+in-progress wait (:meth:`_Spec.p_submit`), written as generators that yield the HTTP exchanges
+they need; a small sync runner and a small async runner perform them. Anything that does not
+prove "applied" or "not applied" raises :class:`AmbiguousResponse`, never Rejected, so the
+decision settles it. Credentials belong in the client (``client=httpx.Client(headers=...)``):
+no request or answer header ever reaches the journal or an error message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import re
+import time
+import urllib.parse
+from collections.abc import AsyncIterator, Callable, Generator, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from intentlog._crash import crashpoint
+from intentlog._effect import Effect, Seconds, _seconds
+from intentlog._errors import InvalidInput, KeyConflict, Rejected
+from intentlog._hygiene import scrub_text
+from intentlog._model import Found, Indeterminate, LookupResult, NotFound
+from intentlog.integrations import AmbiguousResponse, _call_body, _require
+
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = ["AmbiguousResponse", "Lookup", "async_http_effect", "http_effect"]
+
+T = TypeVar("T")
+Receipt = dict[str, Any]
+_MAX_ANSWER = 1 << 20  # a receipt is small; a larger 2xx body is not the promised answer
+_METHODS = ("POST", "PUT", "PATCH", "DELETE")
+_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP header name (RFC 9110 token)
+NOT_APPLIED = (400, 401, 402, 403, 404, 405, 413, 415)
+
+
+def _httpx() -> Any:
+    return _require("httpx", "http")
+
+
+@dataclasses.dataclass(frozen=True)
+class Lookup:
+    """How to ask the service about an operation key, for reconciling a lost answer.
+
+    Only a lookup *by key* can reconcile: the answer that would have carried the new
+    resource's id is exactly what may have been lost. A status resource (``/charges/{id}``)
+    works as a lookup only when the id is the key itself (``PUT /charges/{key}``); otherwise
+    have the service store the key (an ``external_id``, a metadata field) and search by it.
+    """
+
+    url: str
+    pick: Callable[[Any], Any] | None = None
+
+    @classmethod
+    def by_key(cls, url: str, *, pick: Callable[[Any], Any] | None = None) -> Lookup:
+        """``GET url`` with ``{key}`` replaced by the (URL-quoted) key; 200 is found, 404 not.
+
+        ``pick(body)`` turns a search answer into the record for the key (``None``: there is
+        none, which counts as NotFound), for APIs that answer a search with a list.
+        """
+        if "{key}" not in url:
+            raise InvalidInput(f"a lookup URL needs a {{key}} placeholder, got {url!r}")
+        _check_url(url)
+        if pick is not None and not callable(pick):
+            raise InvalidInput(f"pick must be a function of the lookup's JSON, got {pick!r}")
+        return cls(url, pick)
+
+    def url_for(self, key: str) -> str:
+        return _with_key(self.url, key)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Send:
+    """One HTTP exchange the protocol asks its runner for."""
+
+    method: str
+    url: str
+    content: bytes | None
+    headers: dict[str, str]
+    mark_sent: bool  # pass the after_send crash point once the request is written
+
+
+@dataclasses.dataclass(frozen=True)
+class _Pause:
+    seconds: float
+
+
+@dataclasses.dataclass(frozen=True)
+class _Answer:
+    status: int
+    body: bytes
+    truncated: bool
+
+
+_Protocol = Generator[_Send | _Pause, Any, T]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Spec:
+    """What one HTTP effect sends and how it reads the answers: the mapping, written once."""
+
+    name: str
+    method: str
+    url: str
+    fields: tuple[str, ...]
+    lookup: Lookup | None
+    idempotent: bool
+    timeout: float
+    in_progress_wait: float
+    not_applied: frozenset[int]
+    in_progress: frozenset[int]
+    key_reused: frozenset[int]
+    key_header: str
+
+    def p_submit(self, key: str, body: Any) -> _Protocol[Receipt]:
+        content = json.dumps(body, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        headers = {self.key_header: key, "Content-Type": "application/json"}
+        send = _Send(self.method, _with_key(self.url, key), content.encode(), headers, True)
+        give_up: float | None = None
+        pause = 0.05
+        while True:
+            answer: _Answer = yield send
+            receipt = self.receipt_of_answer(key, answer)
+            if receipt is not None:
+                return receipt
+            # The service is still working on this key (an earlier attempt of ours, perhaps
+            # from before a crash). Its outcome is coming: wait for it rather than give up.
+            if self.lookup is None and not self.idempotent:
+                raise AmbiguousResponse(
+                    f"{self.method} {_where(send.url)} answered {answer.status} (in progress) "
+                    "and the effect can neither look the key up nor resend it",
+                    status=answer.status,
+                    key=key,
+                )
+            if give_up is None:  # counted from the first such answer, not from the send
+                give_up = time.monotonic() + self.in_progress_wait
+            while True:
+                if time.monotonic() + pause > give_up:
+                    raise AmbiguousResponse(
+                        f"{self.method} {_where(send.url)}: key {key!r} still in progress "
+                        f"after {self.in_progress_wait:g}s; the request may yet be applied",
+                        status=answer.status,
+                        key=key,
+                    )
+                yield _Pause(pause)
+                pause = min(pause * 2, 1.0)
+                if self.lookup is not None:
+                    found = yield from self.p_lookup(key)
+                    if isinstance(found, Found):
+                        return found.receipt  # type: ignore[no-any-return]
+                if self.idempotent:
+                    break  # resend the same key: the service deduplicates it
+
+    def p_lookup(self, key: str) -> _Protocol[LookupResult]:
+        assert self.lookup is not None
+        send = _Send("GET", self.lookup.url_for(key), None, {}, False)
+        try:
+            answer: _Answer = yield send
+        except AmbiguousResponse as exc:
+            return Indeterminate(f"lookup failed: {exc}")
+        return self.lookup_result(answer)
+
+    def receipt_of_answer(self, key: str, answer: _Answer) -> Receipt | None:
+        """The receipt in a submit's answer, None for "in progress"; raises otherwise."""
+        status = answer.status
+        where = f"{self.method} {_where(_with_key(self.url, key))}"
+        if 200 <= status < 300:
+            problem: str | None
+            if answer.truncated:
+                problem = f"a body over {_MAX_ANSWER} bytes"
+            else:
+                data, problem = _parse(answer.body)
+                if problem is None:
+                    receipt, problem = self.receipt_of(data)
+                    if receipt is not None:
+                        return receipt
+            raise AmbiguousResponse(
+                f"{where} answered {status} with {problem}; it may have been applied, so the "
+                "operation stays SUBMITTED and is reconciled",
+                status=status,
+                key=key,
+            )
+        detail = _detail(answer.body)
+        if status in self.in_progress:
+            return None
+        if status in self.key_reused:
+            raise KeyConflict(
+                f"{where} answered {status}: key {key!r} was already used for another request "
+                f"({detail})",
+                key=key,
+                status=status,
+            )
+        if status in self.not_applied:
+            raise Rejected(
+                f"{where} refused the request ({status}): {detail}", key=key, status=status
+            )
+        raise AmbiguousResponse(
+            f"{where} answered {status} ({detail}); the request may have been applied",
+            status=status,
+            key=key,
+        )
+
+    def lookup_result(self, answer: _Answer) -> LookupResult:
+        if answer.status == 404:
+            return NotFound()
+        if answer.status != 200 or answer.truncated:
+            return Indeterminate(f"lookup answered {answer.status}: {_detail(answer.body)}")
+        data, problem = _parse(answer.body)
+        if problem is None and self.lookup is not None and self.lookup.pick is not None:
+            try:
+                data = self.lookup.pick(data)
+            except Exception as exc:
+                return Indeterminate(f"lookup's pick raised {type(exc).__name__}")
+            if data is None:
+                return NotFound()
+        if problem is None:
+            receipt, problem = self.receipt_of(data)
+            if receipt is not None:
+                return Found(receipt)
+        return Indeterminate(f"lookup answered 200 with {problem}")
+
+    def receipt_of(self, data: Any) -> tuple[Receipt | None, str | None]:
+        if not isinstance(data, dict):
+            return None, f"JSON that is not an object ({type(data).__name__})"
+        missing = [f for f in self.fields if f not in data]
+        if missing:
+            return None, f"no receipt field(s) {', '.join(map(repr, missing))}"
+        return {f: data[f] for f in self.fields}, None
+
+
+def _parse(body: bytes) -> tuple[Any, str | None]:
+    try:
+        return json.loads(body), None
+    except ValueError:  # also UnicodeDecodeError
+        return None, f"a body that is not JSON ({len(body)} bytes)"
+
+
+def _detail(body: bytes) -> str:
+    """A short, scrubbed message from an error answer (never its headers)."""
+    text = body[:4096].decode("utf-8", "replace")
+    with contextlib.suppress(ValueError):
+        data = json.loads(body)
+        error = data.get("error") if isinstance(data, dict) else None
+        candidates = [error.get("message") if isinstance(error, dict) else None]
+        if isinstance(data, dict):
+            candidates += [data.get(k) for k in ("message", "detail", "title", "description")]
+        candidates.append(error)
+        text = next((c for c in candidates if isinstance(c, str) and c), text)
+    return scrub_text(" ".join(text.split()), limit=200) or "no details"
+
+
+def _check_url(url: str) -> None:
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InvalidInput(f"URL must be http:// or https:// with a host, got {_where(url)!r}")
+
+
+def _with_key(url: str, key: str) -> str:
+    return url.replace("{key}", urllib.parse.quote(key, safe=""))
+
+
+def _where(url: str) -> str:
+    """The URL for messages: no user info, no query (either may hold a credential)."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    with contextlib.suppress(ValueError):
+        host += f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{host}{parts.path}"
+
+
+# -- the runners: the only code that differs between sync and async -----------------------
+
+
+class _Exchange:
+    """One request's after_send mark and bounded body, shared by both runners."""
+
+    def __init__(self, step: _Send, spec: _Spec) -> None:
+        self.step, self.name, self.fired = step, spec.name, False
+        self.chunks: list[bytes] = []
+        self.size = 0
+        trace = {"trace": self.trace} if step.mark_sent else None
+        self.args = (step.method, step.url)
+        self.kwargs: dict[str, Any] = dict(
+            content=step.content, headers=step.headers, timeout=spec.timeout, extensions=trace
+        )
+
+    def trace(self, event: str, info: dict[str, Any]) -> None:
+        if event.endswith("send_request_body.complete"):  # httpcore's trace extension
+            self.mark()  # the request is written to the socket; nothing of the answer is read
+
+    async def atrace(self, event: str, info: dict[str, Any]) -> None:
+        self.trace(event, info)
+
+    def mark(self) -> None:
+        if self.step.mark_sent and not self.fired:
+            self.fired = True
+            crashpoint("after_send", self.name)
+
+    def add(self, chunk: bytes) -> bool:
+        """Keep a chunk of the answer; True once it is over the bound."""
+        self.chunks.append(chunk)
+        self.size += len(chunk)
+        return self.size > _MAX_ANSWER
+
+    def answer(self, status: int) -> _Answer:
+        return _Answer(status, b"".join(self.chunks), self.size > _MAX_ANSWER)
+
+    def failed(self, exc: Exception) -> AmbiguousResponse:
+        return AmbiguousResponse(
+            f"{self.step.method} {_where(self.step.url)}: no answer ({type(exc).__name__}: "
+            f"{scrub_text(str(exc), limit=200)}); the request may have been applied"
+        )
+
+
+def _drive_sync(protocol: _Protocol[T], client: httpx.Client, spec: _Spec) -> T:
+    value: Any = None
+    error: AmbiguousResponse | None = None
+    while True:
+        try:
+            step = protocol.throw(error) if error is not None else protocol.send(value)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        value, error = None, None
+        if isinstance(step, _Pause):
+            time.sleep(step.seconds)
+            continue
+        ex = _Exchange(step, spec)
+        try:
+            response = client.send(client.build_request(*ex.args, **ex.kwargs), stream=True)
+            try:
+                ex.mark()  # no-op if the trace did it; else a transport without trace events
+                for chunk in response.iter_bytes():
+                    if ex.add(chunk):
+                        break
+            finally:
+                response.close()
+            value = ex.answer(response.status_code)
+        except _httpx().HTTPError as exc:
+            error = ex.failed(exc)
+
+
+async def _drive_async(protocol: _Protocol[T], client: httpx.AsyncClient, spec: _Spec) -> T:
+    value: Any = None
+    error: AmbiguousResponse | None = None
+    while True:
+        try:
+            step = protocol.throw(error) if error is not None else protocol.send(value)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        value, error = None, None
+        if isinstance(step, _Pause):
+            await asyncio.sleep(step.seconds)
+            continue
+        ex = _Exchange(step, spec)
+        if step.mark_sent:
+            ex.kwargs["extensions"] = {"trace": ex.atrace}  # httpcore awaits an async one
+        try:
+            response = await client.send(client.build_request(*ex.args, **ex.kwargs), stream=True)
+            try:
+                ex.mark()
+                async for chunk in response.aiter_bytes():
+                    if ex.add(chunk):
+                        break
+            finally:
+                await response.aclose()
+            value = ex.answer(response.status_code)
+        except _httpx().HTTPError as exc:
+            error = ex.failed(exc)
+
+
+@contextlib.contextmanager
+def _sync_client(client: httpx.Client | None) -> Iterator[httpx.Client]:
+    if client is not None:
+        yield client
+        return
+    with _httpx().Client() as own:  # one per call: nothing left open between calls
+        yield own
+
+
+@contextlib.asynccontextmanager
+async def _async_client(client: httpx.AsyncClient | None) -> AsyncIterator[httpx.AsyncClient]:
+    if client is not None:
+        yield client
+        return
+    # One per call: an AsyncClient belongs to one event loop, and a journal may outlive it.
+    async with _httpx().AsyncClient() as own:
+        yield own
+
+
+# -- the builders ---------------------------------------------------------------------------
+
+
+def _spec(
+    name: str, method: str, url: str, receipt_fields: Sequence[str], lookup: Lookup | None,
+    idempotent: bool, timeout: Seconds, in_progress_wait: Seconds | None,
+    not_applied: Sequence[int], in_progress: Sequence[int], key_reused: Sequence[int],
+    key_header: str,
+) -> _Spec:  # fmt: skip
+    if not isinstance(method, str) or method.upper() not in _METHODS:
+        raise InvalidInput(f"effect {name!r}: method must be one of {_METHODS}, got {method!r}")
+    _check_url(url)
+    if isinstance(receipt_fields, str) or not receipt_fields:
+        raise InvalidInput(f"effect {name!r}: receipt_fields must be a non-empty list of names")
+    if not all(isinstance(f, str) and f for f in receipt_fields):
+        raise InvalidInput(f"effect {name!r}: receipt_fields must be field names (strings)")
+    if lookup is not None and not isinstance(lookup, Lookup):
+        raise InvalidInput(f"effect {name!r}: lookup must be Lookup.by_key(...), got {lookup!r}")
+    if not isinstance(key_header, str) or not _TOKEN.match(key_header):
+        raise InvalidInput(f"effect {name!r}: key_header {key_header!r} is no header name")
+    sets: dict[str, frozenset[int]] = {}
+    for what, statuses in (
+        ("not_applied", not_applied),
+        ("in_progress", in_progress),
+        ("key_reused", key_reused),
+    ):
+        codes = tuple(statuses)
+        if not all(type(s) is int and 400 <= s < 500 for s in codes):
+            raise InvalidInput(f"effect {name!r}: {what} must be 4xx status codes, got {codes!r}")
+        sets[what] = frozenset(codes)
+    if (sets["not_applied"] | sets["key_reused"]) & sets["in_progress"] or (
+        sets["not_applied"] & sets["key_reused"]
+    ):
+        raise InvalidInput(f"effect {name!r}: a status may be in one of not_applied, "
+                           "in_progress and key_reused only")  # fmt: skip
+    seconds = _seconds(timeout, "timeout", allow_zero=False) or 30.0
+    wait = _seconds(in_progress_wait, "in_progress_wait", allow_zero=True)
+    return _Spec(
+        name, method.upper(), url, tuple(receipt_fields), lookup, bool(idempotent), seconds,
+        seconds if wait is None else wait, sets["not_applied"], sets["in_progress"],
+        sets["key_reused"], key_header,
+    )  # fmt: skip
+
+
+def http_effect(
+    name: str, method: str, url: str, *, receipt_fields: Sequence[str],
+    lookup: Lookup | None = None, idempotent: bool = False,
+    key_retention: Seconds | None = None, timeout: Seconds = 30.0, lookup_lag: Seconds = 0.0,
+    not_applied: Sequence[int] = NOT_APPLIED, in_progress: Sequence[int] = (409,),
+    key_reused: Sequence[int] = (422,), key_header: str = "Idempotency-Key",
+    in_progress_wait: Seconds | None = None, client: httpx.Client | None = None,
+    lazy_receipt: bool = False,
+) -> Effect:  # fmt: skip
+    """An Effect that sends ``method url`` with the call's keyword arguments as a JSON body
+    (``task.run(effect, json=value)`` sends ``value`` itself) and the key in ``key_header``.
+
+    ``receipt_fields`` are what the receipt keeps, and what a 2xx answer must hold to count
+    as an answer. ``lookup`` makes it reconcilable; ``idempotent`` and ``key_retention`` say
+    the service deduplicates the key and for how long; ``lookup_lag`` how far its lookup may
+    lag a commit. ``timeout`` bounds every phase of each request (httpx's timeout) and is the
+    deadline the decision counts with. Statuses in ``not_applied`` raise Rejected (FAILED),
+    in ``key_reused`` KeyConflict; an ``in_progress`` answer is waited on, for up to
+    ``in_progress_wait`` seconds (default: ``timeout``), by lookup or by resending the same
+    key. Everything else that is not a 2xx with the receipt fields raises AmbiguousResponse.
+
+    ``client``: an httpx.Client to reuse (its headers carry credentials, its pool
+    connections); the effect never closes it. Without one, each call opens and closes its own.
+    Guarantee: the after_send crash point is passed once the request is written and before
+    any of the answer is read.
+    """
+    httpx = _httpx()
+    if client is not None and not isinstance(client, httpx.Client):
+        raise InvalidInput(f"effect {name!r}: client must be an httpx.Client, got {client!r}")
+    spec = _spec(name, method, url, receipt_fields, lookup, idempotent, timeout,
+                 in_progress_wait, not_applied, in_progress, key_reused, key_header)  # fmt: skip
+
+    def submit(key: str, /, **fields: Any) -> Receipt:
+        with _sync_client(client) as c:
+            return _drive_sync(spec.p_submit(key, _call_body(fields)), c, spec)
+
+    def reconcile(key: str) -> LookupResult:
+        with _sync_client(client) as c:
+            return _drive_sync(spec.p_lookup(key), c, spec)
+
+    return _effect(spec, submit, reconcile, key_retention, lookup_lag, lazy_receipt)
+
+
+def async_http_effect(
+    name: str, method: str, url: str, *, receipt_fields: Sequence[str],
+    lookup: Lookup | None = None, idempotent: bool = False,
+    key_retention: Seconds | None = None, timeout: Seconds = 30.0, lookup_lag: Seconds = 0.0,
+    not_applied: Sequence[int] = NOT_APPLIED, in_progress: Sequence[int] = (409,),
+    key_reused: Sequence[int] = (422,), key_header: str = "Idempotency-Key",
+    in_progress_wait: Seconds | None = None, client: httpx.AsyncClient | None = None,
+    lazy_receipt: bool = False,
+) -> Effect:  # fmt: skip
+    """:func:`http_effect` for asyncio (``intentlog.open_async`` journals), on an
+    httpx.AsyncClient; the same settings and the same mapping of answers to outcomes."""
+    httpx = _httpx()
+    if client is not None and not isinstance(client, httpx.AsyncClient):
+        raise InvalidInput(f"effect {name!r}: client must be an httpx.AsyncClient, got {client!r}")
+    spec = _spec(name, method, url, receipt_fields, lookup, idempotent, timeout,
+                 in_progress_wait, not_applied, in_progress, key_reused, key_header)  # fmt: skip
+
+    async def submit(key: str, /, **fields: Any) -> Receipt:
+        async with _async_client(client) as c:
+            return await _drive_async(spec.p_submit(key, _call_body(fields)), c, spec)
+
+    async def reconcile(key: str) -> LookupResult:
+        async with _async_client(client) as c:
+            return await _drive_async(spec.p_lookup(key), c, spec)
+
+    return _effect(spec, submit, reconcile, key_retention, lookup_lag, lazy_receipt)
+
+
+def _effect(
+    spec: _Spec, submit: Callable[..., Any], reconcile: Callable[[str], Any],
+    key_retention: Seconds | None, lookup_lag: Seconds, lazy_receipt: bool,
+) -> Effect:  # fmt: skip
+    return Effect(
+        spec.name,
+        submit,
+        reconcile=reconcile if spec.lookup is not None else None,
+        idempotent=spec.idempotent,
+        key_retention=key_retention,
+        timeout=spec.timeout,
+        lookup_lag=lookup_lag,
+        receipt=list(spec.fields),
+        lazy_receipt=lazy_receipt,
+    )
