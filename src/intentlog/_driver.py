@@ -84,33 +84,56 @@ def run_sync(protocol: Protocol[T]) -> T:
 
 
 async def run_async(protocol: Protocol[T], executor: concurrent.futures.Executor) -> T:
-    """Drive ``protocol`` on the running event loop; blocking work goes to ``executor``."""
+    """Drive ``protocol`` on the running event loop; blocking work goes to ``executor``.
+
+    The protocol advances in a pool thread, doing its store calls and synchronous user code
+    there, and comes back to the loop only to sleep or to await ``async def`` user code: one
+    hop per such step instead of one per store call. The generator never runs in two threads
+    at once (each step is awaited before the next).
+    """
     loop = asyncio.get_running_loop()
     send: Any = None
     error: BaseException | None = None
     while True:
+        done, value = await loop.run_in_executor(executor, _advance, protocol, send, error)
+        if done:
+            return value  # type: ignore[no-any-return]
+        send, error = None, None
+        try:
+            if isinstance(value, Sleep):
+                await asyncio.sleep(value.seconds)
+            elif isinstance(value, User):
+                send = await value.fn(*value.args, **value.kwargs)
+            else:
+                send = await value  # an awaitable that synchronous user code returned
+        except BaseException as exc:  # handed to the protocol to decide
+            error = exc
+
+
+def _advance(protocol: Protocol[Any], send: Any, error: BaseException | None) -> tuple[bool, Any]:
+    """Run ``protocol`` in this (pool) thread until it needs the event loop or finishes.
+
+    Returns ``(True, result)`` when it finished, else ``(False, what to await)``: a Sleep, a
+    User request for an ``async def`` function, or an awaitable. The protocol's own
+    exceptions propagate.
+    """
+    while True:
         try:
             request = protocol.throw(error) if error is not None else protocol.send(send)
         except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
+            return True, stop.value
         send, error = None, None
+        if isinstance(request, Sleep):
+            return False, request
+        if isinstance(request, User) and inspect.iscoroutinefunction(request.fn):
+            return False, request
         try:
-            if isinstance(request, Sleep):
-                await asyncio.sleep(request.seconds)
-            elif isinstance(request, Call):
-                send = await loop.run_in_executor(
-                    executor, _call, request.fn, request.args, request.kwargs
-                )
-            elif inspect.iscoroutinefunction(request.fn):
-                send = await request.fn(*request.args, **request.kwargs)
-            else:
-                send = await loop.run_in_executor(
-                    executor, _call, request.fn, request.args, request.kwargs
-                )
-                if inspect.isawaitable(send):
-                    send = await send
-        except BaseException as exc:
+            send = request.fn(*request.args, **request.kwargs)
+        except BaseException as exc:  # handed to the protocol to decide
             error = exc
+            continue
+        if isinstance(request, User) and inspect.isawaitable(send):
+            return False, send
 
 
 def _call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
