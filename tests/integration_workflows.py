@@ -87,6 +87,7 @@ async def http_order_async(journal: intentlog.AsyncJournal, service: ServiceInfo
 async def nats_publish(journal_path: str, config: dict[str, Any]) -> Any:
     """Publish one order event in task ``config["task"]``; returns the receipt."""
     import nats
+
     from intentlog.integrations.nats import publish_effect
 
     nc = await nats.connect(config["url"], connect_timeout=3, max_reconnect_attempts=0)
