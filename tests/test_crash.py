@@ -157,22 +157,20 @@ def test_killed_after_confirm_uses_the_receipt(tmp_path: Path, kind: str) -> Non
     assert json.loads(second.stdout)["id"] == remote.ids()[0]
 
 
-def test_second_process_on_a_held_task_fails_clearly(tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(HERE)}
-    with subprocess.Popen(
-        [
-            sys.executable,
-            str(CHILD),
-            str(tmp_path / "journal.db"),
-            str(tmp_path / "remote.db"),
-            "neither",
-            "hold",
-        ],
-        env=env,
+def holding_child(tmp_path: Path) -> subprocess.Popen[str]:
+    """A child that opens task order-1, says "holding", and waits for a line on stdin."""
+    args = [str(tmp_path / "journal.db"), str(tmp_path / "remote.db"), "neither", "hold"]
+    return subprocess.Popen(
+        [sys.executable, str(CHILD), *args],
+        env={**os.environ, "PYTHONPATH": str(HERE)},
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
-    ) as holder:
+    )
+
+
+def test_second_process_on_a_held_task_fails_clearly(tmp_path: Path) -> None:
+    with holding_child(tmp_path) as holder:
         try:
             assert holder.stdout is not None and holder.stdin is not None
             assert holder.stdout.readline().strip() == "holding"
@@ -188,21 +186,7 @@ def test_second_process_on_a_held_task_fails_clearly(tmp_path: Path) -> None:
 
 
 def test_paused_worker_loses_its_lease_and_cannot_write(tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(HERE)}
-    with subprocess.Popen(
-        [
-            sys.executable,
-            str(CHILD),
-            str(tmp_path / "journal.db"),
-            str(tmp_path / "remote.db"),
-            "neither",
-            "hold",
-        ],
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    ) as paused:
+    with holding_child(tmp_path) as paused:
         try:
             assert paused.stdout is not None and paused.stdin is not None
             assert paused.stdout.readline().strip() == "holding"

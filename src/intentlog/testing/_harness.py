@@ -258,11 +258,7 @@ class _Runner:
                         f"{key} UNRESOLVED though it was {state_before or 'not recorded'} when "
                         "the previous worker stopped, outside its in-flight window"
                     )
-            ids = service.applied().get(key)
-            if ids:
-                journal.resolve(key, "confirmed", receipt={"id": ids[-1]}, note="crash harness")
-            else:
-                journal.resolve(key, "retry", note="crash harness: not in the service record")
+            resolve_from_record(journal, key, service, who="crash harness")
 
     @staticmethod
     def _outcome(journal_path: Path, service: ReferenceService) -> _Outcome:
@@ -273,6 +269,18 @@ class _Runner:
                 for op in journal.operations()
             }
         return _Outcome(tasks, ops, service.applied())
+
+
+def resolve_from_record(
+    journal: intentlog.Journal, key: str, service: ReferenceService, *, who: str
+) -> None:
+    """Resolve an UNRESOLVED operation from the service's own record, as a person with its
+    dashboard would: confirmed with the payment it applied, or retry if it applied none."""
+    ids = service.applied().get(key)
+    if ids:
+        journal.resolve(key, "confirmed", receipt={"id": ids[-1]}, note=who)
+    else:
+        journal.resolve(key, "retry", note=f"{who}: not in the service record")
 
 
 class _ChildFailed(Exception):

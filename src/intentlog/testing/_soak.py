@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import intentlog
-from intentlog.testing._harness import ServiceInfo, load_workflow
+from intentlog.testing._harness import ServiceInfo, load_workflow, resolve_from_record
 from intentlog.testing._service import ReferenceService
 
 __all__ = ["SoakReport", "orders", "soak"]
@@ -153,9 +153,5 @@ def _completed(journal_path: Path) -> int:
 
 
 def _resolve_from_record(journal_path: Path, key: str, service: ReferenceService) -> None:
-    ids = service.applied().get(key)
     with intentlog.open(journal_path) as journal:
-        if ids:
-            journal.resolve(key, "confirmed", receipt={"id": ids[-1]}, note="soak")
-        else:
-            journal.resolve(key, "retry", note="soak: not in the service record")
+        resolve_from_record(journal, key, service, who="soak")
