@@ -14,7 +14,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -183,7 +183,7 @@ class SQLiteStore(Store):
             self._migrate()
 
     def _migrate(self) -> None:
-        with self._write() as conn:
+        def body(conn: sqlite3.Connection) -> None:
             # Re-read inside the write lock: another process may have migrated meanwhile.
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             for step in _MIGRATIONS[version:]:
@@ -193,18 +193,7 @@ class SQLiteStore(Store):
             conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
-    @contextlib.contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction of its own (used by migrations only)."""
-        with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._conn
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
-            self.commits += 1
+        self._commit(body)
 
     def _commit(self, body: Callable[[sqlite3.Connection], _T]) -> _T:
         """Run ``body`` in a write transaction that is durable when this returns.
