@@ -106,17 +106,23 @@ class Effect:
         self._fast = _fast_binding(self._signature)
         self._async_of: tuple[Any, ...] = ()
         self._is_async = False
+        self._policy_of: tuple[Any, ...] = ()
+        self._policy = Policy()
 
     @property
     def policy(self) -> Policy:
         """What the decision needs to know about this effect's service."""
-        return Policy(
-            can_reconcile=self.reconcile is not None,
-            idempotent=self.idempotent,
-            key_retention=self.key_retention,
-            timeout=self.timeout,
-            lookup_lag=self.lookup_lag,
+        of = (
+            self.reconcile is not None,
+            self.idempotent,
+            self.key_retention,
+            self.timeout,
+            self.lookup_lag,
         )
+        if of != self._policy_of:  # cached (asked several times per run); rebuilt on change
+            self._policy_of = of
+            self._policy = Policy(*of)
+        return self._policy
 
     @property
     def lazy(self) -> bool:

@@ -8,6 +8,7 @@ a note) and a ReceiptWarning names what was dropped.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -58,6 +59,24 @@ _SECRET_VALUE_RES = (
 )
 
 
+def _one_pattern(patterns: list[re.Pattern[str]]) -> re.Pattern[str]:
+    return re.compile(
+        "|".join(
+            f"(?i:{p.pattern})" if p.flags & re.IGNORECASE else f"(?:{p.pattern})" for p in patterns
+        )
+    )
+
+
+# The same shapes as two patterns, so a string costs two regex calls instead of eight: those
+# anchored at the start, tried only there, and the rest, searched for (each starts with a
+# literal, which the search skips to).
+_SECRET_VALUE_START = _one_pattern([p for p in _SECRET_VALUE_RES if p.pattern.startswith("^")])
+_SECRET_VALUE_INSIDE = _one_pattern([p for p in _SECRET_VALUE_RES if not p.pattern.startswith("^")])
+# What the journal's JSON texts are made with (json.dumps builds a new encoder per call
+# when given options; these are the same options, built once).
+_encode = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
+
+
 class ReceiptWarning(UserWarning):
     """Part of a receipt was dropped before it reached the journal (secrets, size, type).
 
@@ -74,6 +93,7 @@ def _user_stacklevel() -> int:
     return level
 
 
+@functools.lru_cache(maxsize=4096)  # receipts repeat the same few field names
 def _secret_name(name: str) -> bool:
     words = [w.lower() for w in _WORD_RE.findall(name)]
     return any(w in _SECRET_WORDS for w in words) or any(
@@ -108,7 +128,26 @@ def scrub_text(text: str, *, limit: int = 2000) -> str:
 
 
 def _secret_value(value: str) -> bool:
-    return any(pattern.search(value) for pattern in _SECRET_VALUE_RES)
+    return (
+        _SECRET_VALUE_START.match(value) is not None
+        or _SECRET_VALUE_INSIDE.search(value) is not None
+    )
+
+
+def _holds_secret(value: Any) -> bool:
+    """Whether :func:`_find_secrets` would find anything, without building paths (the
+    common answer is no, and it is asked of every receipt)."""
+    if isinstance(value, str):
+        return _secret_value(value)
+    if isinstance(value, dict):
+        for name, item in value.items():
+            if isinstance(name, str) and _secret_name(name) and item not in (None, ""):
+                return True
+            if _holds_secret(item):
+                return True
+    elif isinstance(value, list | tuple):
+        return any(_holds_secret(item) for item in value)
+    return False
 
 
 def _find_secrets(value: Any, path: str) -> list[str]:
@@ -132,7 +171,7 @@ def _find_secrets(value: Any, path: str) -> list[str]:
 def dumps_bounded(value: Any, *, what: str, max_bytes: int) -> str:
     """Serialise ``value`` as JSON text of at most ``max_bytes`` bytes, or raise UnsafeValue."""
     try:
-        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        text = _encode(value)
         size = len(text.encode("utf-8"))
     except (TypeError, ValueError) as exc:  # UnicodeEncodeError (a lone surrogate) included
         raise UnsafeValue(f"{what} is not JSON data: {exc}", path=what) from exc
@@ -151,7 +190,7 @@ def check_safe(value: Any, *, what: str, max_bytes: int) -> str:
     (``state.user.password``); nothing is written.
     """
     text = dumps_bounded(value, what=what, max_bytes=max_bytes)
-    secrets = _find_secrets(value, what)
+    secrets = _find_secrets(value, what) if _holds_secret(value) else []
     if secrets:
         raise UnsafeValue(
             f"{secrets[0]} looks like a credential; intentlog never stores credentials "
@@ -184,8 +223,8 @@ def clean_receipt(value: Any, *, effect: str, max_bytes: int) -> tuple[Any, str]
     by a note of its type, size and digest. Each reduction emits a ReceiptWarning.
     """
     try:
-        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-        text.encode("utf-8")  # a lone surrogate cannot be stored
+        text = _encode(value)
+        size = len(text.encode("utf-8"))  # a lone surrogate cannot be stored
     except (TypeError, ValueError):
         raw = repr(value).encode("utf-8", "replace")
         note = {
@@ -200,17 +239,17 @@ def clean_receipt(value: Any, *, effect: str, max_bytes: int) -> tuple[Any, str]
             stacklevel=_user_stacklevel(),
         )
         return note, json.dumps(note)
-    secrets = _find_secrets(value, "receipt")
+    secrets = _find_secrets(value, "receipt") if _holds_secret(value) else []
     if secrets:
         value = _redact(value)
         text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        size = len(text.encode("utf-8"))
         warnings.warn(
             f"receipt of effect {effect!r} held credential-like values at "
             f"{', '.join(secrets)}; they were redacted before journaling",
             ReceiptWarning,
             stacklevel=_user_stacklevel(),
         )
-    size = len(text.encode("utf-8"))
     if size > max_bytes:
         big: dict[str, Any] = {
             "intentlog_note": "receipt was too large and was not stored",

@@ -7,6 +7,7 @@ key, and with it the stored receipt instead of a second effect.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -20,6 +21,12 @@ MAX_KEY_LENGTH = 255  # Stripe's limit and a common one for idempotency keys
 MAX_TASK_ID_LENGTH = 200
 _KEY_RE = re.compile(r"^[\x21-\x7e]+$")  # printable ASCII, no spaces: safe in any HTTP header
 _SLUG_RE = re.compile(r"[^a-z0-9_.-]+")
+# json.dumps builds a new encoder on every call given options; these are built once, with
+# exactly the options the texts (and so every key ever derived) were made with.
+_canonical = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+).encode
+_key_material = json.JSONEncoder(ensure_ascii=False).encode
 
 
 def canonical_json(value: Any, *, what: str = "value") -> str:
@@ -28,9 +35,7 @@ def canonical_json(value: Any, *, what: str = "value") -> str:
     Raises InvalidInput naming ``what`` if the value is not plain JSON data.
     """
     try:
-        text = json.dumps(
-            value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-        )
+        text = _canonical(value)
         text.encode("utf-8")  # a lone surrogate cannot be stored or hashed
         return text
     except (TypeError, ValueError) as exc:
@@ -50,10 +55,14 @@ def derive_key(task_id: str, effect: str, canonical_args: str) -> str:
     The digest covers task id, effect name and arguments, separated so that no two
     different triples can produce the same input.
     """
-    material = json.dumps([task_id, effect, canonical_args], ensure_ascii=False)
+    material = _key_material([task_id, effect, canonical_args])
     digest = hashlib.sha256(material.encode("utf-8")).hexdigest()[:32]
-    slug = _SLUG_RE.sub("-", effect.lower()).strip("-")[:40] or "op"
-    return f"{slug}-{digest}"
+    return f"{_slug(effect)}-{digest}"
+
+
+@functools.lru_cache(maxsize=1024)  # a program has a handful of effects
+def _slug(effect: str) -> str:
+    return _SLUG_RE.sub("-", effect.lower()).strip("-")[:40] or "op"
 
 
 def validate_key(key: object) -> str:

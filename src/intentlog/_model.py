@@ -93,7 +93,10 @@ class Policy:
         return not (self.can_reconcile or self.idempotent)
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+# Not slotted, unlike the other records: replace() copies the instance dict in one step,
+# where a slotted copy sets its 18 fields one by one (about half the time, three times per
+# effect).
+@dataclasses.dataclass(frozen=True)
 class Operation:
     """One use of an effect inside a task, as recorded in the journal.
 
@@ -124,17 +127,16 @@ class Operation:
     def replace(self, **changes: Any) -> Operation:
         """A copy with ``changes`` (field names only). Faster than dataclasses.replace, which
         matters on the per-effect path."""
+        if not changes.keys() <= _OPERATION_FIELDS:
+            raise TypeError(f"Operation has no fields {sorted(changes.keys() - _OPERATION_FIELDS)}")
         new = object.__new__(Operation)
-        for name in _OPERATION_FIELDS:
-            object.__setattr__(
-                new, name, changes.pop(name) if name in changes else getattr(self, name)
-            )
-        if changes:
-            raise TypeError(f"Operation has no fields {sorted(changes)}")
+        fields = new.__dict__
+        fields.update(self.__dict__)
+        fields.update(changes)
         return new
 
 
-_OPERATION_FIELDS = tuple(f.name for f in dataclasses.fields(Operation))
+_OPERATION_FIELDS = frozenset(f.name for f in dataclasses.fields(Operation))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

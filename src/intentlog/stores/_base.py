@@ -25,7 +25,15 @@ from typing import Any
 
 from intentlog._model import Operation, Policy, State, TaskRecord
 
-__all__ = ["OP_COLUMNS", "TASK_COLUMNS", "Resolution", "Store", "op_from_row", "op_to_row"]
+__all__ = [
+    "OP_COLUMNS",
+    "TASK_COLUMNS",
+    "Resolution",
+    "Store",
+    "op_from_row",
+    "op_to_row",
+    "op_values",
+]
 
 OP_COLUMNS = (
     "key",
@@ -107,6 +115,37 @@ def op_to_row(op: Operation, version: int) -> dict[str, Any]:
         value = getattr(op, name)
         row[name] = None if value is None else _dumps(value)
     return row
+
+
+def op_values(op: Operation, version: int) -> tuple[Any, ...]:
+    """The values of :func:`op_to_row`, as a tuple in :data:`OP_COLUMNS` order (what an
+    INSERT binds), built without the intermediate dict: this runs on every write."""
+    policy = op.policy
+    receipt, error, args = op.receipt, op.error, op.args
+    return (
+        op.key,
+        op.task_id,
+        op.effect,
+        op.fingerprint,
+        op.state.value,
+        version,
+        int(policy.can_reconcile),
+        int(policy.idempotent),
+        policy.key_retention,
+        policy.timeout,
+        policy.lookup_lag,
+        op.created_at,
+        op.updated_at,
+        op.attempts,
+        op.submitted_at,
+        op.first_submitted_at,
+        op.submitted_by,
+        op.lookup_failures,
+        None if receipt is None else _dumps(receipt),
+        None if error is None else _dumps(error),
+        None if args is None else _dumps(args),
+        op.note,
+    )
 
 
 def op_from_row(row: Any) -> Operation:

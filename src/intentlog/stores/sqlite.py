@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import operator
 import os
 import sqlite3
 import threading
@@ -26,7 +27,7 @@ from intentlog.stores._base import (
     Store,
     TaskUpdate,
     op_from_row,
-    op_to_row,
+    op_values,
     task_from_row,
 )
 
@@ -136,7 +137,10 @@ class SQLiteStore(Store):
     def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = 30.0) -> None:
         self.path = Path(path)
         self.url = f"sqlite://{self.path.resolve()}"
-        self._lock = threading.RLock()  # the write connection; a batch leader holds it
+        # The write connection: a batch leader (or a lone writer, or a point read) holds it.
+        # Not reentrant on purpose: nothing that holds it calls back into the store, and a
+        # reentrant acquire would let a read run inside a write transaction.
+        self._lock = threading.Lock()
         self._queue_lock = threading.Lock()
         self._queue: list[_Request] = []
         self._read_lock = threading.Lock()
@@ -204,7 +208,16 @@ class SQLiteStore(Store):
         Each caller still returns only after the commit that holds its write, so the
         guarantee (intent durable before the send, receipt durable before run returns) holds
         for every caller; concurrent threads just share the fsync.
+
+        A lone writer (nobody queued, the connection free) commits its body directly, without
+        the queue; a writer that queues meanwhile waits for the connection and leads its own
+        batch, as it would behind any other batch.
         """
+        if not self._queue and self._lock.acquire(blocking=False):
+            try:
+                return self._run_alone(body)
+            finally:
+                self._lock.release()
         request = _Request(body)
         with self._queue_lock:
             self._queue.append(request)
@@ -216,6 +229,37 @@ class SQLiteStore(Store):
         if request.error is not None:
             raise request.error
         return request.result  # type: ignore[no-any-return]
+
+    def _run_alone(self, body: Callable[[sqlite3.Connection], _T]) -> _T:
+        """One body in its own transaction; the same outcomes as a batch of one: the body's
+        own exception propagates (after a rollback), a failed BEGIN, COMMIT or ROLLBACK is a
+        JournalError."""
+        conn = self._conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise self._abort(exc) from exc
+        try:
+            result = body(conn)
+        except BaseException:
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.Error as exc:
+                raise self._abort(exc) from exc
+            raise
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise self._abort(exc) from exc
+        self.commits += 1
+        return result
+
+    def _abort(self, exc: sqlite3.Error) -> JournalError:
+        """Roll back what is left of a failed write transaction; the error to raise."""
+        if self._conn.in_transaction:
+            with contextlib.suppress(sqlite3.Error):  # the original error says more
+                self._conn.execute("ROLLBACK")
+        return JournalError(f"journal write failed: {exc}")
 
     def _run_batch(self, batch: list[_Request]) -> None:
         conn = self._conn
@@ -236,9 +280,7 @@ class SQLiteStore(Store):
             conn.execute("COMMIT")
             self.commits += 1
         except sqlite3.Error as exc:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            error = JournalError(f"journal write failed: {exc}")
+            error = self._abort(exc)
             for request in batch:
                 request.error = error
         finally:
@@ -251,6 +293,23 @@ class SQLiteStore(Store):
         with self._read_lock:
             return self._reader.execute(sql, tuple(params)).fetchall()
 
+    def _read_one(self, sql: str, params: tuple[Any, ...]) -> sqlite3.Row | None:
+        """A point read: on the write connection when no write holds it, else as ``_read``.
+
+        SQLite drops a connection's page cache whenever another connection has committed
+        since its last read, so the reader starts every read after a commit from a cold
+        cache, while the write connection keeps its own after its own commits: a point read
+        there costs about half. It never waits for a write in progress; long reads stay on
+        the reader, so they never hold up writers.
+        """
+        if self._lock.acquire(blocking=False):
+            try:
+                return self._conn.execute(sql, params).fetchone()  # type: ignore[no-any-return]
+            finally:
+                self._lock.release()
+        with self._read_lock:
+            return self._reader.execute(sql, params).fetchone()  # type: ignore[no-any-return]
+
     def now(self) -> float:
         return time.time()
 
@@ -262,8 +321,8 @@ class SQLiteStore(Store):
     # -- tasks ------------------------------------------------------------------------------
 
     def get_task(self, task_id: str) -> TaskRecord | None:
-        rows = self._read("SELECT * FROM tasks WHERE task_id = ?", (task_id,))
-        return task_from_row(rows[0]) if rows else None
+        row = self._read_one("SELECT * FROM tasks WHERE task_id = ?", (task_id,))
+        return None if row is None else task_from_row(row)
 
     def claim_task(
         self, task_id: str, owner: str, ttl: float, expect_epoch: int | None
@@ -413,18 +472,17 @@ class SQLiteStore(Store):
     # -- operations -------------------------------------------------------------------------
 
     def get_op(self, key: str) -> Operation | None:
-        rows = self._read("SELECT * FROM operations WHERE key = ?", (key,))
-        return op_from_row(rows[0]) if rows else None
+        row = self._read_one("SELECT * FROM operations WHERE key = ?", (key,))
+        return None if row is None else op_from_row(row)
 
     def insert_op(
         self, op: Operation, epoch: int, ttl: float, also: Sequence[Operation] = ()
     ) -> tuple[Operation, bool]:
-        row = op_to_row(op, version=1)
+        values = (*op_values(op, 1), op.task_id, epoch)
 
         def body(conn: sqlite3.Connection) -> tuple[Operation, bool]:
             # One statement claims the key (the primary key: two workers racing for one key
             # cannot both win) and checks the fence (the task's epoch) at the same time.
-            values = (*(row[c] for c in OP_COLUMNS), op.task_id, epoch)
             if conn.execute(_INSERT_OP_FENCED, values).rowcount == 1:
                 _store_also(conn, also)
                 return op.replace(version=1), True
@@ -443,10 +501,10 @@ class SQLiteStore(Store):
         resolution: Resolution | None = None,
         also: Sequence[Operation] = (),
     ) -> Operation | None:
-        row = op_to_row(op, version=op.version + 1)
+        values = op_values(op, op.version + 1)
 
         def body(conn: sqlite3.Connection) -> Operation:
-            if not _update_op(conn, op, epoch):
+            if not _update_op(conn, op, epoch, values):
                 if epoch is not None:
                     self._check_fence(conn, op.task_id, epoch)
                 raise _VersionMoved
@@ -462,7 +520,7 @@ class SQLiteStore(Store):
                         resolution.from_state.value,
                         resolution.to_state.value,
                         resolution.note,
-                        row["receipt"],
+                        values[_RECEIPT],
                         resolution.actor,
                     ),
                 )
@@ -524,7 +582,14 @@ _RUNNABLE = (
     " AND NOT EXISTS (SELECT 1 FROM operations o WHERE o.task_id = t.task_id"
     " AND o.state = 'UNRESOLVED') ORDER BY not_before, created_at LIMIT 1"
 )
-_UPDATE_COLUMNS = [c for c in OP_COLUMNS if c != "key"]
+# An operation's identity never changes after its insert, so an update leaves those columns
+# alone: SQLite rewrites an index entry whenever the UPDATE names one of its columns, even
+# with the same value, and naming task_id and created_at cost every receipt a third page
+# (the operations_by_task leaf) in the WAL.
+_IDENTITY = ("key", "task_id", "effect", "fingerprint", "created_at")
+_UPDATE_COLUMNS = [c for c in OP_COLUMNS if c not in _IDENTITY]
+_update_values = operator.itemgetter(*(OP_COLUMNS.index(c) for c in _UPDATE_COLUMNS))
+_RECEIPT = OP_COLUMNS.index("receipt")
 _UPDATE_OP = (
     f"UPDATE operations SET {', '.join(f'{c} = ?' for c in _UPDATE_COLUMNS)}"
     " WHERE key = ? AND version = ?"
@@ -537,11 +602,18 @@ _INSERT_OP_FENCED = (
 )
 
 
-def _update_op(conn: sqlite3.Connection, op: Operation, epoch: int | None = None) -> bool:
+def _update_op(
+    conn: sqlite3.Connection,
+    op: Operation,
+    epoch: int | None = None,
+    row: tuple[Any, ...] | None = None,
+) -> bool:
     """Compare-and-set ``op`` on its version (and, with ``epoch``, on the task's epoch); True
-    if it was stored."""
-    row = op_to_row(op, version=op.version + 1)
-    values = (*(row[c] for c in _UPDATE_COLUMNS), op.key, op.version)
+    if it was stored. ``row``: ``op_values(op, op.version + 1)`` if the caller has it. The
+    identity columns (key, task id, effect, fingerprint, creation time) are the stored ones."""
+    if row is None:
+        row = op_values(op, op.version + 1)
+    values = (*_update_values(row), op.key, op.version)
     if epoch is None:
         return conn.execute(_UPDATE_OP, values).rowcount == 1
     return conn.execute(_UPDATE_OP + _FENCE, (*values, op.task_id, epoch)).rowcount == 1
