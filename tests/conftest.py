@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+import asyncio
 import functools
+import inspect
 import os
 import sys
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -81,18 +84,57 @@ def pg_url(pg_schema: str) -> str:
     return with_query(PG_URL, schema=pg_schema)
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+class BlockingAsyncStore:
+    """An AsyncStore driven from blocking code: every primitive runs on an event loop of its
+    own in a background thread, so the synchronous contract suite tests the async store."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._store, name)
+        if not inspect.iscoroutinefunction(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            done = asyncio.run_coroutine_threadsafe(attr(*args, **kwargs), self._loop)
+            return done.result(timeout=60)
+
+        return call
+
+    def close(self) -> None:
+        asyncio.run_coroutine_threadsafe(self._store.aclose(), self._loop).result(timeout=60)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
+
+
+@pytest.fixture(params=["sqlite", "postgres", "postgres-async"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     """Every store backend, for the one contract suite."""
     s: Store
-    if request.param == "postgres":
+    if request.param.startswith("postgres"):
         url = request.getfixturevalue("pg_url")  # skips (or fails in CI) without a server
-        from intentlog.stores.postgres import PostgresStore
+        from intentlog.stores.postgres import AsyncPostgresStore, PostgresStore
 
-        s = PostgresStore(url)
+        if request.param == "postgres":
+            s = PostgresStore(url)
+        else:
+            s = BlockingAsyncStore(AsyncPostgresStore(url))  # type: ignore[assignment]
     else:
         from intentlog.stores.sqlite import SQLiteStore
 
         s = SQLiteStore(tmp_path / "contract.db")
     yield s
     s.close()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def journal_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh journal on each backend: a file, or a schema of its own on the test server."""
+    if request.param == "postgres":
+        return str(request.getfixturevalue("pg_url"))
+    return str(tmp_path / "journal.db")

@@ -18,7 +18,7 @@ def arun(coro: Any) -> Any:
     return asyncio.run(coro)
 
 
-def test_run_replay_and_receipt(tmp_path: Path) -> None:
+def test_run_replay_and_receipt(tmp_path: Path, journal_url: str) -> None:
     sent: list[str] = []
 
     @intentlog.effect(idempotent=True)
@@ -28,7 +28,7 @@ def test_run_replay_and_receipt(tmp_path: Path) -> None:
         return {"id": f"ch_{len(sent)}", "amount": amount}
 
     async def main() -> None:
-        async with intentlog.open_async(tmp_path / "j.db") as journal:
+        async with intentlog.open_async(journal_url) as journal:
             async with journal.task("t") as task:
                 first = await task.run(charge, amount=5)
                 assert await task.run(charge, 5) == first
@@ -46,14 +46,14 @@ def test_run_replay_and_receipt(tmp_path: Path) -> None:
 
 
 def test_sync_effects_run_off_the_loop_and_recover_after_a_kill_like_state(
-    tmp_path: Path,
+    tmp_path: Path, journal_url: str
 ) -> None:
     remote = Remote(str(tmp_path / "remote.db"))
     charge = make_effect("reconcilable", remote)
 
     async def main() -> Any:
         async with (
-            intentlog.open_async(tmp_path / "j.db") as journal,
+            intentlog.open_async(journal_url) as journal,
             journal.task("t") as task,
         ):
             assert threading.current_thread() is threading.main_thread()
@@ -64,7 +64,7 @@ def test_sync_effects_run_off_the_loop_and_recover_after_a_kill_like_state(
     assert receipt["id"] == remote.ids()[0]
 
 
-def test_async_errors_match_the_sync_api(tmp_path: Path) -> None:
+def test_async_errors_match_the_sync_api(tmp_path: Path, journal_url: str) -> None:
     async def refuse(key: str) -> None:
         raise intentlog.Rejected("declined")
 
@@ -72,7 +72,7 @@ def test_async_errors_match_the_sync_api(tmp_path: Path) -> None:
         raise TimeoutError("no answer")
 
     async def main() -> None:
-        async with intentlog.open_async(tmp_path / "j.db") as journal:
+        async with intentlog.open_async(journal_url) as journal:
             async with journal.task("t") as task:
                 with pytest.raises(intentlog.Rejected, match="declined"):
                     await task.run(intentlog.Effect("refuse", refuse, idempotent=True))
@@ -91,7 +91,7 @@ def test_async_errors_match_the_sync_api(tmp_path: Path) -> None:
     arun(main())
 
 
-def test_async_recover_with_an_async_reconciler(tmp_path: Path) -> None:
+def test_async_recover_with_an_async_reconciler(tmp_path: Path, journal_url: str) -> None:
     async def submit(key: str) -> None:
         raise ConnectionError("dropped after commit")
 
@@ -101,7 +101,7 @@ def test_async_recover_with_an_async_reconciler(tmp_path: Path) -> None:
     effect = intentlog.Effect("pay", submit, reconcile=lookup, timeout=30)
 
     async def main() -> None:
-        async with intentlog.open_async(tmp_path / "j.db", max_wait=0) as journal:
+        async with intentlog.open_async(journal_url, max_wait=0) as journal:
             # the first lookup already finds it: run returns the receipt from the lookup
             async with journal.task("t") as task:
                 assert await task.run(effect) == {"id": "found-1"}

@@ -16,8 +16,12 @@ from intentlog.testing import ReferenceService, ServiceInfo
 HERE = Path(__file__).parent
 
 
-def test_concurrent_async_tasks_and_threads_survive_sigkill(tmp_path: Path) -> None:
-    journal_path = tmp_path / "journal.db"
+def test_concurrent_async_tasks_and_threads_survive_sigkill(
+    tmp_path: Path, journal_url: str
+) -> None:
+    # On PostgreSQL the asyncio tasks use psycopg's async connections, the threads its
+    # blocking ones: both kinds of store are killed mid-write.
+    journal_path = journal_url
     env = {**os.environ, "PYTHONPATH": str(HERE)}
     env.pop("INTENTLOG_CRASH", None)
     with ReferenceService("both", db_path=tmp_path / "service.db") as service:
@@ -26,20 +30,27 @@ def test_concurrent_async_tasks_and_threads_survive_sigkill(tmp_path: Path) -> N
                 str(journal_path), json.dumps(dataclasses.asdict(info))]  # fmt: skip
         confirmed: dict[str, object] = {}
         kills = 0
-        for delay in (0.35, 0.4, 0.45):
-            with subprocess.Popen(argv, env=env) as child:
-                time.sleep(delay)
-                if child.poll() is None:
-                    child.kill()
-                    kills += 1
-                child.wait()
-            with intentlog.open(journal_path) as journal:
-                now = {op.key: op.receipt for op in journal.operations()
+        with intentlog.open(journal_path) as watcher:
+            for _ in range(3):
+                with subprocess.Popen(argv, env=env) as child:
+                    # Kill once another ~40 receipts are durable: mid-run, wherever the many
+                    # writers are (intents in flight, receipts in a shared commit, ...).
+                    target = len(confirmed) + 40
+                    deadline = time.monotonic() + 60
+                    while child.poll() is None and time.monotonic() < deadline:
+                        if watcher.counts()[intentlog.State.CONFIRMED] >= target:
+                            child.kill()
+                            kills += 1
+                            break
+                        time.sleep(0.01)
+                    child.wait()
+                now = {op.key: op.receipt for op in watcher.operations()
                        if op.state is intentlog.State.CONFIRMED}  # fmt: skip
-            for key, receipt in confirmed.items():
-                assert now.get(key) == receipt, f"confirmed receipt of {key} lost or changed"
-            confirmed = now
-        assert kills >= 2  # the kills landed mid-run
+                for key, receipt in confirmed.items():
+                    assert now.get(key) == receipt, f"confirmed receipt of {key} lost or changed"
+                assert len(now) < 3 * (32 + 8 * 8), "the run finished before it was killed"
+                confirmed = now
+        assert kills == 3  # every kill landed mid-run
         assert subprocess.run(argv, env=env, timeout=120).returncode == 0
         applied = service.applied()
         with intentlog.open(journal_path) as journal:

@@ -515,9 +515,10 @@ def test_lazy_receipts_ride_in_the_next_write(journal: intentlog.Journal, remote
         before = commits(journal)
         receipts = [task.run(effect, amount=n) for n in range(10)]
         assert commits(journal) - before == 10  # one commit per effect, not two
-        assert task.run(effect, amount=3) == receipts[3]  # a replay sees the receipt
         states = [op.state for op in task.operations()]
         assert states == [State.CONFIRMED] * 9 + [State.SUBMITTED]  # the last one waits
+        assert task.run(effect, amount=3) == receipts[3]  # a replay sees the receipt
+        assert task.run(effect, amount=9) == receipts[9]  # also one still waiting
     # releasing the task was the next write: everything is durable now
     assert [op.receipt for op in journal.operations("t")] == receipts
     assert remote.count() == 10

@@ -89,9 +89,9 @@ async def mixed(journal: intentlog.AsyncJournal, service: ServiceInfo) -> None:
                     task.run(effect, amount=20 + step, order=i)
                 task.complete()
 
-    with intentlog.open(journal.url.removeprefix("sqlite://")) as sync:
-        threads = [asyncio.to_thread(thread_orders, sync, t) for t in range(8)]
-        await asyncio.gather(*(async_order(i) for i in range(32)), *threads)
+    sync = journal.sync_journal()  # the same journal, blocking, for the threads
+    threads = [asyncio.to_thread(thread_orders, sync, t) for t in range(8)]
+    await asyncio.gather(*(async_order(i) for i in range(32)), *threads)
 
 
 def order_lazy(journal: intentlog.Journal, service: ServiceInfo) -> None:

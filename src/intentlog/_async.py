@@ -1,25 +1,44 @@
-"""The asyncio face of the journal: the same verbs, awaited, over the same protocol.
+"""The asyncio face of the journal: the same verbs, awaited, over the same protocols.
 
-Nothing blocks the event loop: store calls and synchronous user code run in a thread pool of
-the journal's own (sized for many concurrent tasks, whose writes then share commits), and
-``async def`` submit and reconcile functions are awaited on the loop.
+Nothing blocks the event loop after opening. On PostgreSQL the store is asynchronous
+(psycopg's async connections) and the protocols advance on the loop, awaiting each store
+call. SQLite has no asynchronous driver, so its store calls run in a thread pool of the
+journal's own (sized for many concurrent tasks, whose writes then share commits). Either way
+synchronous user code runs in that pool and ``async def`` submit and reconcile functions are
+awaited on the loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import os
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Generator, Iterable
 from typing import Any, TypeVar
 
-from intentlog._driver import Protocol, run_async
+from intentlog._driver import Protocol, p_call, run_async
 from intentlog._effect import Effect
-from intentlog._journal import Journal, Pending, Recovered, TaskInfo, open_store
+from intentlog._journal import Journal, make_options, open_store
 from intentlog._keys import validate_task_id
+from intentlog._lease import AsyncRenewer, Renewer
 from intentlog._model import JSON, Action, Operation, State, TaskRecord
-from intentlog._protocol import TaskCore, p_acquire
+from intentlog._protocol import Options, TaskCore, p_acquire
 from intentlog._task import TaskView
+from intentlog._verbs import (
+    Pending,
+    Recovered,
+    TaskInfo,
+    p_attention,
+    p_gc,
+    p_operation,
+    p_pending,
+    p_recover,
+    p_resolve,
+    p_start,
+    p_task_info,
+)
+from intentlog.stores._async_store import AsyncStore
 from intentlog.stores._base import Resolution, Store
 
 __all__ = ["AsyncJournal", "AsyncTask", "open_async"]
@@ -42,14 +61,14 @@ class AsyncTask(TaskView):
     def __init__(self, journal: AsyncJournal, core: TaskCore) -> None:
         self._journal = journal
         self._core = core
-        journal._sync._renewer.add(core)
+        journal._renewer.add(core)
 
     async def next_action(self) -> Action | None:
         """ESCALATE, RECONCILE, SUBMIT or RESUME, from the task's operations (None if done)."""
         return await self._journal._drive(self._core.p_next_action())
 
     async def operations(self) -> list[Operation]:
-        return await self._journal._call(self._core.store.list_ops, task_id=self.id)
+        return await self._journal._drive(p_call("list_ops", task_id=self.id))
 
     async def checkpoint(self, next_step: str | None = None, state: JSON = ...) -> None:
         """See :meth:`intentlog.Task.checkpoint`."""
@@ -61,11 +80,11 @@ class AsyncTask(TaskView):
             await self._journal._drive(self._core.p_complete(state))
         finally:
             if self._core.closed:
-                self._journal._sync._renewer.discard(self._core)
+                self._journal._renewer.discard(self._core)
 
     async def close(self) -> None:
         """Release the lease (if still held). Idempotent."""
-        self._journal._sync._renewer.discard(self._core)
+        self._journal._renewer.discard(self._core)
         await self._journal._drive(self._core.p_close())
 
     async def plan(
@@ -131,42 +150,69 @@ class _Opening:
 class AsyncJournal:
     """The journal for asyncio programs: ``async with intentlog.open_async(url) as journal``.
 
-    The verbs are those of :class:`intentlog.Journal`, awaited. ``workers`` bounds the
-    thread pool that runs store calls and synchronous user code; concurrent tasks' journal
-    writes share commits (group commit) without weakening any guarantee.
+    The verbs are those of :class:`intentlog.Journal`, awaited, with the same options.
+    ``store``: an :class:`AsyncStore` (PostgreSQL) or a synchronous store (SQLite), whose
+    calls then run in the thread pool. ``workers`` bounds that pool, which also runs
+    synchronous user code; concurrent tasks' journal writes share commits (group commit)
+    without weakening any guarantee.
     """
 
-    def __init__(self, store: Store, *, workers: int = 64, **options: Any) -> None:
-        self._sync = Journal(store, **options)
+    def __init__(self, store: Store | AsyncStore, *, workers: int = 64, **options: Any) -> None:
+        self.options: Options = make_options(**options)
+        self._store = store
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=workers, thread_name_prefix="intentlog"
         )
+        self._renewer: Renewer | AsyncRenewer
+        if isinstance(store, AsyncStore):
+            self._renewer = AsyncRenewer(self.options.lease_ttl, store, self._executor)
+        else:
+            self._renewer = Renewer(self.options.lease_ttl, store)
+        self._sync: Journal | None = None
 
     @property
-    def store(self) -> Store:
-        return self._sync.store
+    def store(self) -> Store | AsyncStore:
+        return self._store
 
     @property
-    def options(self) -> Any:
-        return self._sync.options
+    def lease_ttl(self) -> float:
+        return self.options.lease_ttl
 
     @property
     def url(self) -> str:
-        return self._sync.url
+        return self._store.url
 
     def __repr__(self) -> str:
         return f"<AsyncJournal {self.url}>"
 
     async def _drive(self, protocol: Protocol[_T]) -> _T:
-        return await run_async(protocol, self._executor)
+        return await run_async(protocol, self._executor, self._store)
 
-    async def _call(self, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, lambda: fn(*args, **kwargs))
+    def sync_journal(self) -> Journal:
+        """A synchronous :class:`Journal` on the same journal and options, for code that
+        must call it from a worker thread (framework tools). Opened on first use (on
+        PostgreSQL with a connection pool of its own) and closed with this journal."""
+        if self._sync is None:
+            kwargs = dataclasses.asdict(self.options)
+            if isinstance(self._store, AsyncStore):
+                self._sync = Journal(self._store.sync_store(), **kwargs)
+            else:
+                self._sync = _Shared(self._store, **kwargs)
+        return self._sync
 
     async def aclose(self) -> None:
-        """Close the store and the thread pool."""
-        await self._call(self._sync.close)
+        """Stop renewing leases and close the store and the thread pool."""
+        if isinstance(self._renewer, AsyncRenewer):
+            await self._renewer.aclose()
+        else:
+            self._renewer.close()
+        loop = asyncio.get_running_loop()
+        if self._sync is not None:
+            await loop.run_in_executor(self._executor, self._sync.close)
+        if isinstance(self._store, AsyncStore):
+            await self._store.aclose()
+        else:
+            await loop.run_in_executor(self._executor, self._store.close)
         self._executor.shutdown(wait=False)
 
     async def __aenter__(self) -> AsyncJournal:
@@ -187,32 +233,35 @@ class AsyncJournal:
 
     async def start(self, kind: str, task_id: str, input: JSON = None) -> bool:
         """See :meth:`intentlog.Journal.start`."""
-        return await self._call(self._sync.start, kind, task_id, input)
+        return await self._drive(p_start(self.options, kind, task_id, input))
 
     async def tasks(self, *, include_completed: bool = True) -> list[TaskRecord]:
-        return await self._call(self._sync.tasks, include_completed=include_completed)
+        return await self._drive(p_call("list_tasks", include_completed=include_completed))
 
     async def task_info(self, task_id: str) -> TaskInfo:
-        return await self._call(self._sync.task_info, task_id)
+        return await self._drive(p_task_info(self._store, task_id))
 
     async def attention(self) -> list[TaskInfo]:
-        return await self._call(self._sync.attention)
+        return await self._drive(p_attention(self._store))
 
     async def operations(self, task_id: str | None = None) -> list[Operation]:
-        return await self._call(self._sync.operations, task_id)
+        if task_id is not None:
+            task_id = validate_task_id(task_id)
+        return await self._drive(p_call("list_ops", task_id=task_id))
 
     async def operation(self, key: str) -> Operation:
-        return await self._call(self._sync.operation, key)
+        return await self._drive(p_operation(self._store, key))
 
     async def counts(self) -> dict[State, int]:
-        return await self._call(self._sync.counts)
+        return await self._drive(p_call("count_ops"))
 
     async def pending(self) -> list[Pending]:
-        return await self._call(self._sync.pending)
+        return await self._drive(p_pending(self._store, self.options))
 
     async def recover(self, effects: Iterable[Effect], *, wait: float = 0.0) -> list[Recovered]:
         """See :meth:`intentlog.Journal.recover`; reconcilers may be ``async def``."""
-        return await self._drive(self._sync.p_recover(list(effects), wait, is_async=True))
+        effects = list(effects)
+        return await self._drive(p_recover(self._store, self.options, effects, wait, is_async=True))
 
     async def resolve(
         self,
@@ -224,27 +273,32 @@ class AsyncJournal:
         actor: str | None = None,
     ) -> Operation:
         """See :meth:`intentlog.Journal.resolve`."""
-        return await self._call(
-            self._sync.resolve, key, outcome, receipt=receipt, note=note, actor=actor
+        return await self._drive(
+            p_resolve(self._store, self.options, key, outcome, receipt, note, actor)
         )
 
     async def resolutions(self, key: str | None = None) -> list[Resolution]:
-        return await self._call(self._sync.resolutions, key)
+        return await self._drive(p_call("resolutions", key))
 
     async def gc(self, older_than: float) -> int:
-        return await self._call(self._sync.gc, older_than)
+        return await self._drive(p_gc(self._store, older_than))
+
+
+class _Shared(Journal):
+    """A synchronous journal over a store another journal owns: closing it stops its lease
+    renewal but leaves the store open."""
+
+    def close(self) -> None:
+        self._renewer.close()
 
 
 def open_async(url: str | os.PathLike[str] | None = None, **options: Any) -> AsyncJournal:
     """Open (creating if needed) a journal for asyncio code; same URLs as :func:`open`.
 
-    Use ``async with intentlog.open_async(url) as journal:``. Opening reads the file header
-    and schema synchronously, once.
+    Use ``async with intentlog.open_async(url) as journal:``. Opening checks the journal
+    (the file header and schema, or the PostgreSQL schema) synchronously, once; after that
+    nothing blocks the event loop.
     """
     workers = options.pop("workers", 64)
-    store = open_store(url)
-    try:
-        return AsyncJournal(store, workers=workers, **options)
-    except BaseException:
-        store.close()
-        raise
+    make_options(**options)  # bad options fail before anything is opened
+    return AsyncJournal(open_store(url, asynchronous=True), workers=workers, **options)

@@ -1,9 +1,12 @@
 """Decide, then drive: the I/O requests a protocol yields, and the sync and async runners.
 
-The task protocol (``intentlog._task``) is written once, as generators that yield one request
-per piece of I/O and receive its result. :func:`run_sync` performs the requests in the calling
-thread; :func:`run_async` performs them without blocking the event loop (store calls and sync
-user code in a thread pool, async user code awaited). Neither runner holds any policy.
+The task protocol (``intentlog._protocol``) and the journal's verbs (``intentlog._verbs``) are
+written once, as generators that yield one request per piece of I/O and receive its result. A
+store call names the primitive (``Call("insert_op", ...)``), so the same protocol runs on a
+synchronous :class:`~intentlog.stores._base.Store` or an
+:class:`~intentlog.stores._async_store.AsyncStore`. :func:`run_sync` performs the requests in
+the calling thread; :func:`run_async` performs them without blocking the event loop. Neither
+runner holds any policy.
 """
 
 from __future__ import annotations
@@ -17,17 +20,19 @@ from collections.abc import Callable, Generator
 from typing import Any, TypeVar
 
 from intentlog._errors import InvalidInput
+from intentlog.stores._async_store import AsyncStore
+from intentlog.stores._base import Store
 
-__all__ = ["Call", "Protocol", "Sleep", "User", "run_async", "run_sync"]
+__all__ = ["Call", "Protocol", "Sleep", "User", "p_call", "run_async", "run_sync"]
 
 T = TypeVar("T")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Call:
-    """Call a store function (blocking I/O, never user code)."""
+    """Call the store primitive ``name`` (journal I/O, never user code)."""
 
-    fn: Callable[..., Any]
+    name: str
     args: tuple[Any, ...] = ()
     kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -51,8 +56,13 @@ Request = Call | User | Sleep
 Protocol = Generator[Request, Any, T]
 
 
-def run_sync(protocol: Protocol[T]) -> T:
-    """Drive ``protocol`` in this thread."""
+def p_call(name: str, *args: Any, **kwargs: Any) -> Protocol[Any]:
+    """A protocol of one store call: for verbs that are nothing more."""
+    return (yield Call(name, args, kwargs))
+
+
+def run_sync(protocol: Protocol[T], store: Store) -> T:
+    """Drive ``protocol`` in this thread, its store calls on ``store``."""
     send: Any = None
     error: BaseException | None = None
     while True:
@@ -62,10 +72,10 @@ def run_sync(protocol: Protocol[T]) -> T:
             return stop.value  # type: ignore[no-any-return]
         send, error = None, None
         try:
-            if isinstance(request, Sleep):
+            if isinstance(request, Call):
+                send = getattr(store, request.name)(*request.args, **request.kwargs)
+            elif isinstance(request, Sleep):
                 time.sleep(request.seconds)
-            elif isinstance(request, Call):
-                send = request.fn(*request.args, **request.kwargs)
             else:
                 if inspect.iscoroutinefunction(request.fn):
                     raise InvalidInput(
@@ -83,19 +93,25 @@ def run_sync(protocol: Protocol[T]) -> T:
             error = exc
 
 
-async def run_async(protocol: Protocol[T], executor: concurrent.futures.Executor) -> T:
+async def run_async(
+    protocol: Protocol[T], executor: concurrent.futures.Executor, store: Store | AsyncStore
+) -> T:
     """Drive ``protocol`` on the running event loop; blocking work goes to ``executor``.
 
-    The protocol advances in a pool thread, doing its store calls and synchronous user code
-    there, and comes back to the loop only to sleep or to await ``async def`` user code: one
-    hop per such step instead of one per store call. The generator never runs in two threads
-    at once (each step is awaited before the next).
+    With an :class:`AsyncStore` the protocol advances on the loop and its store calls are
+    awaited; synchronous user code runs in ``executor``. With a synchronous store (SQLite,
+    whose driver has no async form) the protocol advances in a pool thread, doing its store
+    calls and synchronous user code there, and comes back to the loop only to sleep or to
+    await ``async def`` user code: one hop per such step instead of one per store call.
+    Either way the generator never runs in two threads at once.
     """
+    if isinstance(store, AsyncStore):
+        return await _run_on_loop(protocol, executor, store)
     loop = asyncio.get_running_loop()
     send: Any = None
     error: BaseException | None = None
     while True:
-        done, value = await loop.run_in_executor(executor, _advance, protocol, send, error)
+        done, value = await loop.run_in_executor(executor, _advance, protocol, store, send, error)
         if done:
             return value  # type: ignore[no-any-return]
         send, error = None, None
@@ -110,7 +126,37 @@ async def run_async(protocol: Protocol[T], executor: concurrent.futures.Executor
             error = exc
 
 
-def _advance(protocol: Protocol[Any], send: Any, error: BaseException | None) -> tuple[bool, Any]:
+async def _run_on_loop(
+    protocol: Protocol[T], executor: concurrent.futures.Executor, store: AsyncStore
+) -> T:
+    loop = asyncio.get_running_loop()
+    send: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            request = protocol.throw(error) if error is not None else protocol.send(send)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        send, error = None, None
+        try:
+            if isinstance(request, Call):
+                send = await getattr(store, request.name)(*request.args, **request.kwargs)
+            elif isinstance(request, Sleep):
+                await asyncio.sleep(request.seconds)
+            elif inspect.iscoroutinefunction(request.fn):
+                send = await request.fn(*request.args, **request.kwargs)
+            else:
+                call = _bound(request.fn, request.args, request.kwargs)
+                send = await loop.run_in_executor(executor, call)
+                if inspect.isawaitable(send):
+                    send = await send
+        except BaseException as exc:  # handed to the protocol to decide
+            error = exc
+
+
+def _advance(
+    protocol: Protocol[Any], store: Store, send: Any, error: BaseException | None
+) -> tuple[bool, Any]:
     """Run ``protocol`` in this (pool) thread until it needs the event loop or finishes.
 
     Returns ``(True, result)`` when it finished, else ``(False, what to await)``: a Sleep, a
@@ -125,19 +171,22 @@ def _advance(protocol: Protocol[Any], send: Any, error: BaseException | None) ->
         send, error = None, None
         if isinstance(request, Sleep):
             return False, request
-        if isinstance(request, User) and inspect.iscoroutinefunction(request.fn):
-            return False, request
         try:
+            if isinstance(request, Call):
+                send = getattr(store, request.name)(*request.args, **request.kwargs)
+                continue
+            if inspect.iscoroutinefunction(request.fn):
+                return False, request
             send = request.fn(*request.args, **request.kwargs)
         except BaseException as exc:  # handed to the protocol to decide
             error = exc
             continue
-        if isinstance(request, User) and inspect.isawaitable(send):
+        if inspect.isawaitable(send):
             return False, send
 
 
-def _call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    return fn(*args, **kwargs)
+def _bound(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    return lambda: fn(*args, **kwargs)
 
 
 def _close(awaitable: Any) -> None:

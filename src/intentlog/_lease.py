@@ -1,31 +1,45 @@
-"""Lease renewal: one background thread per journal renews every open task handle."""
+"""Lease renewal: one background renewer per journal renews every open task handle.
+
+Why in the background: a long send (or a slow model call between steps) must not outlive the
+lease, and neither the sync nor the async API may rely on the caller to come back in time.
+A synchronous store is renewed from a thread; an asynchronous one from a task on the journal's
+event loop (a blocked loop delays renewal, which is why every send first checks the time the
+lease has left).
+"""
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import contextlib
 import threading
-from typing import Protocol
+from typing import TYPE_CHECKING
 
+from intentlog._driver import run_async, run_sync
+from intentlog.stores._async_store import AsyncStore
+from intentlog.stores._base import Store
 
-class Renewable(Protocol):
-    def renew(self) -> None: ...
+if TYPE_CHECKING:
+    from intentlog._protocol import TaskCore
+
+__all__ = ["AsyncRenewer", "Renewer"]
 
 
 class Renewer:
-    """Renews each registered handle's lease every third of ``ttl`` seconds.
+    """Renews each registered handle's lease every third of ``ttl`` seconds, from a thread.
 
-    Why a thread: a long send (or a slow model call between steps) must not outlive the lease,
-    and neither the sync nor the async API may rely on the caller to come back in time. The
-    thread starts with the first handle and stops when the journal closes.
+    The thread starts with the first handle and stops when the journal closes.
     """
 
-    def __init__(self, ttl: float) -> None:
+    def __init__(self, ttl: float, store: Store) -> None:
         self._ttl = ttl
-        self._handles: set[Renewable] = set()
+        self._store = store
+        self._handles: set[TaskCore] = set()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def add(self, handle: Renewable) -> None:
+    def add(self, handle: TaskCore) -> None:
         with self._lock:
             self._handles.add(handle)
             if self._thread is None and not self._stop.is_set():
@@ -34,7 +48,7 @@ class Renewer:
                 )
                 self._thread.start()
 
-    def discard(self, handle: Renewable) -> None:
+    def discard(self, handle: TaskCore) -> None:
         with self._lock:
             self._handles.discard(handle)
 
@@ -51,6 +65,50 @@ class Renewer:
                 handles = list(self._handles)
             for handle in handles:
                 try:
-                    handle.renew()
+                    run_sync(handle.p_renew(), self._store)
+                except Exception:  # noqa: S112 - a transient store error: try next period
+                    continue
+
+
+class AsyncRenewer:
+    """The same for an :class:`AsyncStore`, as a task on the running event loop.
+
+    The task starts with the first handle (which is added from the loop) and is cancelled by
+    :meth:`aclose`.
+    """
+
+    def __init__(
+        self, ttl: float, store: AsyncStore, executor: concurrent.futures.Executor
+    ) -> None:
+        self._ttl = ttl
+        self._store = store
+        self._executor = executor
+        self._handles: set[TaskCore] = set()
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+
+    def add(self, handle: TaskCore) -> None:
+        self._handles.add(handle)
+        if self._task is None and not self._closed:
+            loop = asyncio.get_running_loop()
+            self._task = loop.create_task(self._loop(), name="intentlog-lease-renewal")
+
+    def discard(self, handle: TaskCore) -> None:
+        self._handles.discard(handle)
+
+    async def aclose(self) -> None:
+        self._closed = True
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._ttl / 3)
+            for handle in list(self._handles):
+                try:
+                    await run_async(handle.p_renew(), self._executor, self._store)
                 except Exception:  # noqa: S112 - a transient store error: try next period
                     continue

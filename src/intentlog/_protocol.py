@@ -47,6 +47,7 @@ from intentlog._model import (
     TaskRecord,
 )
 from intentlog._owner import holder_is_dead, new_owner
+from intentlog.stores._async_store import AsyncStore
 from intentlog.stores._base import Store, TaskUpdate
 
 __all__ = ["Options", "TaskCore", "p_acquire"]
@@ -68,7 +69,7 @@ class Options:
 
 
 def p_acquire(
-    store: Store, options: Options, task_id: str, wait: float | None
+    store: Store | AsyncStore, options: Options, task_id: str, wait: float | None
 ) -> Protocol[tuple[TaskRecord, str]]:
     """Lease the task (creating it on first use); returns its record and our owner id.
 
@@ -79,18 +80,16 @@ def p_acquire(
     owner = new_owner()
     pause = 0.02
     while True:
-        record: TaskRecord | None = yield Call(store.get_task, (task_id,))
+        record: TaskRecord | None = yield Call("get_task", (task_id,))
         claimed = None
         if record is None:
-            claimed = yield Call(store.claim_task, (task_id, owner, options.lease_ttl, None))
+            claimed = yield Call("claim_task", (task_id, owner, options.lease_ttl, None))
         elif (
             record.owner is None
             or record.lease_expires <= store.now()
             or holder_is_dead(record.owner)
         ):
-            claimed = yield Call(
-                store.claim_task, (task_id, owner, options.lease_ttl, record.epoch)
-            )
+            claimed = yield Call("claim_task", (task_id, owner, options.lease_ttl, record.epoch))
         if claimed is not None:
             return claimed, owner
         if time.monotonic() >= give_up:
@@ -109,7 +108,13 @@ class TaskCore:
     handle is used by one thread or one asyncio task at a time."""
 
     def __init__(
-        self, store: Store, options: Options, record: TaskRecord, owner: str, *, is_async: bool
+        self,
+        store: Store | AsyncStore,
+        options: Options,
+        record: TaskRecord,
+        owner: str,
+        *,
+        is_async: bool,
     ) -> None:
         self.store = store
         self.options = options
@@ -164,13 +169,13 @@ class TaskCore:
         self.closed = True
 
     def p_next_action(self) -> Protocol[Action | None]:
-        ops: list[Operation] = yield Call(self.store.list_ops, (), {"task_id": self.id})
+        ops: list[Operation] = yield Call("list_ops", (), {"task_id": self.id})
         return task_action((op.state for op in ops), self.record.completed)
 
     def p_write_task(self, update: TaskUpdate) -> Protocol[None]:
         self.check_usable()
         self.record = yield from self._fenced(
-            self.store.write_task, self.id, self.record.epoch, self.ttl, update, _UNWRITTEN
+            "write_task", self.id, self.record.epoch, self.ttl, update, _UNWRITTEN
         )
         self.lease_deadline = time.monotonic() + self.ttl
 
@@ -218,8 +223,11 @@ class TaskCore:
         fp = fingerprint(canonical)
         key = validate_key(key) if key is not None else derive_key(self.id, effect.name, canonical)
         existing: Operation | None = self.unwritten.get(key)
-        if existing is None:
-            existing = yield Call(self.store.get_op, (key,))
+        if existing is None and self.record.epoch > 1:
+            # A task at epoch 1 has had no other holder: every operation it has, this handle
+            # wrote, so the insert below (insert-if-absent on the key) is the read too. Later
+            # epochs read first, so replaying a finished step costs a read, not a write.
+            existing = yield Call("get_op", (key,))
         if existing is not None:
             self._same_call(existing, effect, fp)
             return existing, False
@@ -247,7 +255,7 @@ class TaskCore:
             args=stored_args,
         )
         op, created = yield from self._fenced(
-            self.store.insert_op, op, self.record.epoch, self.ttl, _UNWRITTEN
+            "insert_op", op, self.record.epoch, self.ttl, _UNWRITTEN
         )
         if not created:
             self._same_call(op, effect, fp)
@@ -385,7 +393,7 @@ class TaskCore:
                 updated_at=self.store.now(),
                 error={"message": scrub_text(str(exc)), "type": type(exc).__name__},
             )
-            yield from self._fenced(self.store.update_op, failed, self.record.epoch, self.ttl)
+            yield from self._fenced("update_op", failed, self.record.epoch, self.ttl)
             raise
         except Exception as exc:
             raise _Ambiguous(exc) from exc
@@ -395,7 +403,7 @@ class TaskCore:
         if lazy:
             self.unwritten[op.key] = done  # written with the task's next write
             return receipt
-        stored = yield from self._fenced(self.store.update_op, done, self.record.epoch, self.ttl)
+        stored = yield from self._fenced("update_op", done, self.record.epoch, self.ttl)
         if stored is None:  # an operator resolved it while we were sending
             stored = yield from self.p_reload(op)
             if stored.state is not State.CONFIRMED:
@@ -420,7 +428,7 @@ class TaskCore:
             lookup_failures=0,
             policy=effect.policy,
         )
-        stored = yield from self._fenced(self.store.update_op, sending, self.record.epoch, self.ttl)
+        stored = yield from self._fenced("update_op", sending, self.record.epoch, self.ttl)
         if stored is None:
             raise _Ambiguous(RuntimeError("operation changed while being resubmitted"))
         crashpoint("after_submit_mark", effect.name)
@@ -440,7 +448,7 @@ class TaskCore:
             changes["receipt"] = self.clean(effect, decision.receipt)
         new = op.replace(**changes)
         stored: Operation | None = yield from self._fenced(
-            self.store.update_op, new, self.record.epoch, self.ttl
+            "update_op", new, self.record.epoch, self.ttl
         )
         return stored
 
@@ -471,7 +479,7 @@ class TaskCore:
         return receipt
 
     def p_reload(self, op: Operation) -> Protocol[Operation]:
-        fresh: Operation | None = yield Call(self.store.get_op, (op.key,))
+        fresh: Operation | None = yield Call("get_op", (op.key,))
         if fresh is None:
             raise InvalidInput(f"operation {op.key!r} disappeared from the journal", key=op.key)
         return fresh
@@ -484,13 +492,13 @@ class TaskCore:
         if self.closed:
             raise InvalidInput(f"task {self.id!r} handle is closed; open it again", task_id=self.id)
 
-    def _fenced(self, fn: Any, *args: Any) -> Protocol[Any]:
+    def _fenced(self, name: str, *args: Any) -> Protocol[Any]:
         """A fenced write; lazy receipts waiting to be written ride along where the write
         takes them (``_UNWRITTEN`` in ``args``), and stay waiting if it fails."""
         also = list(self.unwritten.values())
         args = tuple(also if arg is _UNWRITTEN else arg for arg in args)
         try:
-            result = yield Call(fn, args)
+            result = yield Call(name, args)
         except LeaseLost as exc:
             self.lost = exc
             raise
@@ -500,13 +508,13 @@ class TaskCore:
                 crashpoint("after_confirm", op.effect)  # the lazy receipt is durable now
         return result
 
-    def renew(self) -> None:
-        """Extend the lease (called by the journal's renewal thread, never concurrently with
-        itself). A fenced write: a worker that was taken over learns it here too."""
+    def p_renew(self) -> Protocol[None]:
+        """Extend the lease (run by the journal's renewer, never concurrently with itself).
+        A fenced write: a worker that was taken over learns it here too."""
         if self.closed or self.lost is not None:
             return
         try:
-            self.store.write_task(self.id, self.record.epoch, self.ttl, TaskUpdate())
+            yield Call("write_task", (self.id, self.record.epoch, self.ttl, TaskUpdate()))
             self.lease_deadline = time.monotonic() + self.ttl
         except LeaseLost as exc:
             self.lost = exc

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from intentlog._driver import run_sync
+from intentlog._driver import Protocol, run_sync
 from intentlog._effect import Effect
 from intentlog._model import JSON, Action, Operation
 from intentlog._protocol import TaskCore
+from intentlog.stores._base import Store
 
 if TYPE_CHECKING:
     from intentlog._lease import Renewer
 
 __all__ = ["Task", "TaskView"]
+
+_T = TypeVar("_T")
 
 
 class TaskView:
@@ -54,18 +57,23 @@ class Task(TaskView):
     """
 
     def __init__(self, core: TaskCore, renewer: Renewer) -> None:
+        assert isinstance(core.store, Store), "a Task drives a synchronous store"
         self._core = core
+        self._store: Store = core.store
         self._renewer = renewer
         renewer.add(core)
+
+    def _run(self, protocol: Protocol[_T]) -> _T:
+        return run_sync(protocol, self._store)
 
     @property
     def next_action(self) -> Action | None:
         """ESCALATE, RECONCILE, SUBMIT or RESUME, from the task's operations (None if done)."""
-        return run_sync(self._core.p_next_action())
+        return self._run(self._core.p_next_action())
 
     def operations(self) -> list[Operation]:
         """This task's operations, oldest first."""
-        return self._core.store.list_ops(task_id=self.id)
+        return self._store.list_ops(task_id=self.id)
 
     def checkpoint(self, next_step: str | None = None, state: JSON = ...) -> None:
         """Durably record where the task resumes and its small JSON state.
@@ -73,12 +81,12 @@ class Task(TaskView):
         ``state`` is refused with UnsafeValue (naming the path) if it holds a credential, is
         not JSON or exceeds the journal's size bound; then nothing is written.
         """
-        run_sync(self._core.p_checkpoint(next_step, state))
+        self._run(self._core.p_checkpoint(next_step, state))
 
     def complete(self, state: JSON = ...) -> None:
         """Mark the task complete (optionally with a final state) and release its lease."""
         try:
-            run_sync(self._core.p_complete(state))
+            self._run(self._core.p_complete(state))
         finally:
             if self._core.closed:
                 self._renewer.discard(self._core)
@@ -86,7 +94,7 @@ class Task(TaskView):
     def close(self) -> None:
         """Release the lease (if still held) and stop renewing it. Idempotent."""
         self._renewer.discard(self._core)
-        run_sync(self._core.p_close())
+        self._run(self._core.p_close())
 
     def __enter__(self) -> Task:
         return self
@@ -99,7 +107,7 @@ class Task(TaskView):
 
         A later ``run`` with the same arguments (or ``key=``) submits it.
         """
-        return run_sync(self._core.p_plan(effect, args, kwargs, key))
+        return self._run(self._core.p_plan(effect, args, kwargs, key))
 
     def run(self, effect: Effect, /, *args: Any, key: str | None = None, **kwargs: Any) -> JSON:
         """Perform ``effect`` at most once for this task and these arguments; return its receipt.
@@ -111,4 +119,4 @@ class Task(TaskView):
         Rejected if it FAILED, KeyConflict if ``key`` was used with other arguments, and
         StillInFlight if the decision is to wait longer than the journal's ``max_wait``.
         """
-        return run_sync(self._core.p_run(effect, args, kwargs, key))
+        return self._run(self._core.p_run(effect, args, kwargs, key))

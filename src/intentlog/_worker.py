@@ -23,6 +23,7 @@ from intentlog._model import JSON, State, TaskRecord
 from intentlog._owner import new_owner
 from intentlog._protocol import TaskCore
 from intentlog._task import Task
+from intentlog._verbs import p_recover_one
 from intentlog.stores._base import TaskUpdate
 
 __all__ = ["Registry", "Worker"]
@@ -136,7 +137,7 @@ class Worker:
             for op in journal.store.list_ops(task_id=record.task_id, states=[State.SUBMITTED]):
                 effect = self.registry.effects.get(op.effect)
                 if effect is not None:  # settle what a dead worker left in flight, first
-                    run_sync(journal._p_recover_one(core, op, effect))
+                    run_sync(p_recover_one(core, op, effect), journal.store)
             fn(task, record.input)
             if not task.completed:
                 task.complete()
@@ -160,5 +161,5 @@ class Worker:
         self.journal._renewer.discard(core)
         with contextlib.suppress(LeaseLost):
             update = TaskUpdate(release=True, failed=failed, not_before=not_before)
-            run_sync(core.p_write_task(update))
+            run_sync(core.p_write_task(update), self.journal.store)
         core.closed = True

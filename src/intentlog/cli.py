@@ -29,6 +29,7 @@ import importlib
 import json
 import os
 import re
+import signal
 import sys
 import textwrap
 import threading
@@ -625,22 +626,41 @@ def worker(
     Example:
       intentlog --db postgresql://app@db/prod worker --app myapp.tasks:registry
     """
-    registry = load_registry(app)
-    with intentlog.open(ctx.obj["db"], lease_ttl=lease_ttl) as journal:
-        workers = [intentlog.Worker(journal, registry, poll=poll) for _ in range(concurrency)]
-        threads = [
-            threading.Thread(target=w.run, kwargs={"exit_when_idle": exit_when_idle})
-            for w in workers[1:]
-        ]
-        for thread in threads:
-            thread.start()
-        try:
-            workers[0].run(exit_when_idle=exit_when_idle, handle_signals=True)
-        finally:
-            for w in workers:
-                w.stop()
+    workers: list[intentlog.Worker] = []
+    stopping = threading.Event()
+
+    def request_stop(*_: object) -> None:
+        stopping.set()
+        for w in workers:
+            w.stop()
+
+    # Handled from the first moment, so a worker stopped while it is still starting (loading
+    # the app, opening the journal) exits cleanly too, having claimed nothing.
+    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        registry = load_registry(app)
+        with intentlog.open(ctx.obj["db"], lease_ttl=lease_ttl) as journal:
+            workers.extend(
+                intentlog.Worker(journal, registry, poll=poll) for _ in range(concurrency)
+            )
+            if stopping.is_set():
+                request_stop()
+            threads = [
+                threading.Thread(target=w.run, kwargs={"exit_when_idle": exit_when_idle})
+                for w in workers[1:]
+            ]
             for thread in threads:
-                thread.join()
+                thread.start()
+            try:
+                workers[0].run(exit_when_idle=exit_when_idle)
+            finally:
+                for w in workers:
+                    w.stop()
+                for thread in threads:
+                    thread.join()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     totals = {
         "completed": sum(w.completed for w in workers),
         "parked": sum(w.parked for w in workers),

@@ -344,7 +344,7 @@ def need(module: str, extra: str) -> None:
 def sync_journal(journal: Journal | AsyncJournal) -> Journal:
     """The synchronous journal behind ``journal`` (tools run it in a worker thread)."""
     if isinstance(journal, AsyncJournal):
-        return journal._sync
+        return journal.sync_journal()
     if not isinstance(journal, Journal):
         raise InvalidInput(f"expected an intentlog Journal or AsyncJournal, got {journal!r}")
     return journal

@@ -1,0 +1,302 @@
+"""The journal's verbs that need no task code, written once as protocols.
+
+:class:`intentlog.Journal` runs them with ``run_sync`` and :class:`intentlog.AsyncJournal` with
+``run_async``, on whichever store the journal has (see ``intentlog._driver``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Iterable
+from typing import Any
+
+from intentlog._decide import LookupFailed, decide, task_action
+from intentlog._driver import Call, Protocol
+from intentlog._effect import Effect
+from intentlog._errors import InvalidInput, KeyConflict, TaskBusy, UnknownOperation
+from intentlog._hygiene import check_safe
+from intentlog._keys import validate_task_id
+from intentlog._model import JSON, Action, LookupResult, Operation, State, TaskRecord
+from intentlog._owner import holder_is_dead
+from intentlog._protocol import Options, TaskCore, p_acquire
+from intentlog.stores._async_store import AsyncStore
+from intentlog.stores._base import Resolution, Store
+
+__all__ = [
+    "Pending",
+    "Recovered",
+    "TaskInfo",
+    "p_attention",
+    "p_gc",
+    "p_operation",
+    "p_pending",
+    "p_recover",
+    "p_recover_one",
+    "p_resolve",
+    "p_start",
+    "p_task_info",
+]
+
+_OPEN_STATES = (State.PLANNED, State.SUBMITTED, State.UNRESOLVED)
+AnyStore = Store | AsyncStore
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Pending:
+    """An operation that is not yet CONFIRMED or FAILED, with its one next action.
+
+    ``not_before`` (store clock) is set when the action is WAIT: the time from which the next
+    step can be decided.
+    """
+
+    key: str
+    task_id: str
+    effect: str
+    state: State
+    next_action: Action
+    reason: str
+    not_before: float | None
+    operation: Operation
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Recovered:
+    """What ``recover`` did with one SUBMITTED operation (or why it left it alone)."""
+
+    key: str
+    task_id: str
+    effect: str
+    state: State  # the state after recovery
+    action: Action  # the next action from here
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TaskInfo:
+    """A task with its operations and its next action (None once complete)."""
+
+    record: TaskRecord
+    operations: list[Operation]
+    next_action: Action | None
+    holder_alive: bool
+
+
+def p_start(options: Options, kind: str, task_id: str, input: JSON) -> Protocol[bool]:
+    """See :meth:`intentlog.Journal.start`."""
+    task_id = validate_task_id(task_id)
+    if not isinstance(kind, str) or not kind.strip() or len(kind) > 100:
+        raise InvalidInput(f"task kind must be a non-empty string of <= 100 chars: {kind!r}")
+    input_json = check_safe(input, what="input", max_bytes=options.max_bytes)
+    if (yield Call("create_task", (task_id, kind, input_json))) is not None:
+        return True
+    existing: TaskRecord | None = yield Call("get_task", (task_id,))
+    if existing is None or existing.kind != kind or existing.input != json.loads(input_json):
+        raise KeyConflict(
+            f"task {task_id!r} already exists with another kind or input", task_id=task_id
+        )
+    return False
+
+
+def p_task_info(store: AnyStore, task_id: str) -> Protocol[TaskInfo]:
+    """See :meth:`intentlog.Journal.task_info`."""
+    record: TaskRecord | None = yield Call("get_task", (validate_task_id(task_id),))
+    if record is None:
+        raise InvalidInput(f"no task {task_id!r} in the journal at {store.url}", task_id=task_id)
+    return (yield from _p_info(store, record))
+
+
+def _p_info(store: AnyStore, record: TaskRecord) -> Protocol[TaskInfo]:
+    ops: list[Operation] = yield Call("list_ops", (), {"task_id": record.task_id})
+    alive = (
+        record.owner is not None
+        and record.lease_expires > store.now()
+        and not holder_is_dead(record.owner)
+    )
+    return TaskInfo(record, ops, task_action((o.state for o in ops), record.completed), alive)
+
+
+def p_attention(store: AnyStore) -> Protocol[list[TaskInfo]]:
+    """See :meth:`intentlog.Journal.attention`."""
+    records: list[TaskRecord] = yield Call("list_tasks", (), {"include_completed": False})
+    infos = []
+    for record in records:
+        info = yield from _p_info(store, record)
+        if info.next_action is Action.ESCALATE or not info.holder_alive:
+            infos.append(info)
+    return infos
+
+
+def p_operation(store: AnyStore, key: str) -> Protocol[Operation]:
+    """See :meth:`intentlog.Journal.operation`."""
+    op = (yield Call("get_op", (key,))) if isinstance(key, str) else None
+    if op is None:
+        raise UnknownOperation(f"no operation with key {key!r} in {store.url}", key=str(key))
+    return op  # type: ignore[no-any-return]
+
+
+def p_pending(store: AnyStore, options: Options) -> Protocol[list[Pending]]:
+    """See :meth:`intentlog.Journal.pending`."""
+    now = store.now()
+    ops: list[Operation] = yield Call("list_ops", (), {"states": _OPEN_STATES})
+    result = []
+    for op in ops:
+        gone = holder_is_dead(op.submitted_by)
+        decision = decide(
+            op, op.policy, now, submitter_gone=gone, lookup_limit=options.lookup_limit
+        )
+        action = Action.ESCALATE if decision.mark is State.UNRESOLVED else decision.action
+        result.append(
+            Pending(
+                op.key,
+                op.task_id,
+                op.effect,
+                op.state,
+                action,
+                decision.reason,
+                decision.not_before,
+                op,
+            )
+        )
+    return result
+
+
+def p_recover(
+    store: AnyStore, options: Options, effects: Iterable[Effect], wait: float, *, is_async: bool
+) -> Protocol[list[Recovered]]:
+    """See :meth:`intentlog.Journal.recover`."""
+    by_name = {e.name: e for e in effects}
+    report: list[Recovered] = []
+    submitted: list[Operation] = yield Call("list_ops", (), {"states": [State.SUBMITTED]})
+    mine = {"states": [State.SUBMITTED]}
+    for task_id in dict.fromkeys(op.task_id for op in submitted):
+        ops: list[Operation] = yield Call("list_ops", (), {"task_id": task_id, **mine})
+        try:
+            record, owner = yield from p_acquire(store, options, task_id, wait)
+        except TaskBusy:
+            report.extend(_report(op, Action.WAIT, "its task is leased by a live worker")
+                          for op in ops)  # fmt: skip
+            continue
+        core = TaskCore(store, options, record, owner, is_async=is_async)
+        try:
+            ops = yield Call("list_ops", (), {"task_id": task_id, **mine})
+            for op in ops:
+                effect = by_name.get(op.effect)
+                if effect is not None and effect.is_async and not is_async:
+                    raise InvalidInput(
+                        f"effect {effect.name!r} is async: recover it with AsyncJournal"
+                    )
+                report.append((yield from p_recover_one(core, op, effect)))
+        finally:
+            yield from core.p_close()
+    return report
+
+
+def p_recover_one(core: TaskCore, op: Operation, effect: Effect | None) -> Protocol[Recovered]:
+    """Settle one SUBMITTED operation of a leased task by lookup, never by sending."""
+    if effect is None:
+        return _report(op, Action.RECONCILE, f"effect {op.effect!r} was not given to recover")
+    now = core.store.now()
+    gone = holder_is_dead(op.submitted_by)
+    kwargs: dict[str, Any] = {"submitter_gone": gone, "lookup_limit": core.options.lookup_limit}
+    decision = decide(op, effect.policy, now, **kwargs)
+    if decision.action is Action.RECONCILE:
+        lookup: LookupResult | LookupFailed = yield from core.p_lookup(effect, op.key)
+        decision = decide(op, effect.policy, now, lookup=lookup, **kwargs)
+    if decision.mark is not None or decision.lookup_failed:
+        marked = yield from core.p_mark(op, decision, effect)
+        op = marked if marked is not None else (yield from core.p_reload(op))
+    action = decision.action
+    if decision.mark is State.CONFIRMED:
+        action = Action.USE_RECEIPT
+    return _report(op, action, decision.reason)
+
+
+def p_resolve(
+    store: AnyStore,
+    options: Options,
+    key: str,
+    outcome: str,
+    receipt: JSON,
+    note: str | None,
+    actor: str | None,
+) -> Protocol[Operation]:
+    """See :meth:`intentlog.Journal.resolve`."""
+    targets = {"confirmed": State.CONFIRMED, "failed": State.FAILED, "retry": State.PLANNED}
+    if outcome not in targets:
+        raise InvalidInput(
+            f"outcome must be one of {', '.join(targets)}, got {outcome!r}", key=str(key)
+        )
+    if note is not None and (
+        not isinstance(note, str) or len(note) > 2000 or _has_control(note, allow="\n\t")
+    ):
+        raise InvalidInput(
+            "note must be a string of at most 2000 characters without control characters",
+            key=str(key),
+        )
+    if receipt is not None and outcome != "confirmed":
+        raise InvalidInput("a receipt only goes with outcome 'confirmed'", key=str(key))
+    if receipt is not None:
+        check_safe(receipt, what="receipt", max_bytes=options.max_bytes)
+    to_state = targets[outcome]
+    while True:
+        op = yield from p_operation(store, key)
+        allowed = {State.SUBMITTED, State.UNRESOLVED} | (
+            {State.PLANNED} if outcome != "retry" else set()
+        )
+        if op.state not in allowed:
+            raise InvalidInput(
+                f"operation {key!r} is {op.state}; '{outcome}' applies only to "
+                f"{', '.join(sorted(allowed))} operations",
+                key=key,
+                state=op.state.value,
+            )
+        now = store.now()
+        new = op.replace(
+            state=to_state,
+            updated_at=now,
+            receipt=receipt if to_state is State.CONFIRMED else op.receipt,
+            error={"message": note or "resolved as failed by an operator"}
+            if to_state is State.FAILED
+            else op.error,
+            note=note,
+            lookup_failures=0,
+        )
+        audit = Resolution(
+            key=op.key,
+            task_id=op.task_id,
+            at=now,
+            from_state=op.state,
+            to_state=to_state,
+            note=note,
+            receipt=receipt,
+            actor=actor or _default_actor(),
+        )
+        stored: Operation | None = yield Call(
+            "update_op", (new, None, options.lease_ttl), {"resolution": audit}
+        )
+        if stored is not None:
+            return stored
+
+
+def p_gc(store: AnyStore, older_than: float) -> Protocol[int]:
+    """See :meth:`intentlog.Journal.gc`."""
+    if older_than < 0:
+        raise InvalidInput(f"older_than must be >= 0 seconds, got {older_than!r}")
+    return (yield Call("delete_completed", (store.now() - older_than,)))  # type: ignore[no-any-return]
+
+
+def _has_control(text: str, allow: str = "") -> bool:
+    return any(ch not in allow and (ord(ch) < 32 or ord(ch) == 127) for ch in text)
+
+
+def _report(op: Operation, action: Action, reason: str) -> Recovered:
+    return Recovered(op.key, op.task_id, op.effect, op.state, action, reason)
+
+
+def _default_actor() -> str:
+    try:
+        return os.getlogin()
+    except OSError:
+        return os.environ.get("USER", "unknown")

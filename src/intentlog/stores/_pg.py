@@ -1,0 +1,439 @@
+"""What the synchronous and asynchronous PostgreSQL stores share: the schema, the URL rules,
+and every primitive written once as a *plan*.
+
+A plan is a generator that yields the statements of one primitive (:class:`Q`) and receives
+each one's :class:`Result`; the stores in :mod:`intentlog.stores.postgres` drive plans on a
+psycopg connection, blocking or awaited. So the SQL and the logic around it exist once.
+
+One round trip per write. Every fenced write is a single statement: the fence (an UPDATE of
+the task's row on its epoch, which also extends the lease and takes the row lock that
+serialises the write with a takeover) is a data-modifying CTE, the operation's INSERT or
+UPDATE reads from it and so happens only if the fence held, and lazy receipts riding along
+are further CTEs reading from it. Run in autocommit, the statement is its own transaction:
+one round trip where BEGIN, fence, write and COMMIT took four.
+
+Retries. With one statement per write, a connection lost mid-call cannot tell whether the
+write committed. Every write plan therefore recognises its own earlier attempt: when its
+statement changed nothing, it reads why, and a stored row equal to the one it meant to write
+(the owner id and timestamps make it unique) is its own. So the store can retry a write whose
+connection died, and a caller never mistakes its own committed intent for someone else's. The
+exceptions are harmless: a retried ``create_task`` reports "already existed", a retried failed
+run of a worker counts twice, and a retried ``claim_next`` whose first attempt committed leaves
+that task leased to an owner that will not run it, until its lease expires.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections.abc import Generator, Iterable, Sequence
+from typing import Any, NamedTuple, TypeVar
+from urllib.parse import unquote, urlsplit
+
+from intentlog._errors import InvalidInput, JournalError, LeaseLost
+from intentlog._model import Operation, State, TaskRecord
+from intentlog.stores._base import (
+    OP_COLUMNS,
+    Resolution,
+    TaskUpdate,
+    op_from_row,
+    op_to_row,
+    task_from_row,
+)
+
+__all__ = ["DEFAULT_SCHEMA", "SCHEMA_VERSION", "Plans", "Q", "Result", "parse_url"]
+
+SCHEMA_VERSION = 2
+DEFAULT_SCHEMA = "intentlog"
+LOCK_KEY = 0x494C4F47  # "ILOG": with the schema name's hash, the migration advisory lock
+URL_OPTIONS = ("schema", "pool_max_size")  # ours: stripped before libpq sees the URL
+SCHEMA_RE = re.compile(r"^(?!pg_)[a-z_][a-z0-9_]{0,62}$")
+_T = TypeVar("_T")
+
+# Each entry migrates from version index to index + 1. Append only; never edit a released one.
+# "{s}" stands for the quoted schema; ";" only ever ends a statement. Times are epoch seconds
+# (DOUBLE PRECISION, like the model's floats); JSON is TEXT, not JSONB, so a receipt comes back
+# exactly as written.
+MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE {s}.tasks (
+        task_id TEXT PRIMARY KEY,
+        seq BIGINT GENERATED ALWAYS AS IDENTITY,  -- creation order, for "oldest first"
+        epoch BIGINT NOT NULL, owner TEXT, lease_expires DOUBLE PRECISION NOT NULL,
+        next_step TEXT, state TEXT, completed BOOLEAN NOT NULL DEFAULT false,
+        created_at DOUBLE PRECISION NOT NULL, updated_at DOUBLE PRECISION NOT NULL
+    );
+    CREATE TABLE {s}.operations (
+        key TEXT PRIMARY KEY, seq BIGINT GENERATED ALWAYS AS IDENTITY,
+        task_id TEXT NOT NULL, effect TEXT NOT NULL, fingerprint TEXT NOT NULL,
+        state TEXT NOT NULL, version BIGINT NOT NULL,
+        can_reconcile BOOLEAN NOT NULL, idempotent BOOLEAN NOT NULL,  -- the policy ...
+        key_retention DOUBLE PRECISION, timeout DOUBLE PRECISION NOT NULL,
+        lookup_lag DOUBLE PRECISION NOT NULL,  -- ... recorded with the operation
+        created_at DOUBLE PRECISION NOT NULL, updated_at DOUBLE PRECISION NOT NULL,
+        attempts BIGINT NOT NULL, submitted_at DOUBLE PRECISION,
+        first_submitted_at DOUBLE PRECISION, submitted_by TEXT, lookup_failures BIGINT NOT NULL,
+        receipt TEXT, error TEXT, args TEXT, note TEXT
+    );
+    CREATE INDEX operations_by_task ON {s}.operations (task_id, created_at);
+    -- pending() reads only open operations: a partial index keeps it fast on big journals
+    CREATE INDEX operations_open ON {s}.operations (state)
+        WHERE state NOT IN ('CONFIRMED', 'FAILED');
+    CREATE TABLE {s}.resolutions (
+        id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        key TEXT NOT NULL, task_id TEXT NOT NULL, at DOUBLE PRECISION NOT NULL,
+        from_state TEXT NOT NULL, to_state TEXT NOT NULL, note TEXT, receipt TEXT,
+        actor TEXT NOT NULL
+    );
+    CREATE INDEX resolutions_by_key ON {s}.resolutions (key);
+    CREATE INDEX resolutions_by_task ON {s}.resolutions (task_id)
+    """,
+    # 2: tasks that workers run (registered kind, JSON input, failures and backoff)
+    """
+    ALTER TABLE {s}.tasks ADD COLUMN kind TEXT, ADD COLUMN input TEXT,
+        ADD COLUMN runs BIGINT NOT NULL DEFAULT 0, ADD COLUMN last_error TEXT,
+        ADD COLUMN not_before DOUBLE PRECISION NOT NULL DEFAULT 0;
+    CREATE INDEX tasks_runnable ON {s}.tasks (not_before) WHERE NOT completed AND kind IS NOT NULL;
+    CREATE INDEX operations_unresolved ON {s}.operations (task_id) WHERE state = 'UNRESOLVED'
+    """,
+)
+assert len(MIGRATIONS) == SCHEMA_VERSION
+
+VERSION_TABLE = (
+    "CREATE TABLE IF NOT EXISTS {s}.schema_version"
+    " (version INTEGER PRIMARY KEY, applied_at DOUBLE PRECISION NOT NULL)"
+)
+RECORD_VERSION = "INSERT INTO {s}.schema_version VALUES (%s, extract(epoch FROM now()))"
+CLOCK = "SELECT extract(epoch FROM clock_timestamp())::float8"
+
+_TYPES = {  # for the casts of INSERT ... SELECT, whose parameters have no column to type them
+    "version": "bigint",
+    "attempts": "bigint",
+    "lookup_failures": "bigint",
+    "can_reconcile": "boolean",
+    "idempotent": "boolean",
+    **dict.fromkeys(
+        ("key_retention", "timeout", "lookup_lag", "created_at", "updated_at"), "float8"
+    ),
+    **dict.fromkeys(("submitted_at", "first_submitted_at"), "float8"),
+}
+_UPDATED = [c for c in OP_COLUMNS if c != "key"]
+_SET_OP = ", ".join(f"{c} = %s" for c in _UPDATED)
+_FENCE = (
+    "fence AS (UPDATE {s}.tasks SET lease_expires = %s, updated_at = %s"
+    " WHERE task_id = %s AND epoch = %s RETURNING task_id)"
+)
+_TYPED = ", ".join("%s::" + _TYPES.get(c, "text") for c in OP_COLUMNS)
+_INSERT_OP = (
+    f"INSERT INTO {{s}}.operations ({', '.join(OP_COLUMNS)}) SELECT {_TYPED} FROM fence"
+    " ON CONFLICT (key) DO NOTHING RETURNING key"
+)
+_CAS_OP = "UPDATE {s}.operations o SET " + _SET_OP + "{source} WHERE o.key = %s AND o.version = %s"
+_INSERT_RESOLUTION = (
+    "INSERT INTO {s}.resolutions (key, task_id, at, from_state, to_state, note, receipt, actor)"
+    " SELECT %s, %s, %s::float8, %s, %s, %s, %s, %s FROM cas RETURNING id"
+)
+_GET_OP = "SELECT * FROM {s}.operations WHERE key = %s"
+_GET_TASK = "SELECT * FROM {s}.tasks WHERE task_id = %s"
+_SETTLED = (  # a completed task gc may remove ("t" is the task row)
+    "completed AND updated_at < %s AND NOT EXISTS (SELECT 1 FROM {s}.operations o"
+    " WHERE o.task_id = t.task_id AND o.state NOT IN ('CONFIRMED', 'FAILED'))"
+)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Q:
+    """One statement of a plan; ``{s}`` in ``sql`` names the journal's schema."""
+
+    sql: str
+    params: Sequence[Any] = ()
+
+
+class Result(NamedTuple):
+    rowcount: int
+    rows: list[dict[str, Any]]
+
+
+Plan = Generator[Q, Result, _T]
+
+
+class Plans:
+    """Every store primitive as a plan. ``now`` is the store's clock, supplied by the store."""
+
+    def now(self) -> float:
+        raise NotImplementedError
+
+    # -- tasks ------------------------------------------------------------------------------
+
+    def p_get_task(self, task_id: str) -> Plan[TaskRecord | None]:
+        rows = (yield Q(_GET_TASK, (task_id,))).rows
+        return task_from_row(rows[0]) if rows else None
+
+    def p_claim_task(
+        self, task_id: str, owner: str, ttl: float, expect_epoch: int | None
+    ) -> Plan[TaskRecord | None]:
+        now = self.now()
+        if expect_epoch is None:
+            # The primary key decides a race to create: the loser's insert does nothing.
+            sql = (
+                "INSERT INTO {s}.tasks (task_id, epoch, owner, lease_expires, state, created_at,"
+                " updated_at) VALUES (%s, 1, %s, %s, 'null', %s, %s)"
+                " ON CONFLICT (task_id) DO NOTHING RETURNING *"
+            )
+            params: tuple[Any, ...] = (task_id, owner, now + ttl, now, now)
+        else:
+            # A racing UPDATE waits for the winner's row lock, then re-checks the epoch on the
+            # new row version and matches nothing: a compare-and-set even at READ COMMITTED.
+            sql = (
+                "UPDATE {s}.tasks SET epoch = epoch + 1, owner = %s, lease_expires = %s,"
+                " updated_at = %s WHERE task_id = %s AND epoch = %s RETURNING *"
+            )
+            params = (owner, now + ttl, now, task_id, expect_epoch)
+        rows = (yield Q(sql, params)).rows
+        if not rows:  # lost the race, unless the winner was our own earlier attempt
+            rows = (yield Q(_GET_TASK, (task_id,))).rows
+            won = (expect_epoch or 0) + 1
+            if not rows or rows[0]["owner"] != owner or rows[0]["epoch"] != won:
+                return None
+        return task_from_row(rows[0])
+
+    def p_write_task(
+        self, task_id: str, epoch: int, ttl: float, update: TaskUpdate, also: Sequence[Operation]
+    ) -> Plan[TaskRecord]:
+        now = self.now()
+        # The fence and the change are one UPDATE, which matches no row if the epoch moved on.
+        sets = ["lease_expires = %s", "updated_at = %s"]
+        params: list[Any] = [0.0 if update.release else now + ttl, now]
+        changes = (("next_step", update.next_step), ("state", update.state_json))
+        for column, value in (*changes, ("completed", update.completed)):
+            if value is not None:
+                sets.append(f"{column} = %s")
+                params.append(value)
+        if update.release:
+            sets.append("owner = NULL")
+        if update.failed is not None:
+            sets.append("runs = runs + 1, last_error = %s")
+            params.append(update.failed)
+        if update.not_before is not None:
+            sets.append("not_before = %s")
+            params.append(update.not_before)
+        task = (
+            f"fence AS (UPDATE {{s}}.tasks SET {', '.join(sets)}"
+            " WHERE task_id = %s AND epoch = %s RETURNING *)"
+        )
+        ctes, also_params = _also(also)
+        sql = f"WITH {', '.join([task, *ctes])} SELECT * FROM fence"
+        rows = (yield Q(sql, [*params, task_id, epoch, *also_params])).rows
+        if not rows:
+            raise lease_lost(task_id, epoch)
+        return task_from_row(rows[0])
+
+    def p_create_task(self, task_id: str, kind: str, input_json: str) -> Plan[TaskRecord | None]:
+        now = self.now()
+        sql = (
+            "INSERT INTO {s}.tasks (task_id, epoch, owner, lease_expires, state, created_at,"
+            " updated_at, kind, input) VALUES (%s, 0, NULL, 0, 'null', %s, %s, %s, %s)"
+            " ON CONFLICT (task_id) DO NOTHING RETURNING *"
+        )
+        rows = (yield Q(sql, (task_id, now, now, kind, input_json))).rows
+        return task_from_row(rows[0]) if rows else None
+
+    def p_claim_next(self, owner: str, ttl: float) -> Plan[TaskRecord | None]:
+        now = self.now()
+        # SKIP LOCKED: concurrent workers each lock a different candidate instead of queueing
+        # on the same row; the outer UPDATE raises the epoch of the one this worker locked.
+        sql = (
+            "UPDATE {s}.tasks SET epoch = epoch + 1, owner = %s, lease_expires = %s,"
+            " updated_at = %s WHERE task_id = (SELECT task_id FROM {s}.tasks t"
+            " WHERE NOT completed AND kind IS NOT NULL AND not_before <= %s"
+            " AND (owner IS NULL OR lease_expires <= %s) AND NOT EXISTS (SELECT 1 FROM"
+            " {s}.operations o WHERE o.task_id = t.task_id AND o.state = 'UNRESOLVED')"
+            " ORDER BY not_before, seq LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING *"
+        )
+        rows = (yield Q(sql, (owner, now + ttl, now, now, now))).rows
+        return task_from_row(rows[0]) if rows else None
+
+    def p_list_tasks(self, include_completed: bool) -> Plan[list[TaskRecord]]:
+        where = "" if include_completed else " WHERE NOT completed"
+        rows = (yield Q(f"SELECT * FROM {{s}}.tasks{where} ORDER BY seq")).rows
+        return [task_from_row(r) for r in rows]
+
+    def p_delete_completed(self, before: float) -> Plan[int]:
+        """Runs in a transaction of several statements (see the stores)."""
+        # Lock the tasks first, in a fixed order, as fenced writes do (the task row, then
+        # its operations): no deadlock with them, and no operation is added meanwhile.
+        locking = f"SELECT task_id FROM {{s}}.tasks t WHERE {_SETTLED} ORDER BY 1 FOR UPDATE"
+        locked = [r["task_id"] for r in (yield Q(locking, (before,))).rows]
+        # Check again on a fresh snapshot, now that the rows are ours.
+        again = f"SELECT task_id FROM {{s}}.tasks t WHERE task_id = ANY(%s) AND {_SETTLED}"
+        doomed = [r["task_id"] for r in (yield Q(again, (locked, before))).rows]
+        # The audit log goes with its task: a later task with the same id derives the
+        # same keys, and must not inherit another run's resolutions.
+        for table in ("resolutions", "operations", "tasks"):
+            yield Q(f"DELETE FROM {{s}}.{table} WHERE task_id = ANY(%s)", (doomed,))
+        return len(doomed)
+
+    # -- operations -------------------------------------------------------------------------
+
+    def p_get_op(self, key: str) -> Plan[Operation | None]:
+        rows = (yield Q(_GET_OP, (key,))).rows
+        return op_from_row(rows[0]) if rows else None
+
+    def p_insert_op(
+        self, op: Operation, epoch: int, ttl: float, also: Sequence[Operation]
+    ) -> Plan[tuple[Operation, bool]]:
+        row = _op_values(op, version=1)
+        ctes, also_params = _also(also)
+        sql = f"WITH {', '.join([_FENCE, *ctes])} {_INSERT_OP}"
+        fence = (op.updated_at + ttl, op.updated_at, op.task_id, epoch)
+        # The primary key is the claim: of two workers racing for one key, one inserts; the
+        # other waits for its commit, inserts nothing, and reads the winner's row below.
+        if (yield Q(sql, (*fence, *also_params, *row))).rows:
+            return op.replace(version=1), True
+        # Nothing inserted: the lease was lost, or the key was taken (by someone else, or by
+        # our own earlier attempt whose reply was lost).
+        yield from self._p_check_epoch(op.task_id, epoch)
+        stored = (yield Q(_GET_OP, (op.key,))).rows
+        if not stored:  # deleted by gc between the two statements
+            raise JournalError(f"operation {op.key!r} vanished while being claimed", key=op.key)
+        if _same(stored[0], row):
+            return op.replace(version=1), True
+        return op_from_row(stored[0]), False
+
+    def p_update_op(
+        self,
+        op: Operation,
+        epoch: int | None,
+        ttl: float,
+        resolution: Resolution | None,
+        also: Sequence[Operation],
+    ) -> Plan[Operation | None]:
+        row = _op_values(op, version=op.version + 1)
+        where = (op.key, op.version)
+        if epoch is not None:
+            ctes, also_params = _also(also)
+            fence = (op.updated_at + ttl, op.updated_at, op.task_id, epoch)
+            cas = _CAS_OP.replace("{source}", " FROM fence")
+            sql = f"WITH {', '.join([_FENCE, *ctes])} {cas} RETURNING 1"
+            params: tuple[Any, ...] = (*fence, *also_params, *row[1:], *where)
+        elif resolution is not None:
+            # An operator's write: not fenced; the audit record in the same statement.
+            cas = _CAS_OP.replace("{source}", "")
+            r = resolution
+            audit = (r.key, r.task_id, r.at, r.from_state.value, r.to_state.value, r.note)
+            receipt = row[OP_COLUMNS.index("receipt")]  # the op's, as SQLite keeps it
+            sql = f"WITH cas AS ({cas} RETURNING 1) {_INSERT_RESOLUTION}"
+            params = (*row[1:], *where, *audit, receipt, r.actor)
+        else:
+            sql = _CAS_OP.replace("{source}", "") + " RETURNING 1"
+            params = (*row[1:], *where)
+        if (yield Q(sql, params)).rows:
+            return op.replace(version=op.version + 1)
+        if epoch is not None:
+            yield from self._p_check_epoch(op.task_id, epoch)
+        stored = (yield Q(_GET_OP, (op.key,))).rows
+        if stored and _same(stored[0], row):  # our own earlier attempt
+            return op.replace(version=op.version + 1)
+        return None  # the version had moved on: nothing was written
+
+    def p_list_ops(
+        self, task_id: str | None, states: Iterable[State] | None
+    ) -> Plan[list[Operation]]:
+        clauses: list[str] = []
+        params: list[Any] = []
+        if task_id is not None:
+            clauses.append("task_id = %s")
+            params.append(task_id)
+        if states is not None:
+            clauses.append("state = ANY(%s)")
+            params.append([State(s).value for s in states])
+        where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+        sql = f"SELECT * FROM {{s}}.operations{where} ORDER BY created_at, seq"
+        return [op_from_row(r) for r in (yield Q(sql, params)).rows]
+
+    def p_count_ops(self) -> Plan[dict[State, int]]:
+        sql = "SELECT state, count(*) AS n FROM {s}.operations GROUP BY state"
+        counts = dict.fromkeys(State, 0)
+        counts.update({State(r["state"]): int(r["n"]) for r in (yield Q(sql)).rows})
+        return counts
+
+    def p_resolutions(self, key: str | None) -> Plan[list[Resolution]]:
+        where, params = (" WHERE key = %s", (key,)) if key is not None else ("", ())
+        rows = (yield Q(f"SELECT * FROM {{s}}.resolutions{where} ORDER BY id", params)).rows
+        return [_resolution(r) for r in rows]
+
+    def _p_check_epoch(self, task_id: str, epoch: int) -> Plan[None]:
+        rows = (yield Q("SELECT epoch FROM {s}.tasks WHERE task_id = %s", (task_id,))).rows
+        if not rows or rows[0]["epoch"] != epoch:
+            raise lease_lost(task_id, epoch)
+
+
+def _also(also: Sequence[Operation]) -> tuple[list[str], list[Any]]:
+    """CTEs storing lazy receipts in a fenced write, each a compare-and-set on its version
+    that happens only if the fence held; one whose version moved on is skipped."""
+    ctes: list[str] = []
+    params: list[Any] = []
+    for number, op in enumerate(also):
+        ctes.append(f"also{number} AS ({_CAS_OP.replace('{source}', ' FROM fence')} RETURNING 1)")
+        params += [*_op_values(op, op.version + 1)[1:], op.key, op.version]
+    return ctes, params
+
+
+def _op_values(op: Operation, version: int) -> tuple[Any, ...]:
+    """The operation's column values in OP_COLUMNS order (booleans as booleans)."""
+    row = op_to_row(op, version)
+    row["can_reconcile"], row["idempotent"] = op.policy.can_reconcile, op.policy.idempotent
+    return tuple(row[c] for c in OP_COLUMNS)
+
+
+def _same(stored: dict[str, Any], values: tuple[Any, ...]) -> bool:
+    """Whether the stored row is exactly the one these values describe."""
+    return all(stored[c] == v for c, v in zip(OP_COLUMNS, values, strict=True))
+
+
+def lease_lost(task_id: str, epoch: int) -> LeaseLost:
+    return LeaseLost(
+        f"task {task_id!r}: lease epoch {epoch} was taken over by another worker; "
+        "this write was refused",
+        task_id=task_id,
+    )
+
+
+def _resolution(r: dict[str, Any]) -> Resolution:
+    receipt = None if r["receipt"] is None else json.loads(r["receipt"])
+    states = State(r["from_state"]), State(r["to_state"])
+    return Resolution(r["key"], r["task_id"], r["at"], *states, r["note"], receipt, r["actor"])
+
+
+def parse_url(url: str) -> tuple[str, dict[str, str], str, list[str]]:
+    """Split ``url`` into the libpq URL without our options, our options, the URL safe to
+    print, and the password in the forms it may appear in (to scrub from messages)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("postgresql", "postgres"):
+        raise InvalidInput(f"not a postgresql:// URL: {parts.scheme}://...")
+    kept: list[str] = []
+    shown: list[str] = []
+    options: dict[str, str] = {}
+    secrets: list[str] = []
+    # Raw items, not parse_qsl: libpq's own parameters reach it exactly as written.
+    for item in filter(None, parts.query.split("&")):
+        name, _, value = item.partition("=")
+        name = unquote(name)
+        if name in URL_OPTIONS or name == "connect_timeout":
+            options[name] = unquote(value)
+        if name not in URL_OPTIONS:
+            kept.append(item)
+        if name == "password":
+            secrets += [value, unquote(value)]
+            item = "password=***"
+        shown.append(item)
+    userinfo, at, hosts = parts.netloc.rpartition("@")
+    netloc = parts.netloc
+    if at and ":" in userinfo:
+        user, _, password = userinfo.partition(":")
+        secrets += [password, unquote(password)]
+        netloc = f"{user}:***@{hosts}"
+    conninfo = f"{parts.scheme}://{parts.netloc}{parts.path}" + (f"?{'&'.join(kept)}" * bool(kept))
+    safe = f"{parts.scheme}://{netloc}{parts.path}" + (f"?{'&'.join(shown)}" * bool(shown))
+    return conninfo, options, safe, sorted({s for s in secrets if s}, key=len, reverse=True)

@@ -1,0 +1,135 @@
+"""The asyncio journal on PostgreSQL: psycopg's async connections, nothing on the thread pool,
+lost connections retried or reported, and one round trip per write.
+
+The behavioural tests of ``test_async.py``, the store contract and the SIGKILL test run on this
+store too (their ``journal_url`` and ``store`` fixtures); these are what only it has.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+import uuid
+from typing import Any
+
+import pytest
+
+import intentlog
+from conftest import with_query
+from intentlog import State
+from test_postgres import counting_effect, terminate
+
+
+def test_the_async_journal_uses_async_connections_not_the_pool(pg_url: str) -> None:
+    from intentlog.stores.postgres import AsyncPostgresStore
+
+    released = threading.Event()
+
+    def blocker(key: str) -> dict[str, Any]:
+        # Holds the journal's only pool thread until the other task has used the journal.
+        return {"released": released.wait(20)}
+
+    async def quick(key: str) -> dict[str, Any]:
+        return {"ok": key}
+
+    blocking = intentlog.Effect("block", blocker, idempotent=True)
+    fast = intentlog.Effect("quick", quick, idempotent=True)
+
+    async def main() -> tuple[Any, float]:
+        async with intentlog.open_async(pg_url, workers=1) as journal:
+            assert isinstance(journal.store, AsyncPostgresStore)
+
+            async def held() -> Any:
+                async with journal.task("held") as task:
+                    return await task.run(blocking)
+
+            async def other() -> None:
+                async with journal.task("other") as task:
+                    await task.run(fast)
+                    await task.checkpoint(next_step="done")
+                assert (await journal.counts())[State.CONFIRMED] >= 1
+                released.set()
+
+            start = time.monotonic()
+            receipt, _ = await asyncio.gather(held(), other())
+            return receipt, time.monotonic() - start
+
+    receipt, elapsed = asyncio.run(main())
+    # With journal I/O on the pool, "other" would wait for the blocked thread: 20 s, False.
+    assert receipt == {"released": True}
+    assert elapsed < 15
+
+
+def test_async_lost_connections_are_retried_or_reported(pg_url: str, pg_admin: Any) -> None:
+    app = f"intentlog-test-{uuid.uuid4().hex[:8]}"
+    charge, sent = counting_effect()
+
+    async def main() -> None:
+        url = with_query(pg_url, application_name=app)
+        async with intentlog.open_async(url, max_wait=5.0) as journal:
+            async with journal.task("t1") as task:
+                await task.run(charge, amount=1)
+                for amount in (2, 3):
+                    assert terminate(pg_admin, "application_name", app) >= 1
+                    # A raw psycopg error would escape this and fail the test.
+                    with contextlib.suppress(intentlog.JournalError):
+                        await task.run(charge, amount=amount)
+                assert terminate(pg_admin, "application_name", app) >= 1
+                ops = await journal.operations("t1")  # reads recover on fresh connections
+                assert set(sent) <= {op.key for op in ops}  # nothing sent without its intent
+                assert all(op.state is State.CONFIRMED for op in ops if op.key in sent)
+                await task.checkpoint(next_step="after")
+            assert (await journal.task_info("t1")).record.next_step == "after"
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_one_round_trip_per_write(pg_url: str, asynchronous: bool) -> None:
+    """A first run of an effect on a fresh task: the intent and the receipt, one statement
+    each, and nothing else (the key is not read first, the fence is in the statement)."""
+    from intentlog.stores.postgres import AsyncPostgresStore, PostgresStore
+
+    charge, sent = counting_effect()
+    statements: list[str] = []
+    seen: list[str] = []
+    store = AsyncPostgresStore(pg_url) if asynchronous else PostgresStore(pg_url)
+    original = store._drive  # every statement of every primitive passes through here
+
+    def plan_spy(plan: Any) -> Any:
+        result = None
+        while True:
+            try:
+                query = plan.send(result)
+            except StopIteration as stop:
+                return stop.value
+            statements.append(query.sql.split()[0])
+            result = yield query
+
+    if asynchronous:
+
+        async def drive(conn: Any, plan: Any) -> Any:
+            return await original(conn, plan_spy(plan))
+
+        async def main() -> None:
+            async with intentlog.AsyncJournal(store) as journal, journal.task("t") as task:
+                await task.run(charge, amount=1)
+                statements.clear()
+                await task.run(charge, amount=2)
+                await task.run(charge, amount=3)
+                seen.extend(statements)
+
+        store._drive = drive  # type: ignore[method-assign]
+        asyncio.run(main())
+    else:
+        store._drive = lambda conn, plan: original(conn, plan_spy(plan))  # type: ignore[method-assign]
+        with intentlog.Journal(store) as journal, journal.task("t") as task:  # type: ignore[arg-type]
+            task.run(charge, amount=1)
+            statements.clear()
+            task.run(charge, amount=2)
+            task.run(charge, amount=3)
+            seen.extend(statements)
+    assert seen == ["WITH"] * 4  # per effect: the fenced intent, the fenced receipt
+    assert len(sent) == 3
