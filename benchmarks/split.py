@@ -5,15 +5,17 @@
 
 Wraps the SQLite store's two connections so that every ``execute`` is timed, runs one task of
 N effects, and prints per effect: the total, the time inside SQLite for each kind of statement
-(COMMIT includes the fsync), and the rest, which is Python. With ``synchronous=OFF`` (set on
-the store's write connection for this diagnosis only) the commits do not wait for the disk,
-so the total is the CPU cost of an effect. A diagnostic, not a benchmark: it reaches into the
-store's private connections and says so if they are gone.
+(COMMIT includes the fsync), and the rest, which is Python; then, from an untimed block of
+effects with checkpoints held off, the pages each commit adds to the WAL. With
+``synchronous=OFF`` (set on the store's write connection for this diagnosis only) the commits
+do not wait for the disk, so the total is the CPU cost of an effect. A diagnostic, not a
+benchmark: it reaches into the store's private connections and says so if they are gone.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -58,9 +60,12 @@ def split(kind: str, sync: str, n: int) -> dict[str, float]:
         session.run(max(n // 10, 50))  # warm-up
         spent.clear()
         total = session.run(n)
+        timed = dict(spent)
+        pages = wal_pages(session, Path(d) / "journal.db")
         session.finish()
         session.close()
-    result = {"total": total / n * 1e6}
+    result = {"total": total / n * 1e6, "pages": pages}
+    spent = defaultdict(float, timed)
     sqlite = 0.0
     for word, seconds in spent.items():
         if not word.startswith("#"):
@@ -70,6 +75,20 @@ def split(kind: str, sync: str, n: int) -> dict[str, float]:
     result["sqlite"] = sqlite / n * 1e6
     result["python"] = result["total"] - result["sqlite"]
     return result
+
+
+def wal_pages(session: w.Sequential, path: Path, effects: int = 200) -> float:
+    """Pages per commit: the frames ``effects`` more effects add to an emptied WAL that is
+    not checkpointed meanwhile, over the commits they made."""
+    conn = session.journal.store._conn
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.execute("PRAGMA wal_autocheckpoint = 0")
+    page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+    commits = session.journal.store.commits
+    session.run(effects)
+    frames = (os.path.getsize(f"{path}-wal") - 32) / (page_size + 24)  # header; frame headers
+    conn.execute("PRAGMA wal_autocheckpoint = 1000")
+    return frames / max(session.journal.store.commits - commits, 1)
 
 
 def raw(sync: str, n: int) -> float:
@@ -103,7 +122,8 @@ def main() -> int:
             detail = ", ".join(f"{k} {med[k]:.0f} (x{med['#' + k]:.0f})" for k in words)
             print(
                 f"{kind:<9} synchronous={sync:<4} total {med['total']:5.0f}  sqlite "
-                f"{med['sqlite']:5.0f} [{detail}]  python {med['python']:4.0f}"
+                f"{med['sqlite']:5.0f} [{detail}]  python {med['python']:4.0f}  "
+                f"pages/commit {med['pages']:.2f}"
             )
     return 0
 

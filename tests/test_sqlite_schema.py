@@ -1,0 +1,427 @@
+"""The SQLite store's schema and write path: index use, what a write touches, point reads,
+lone and concurrent writers; and the per-effect helpers (row values, keys, receipt checks)."""
+
+from __future__ import annotations
+
+import pickle
+import sqlite3
+import threading
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import intentlog
+from intentlog._errors import JournalError, LeaseLost
+from intentlog._hygiene import (
+    ReceiptWarning,
+    _find_secrets,
+    _holds_secret,
+    _secret_value,
+    check_safe,
+    clean_receipt,
+)
+from intentlog._keys import canonical_json, derive_key, fingerprint
+from intentlog._model import Operation, Policy, State
+from intentlog.stores._base import OP_COLUMNS, op_to_row, op_values
+from intentlog.stores.sqlite import SQLiteStore
+
+TTL = 30.0
+
+
+def _op(store: SQLiteStore, key: str, task_id: str = "t1", **changes: Any) -> Operation:
+    now = store.now()
+    op = Operation(
+        key=key,
+        task_id=task_id,
+        effect="charge",
+        fingerprint="f" * 64,
+        state=State.SUBMITTED,
+        policy=Policy(idempotent=True, key_retention=60.0, timeout=5.0, lookup_lag=1.5),
+        created_at=now,
+        updated_at=now,
+        attempts=1,
+        submitted_at=now,
+        first_submitted_at=now,
+        submitted_by="host:1:2:abcd",
+    )
+    return op.replace(**changes)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Any:
+    s = SQLiteStore(tmp_path / "journal.db")
+    yield s
+    s.close()
+
+
+def _plan(store: SQLiteStore, sql: str) -> str:
+    rows = store._reader.execute(f"EXPLAIN QUERY PLAN {sql}").fetchall()
+    return " | ".join(r[3] for r in rows)
+
+
+# -- indexes ---------------------------------------------------------------------------------
+
+
+def test_open_operations_and_task_listing_are_read_through_their_indexes(
+    store: SQLiteStore,
+) -> None:
+    # pending() on a big journal depends on the partial index; list_ops(task_id=...) on the
+    # task index (both in their oldest-first order).
+    open_sql = (
+        "SELECT * FROM operations WHERE state NOT IN ('CONFIRMED', 'FAILED')"
+        " ORDER BY created_at, rowid"
+    )
+    assert "operations_open" in _plan(store, open_sql)
+    task_sql = "SELECT * FROM operations WHERE task_id = 't1' ORDER BY created_at, rowid"
+    assert "operations_by_task" in _plan(store, task_sql)
+
+
+def test_an_update_leaves_identity_columns_and_the_task_index_alone(
+    store: SQLiteStore,
+) -> None:
+    record = store.claim_task("t1", "a", TTL, None)
+    assert record is not None
+    ops = [store.insert_op(_op(store, f"k{i}"), record.epoch, TTL)[0] for i in range(3)]
+    # An update names only the columns that can change, so a caller's copy with another
+    # creation time cannot reorder the task (and the index entry is not rewritten).
+    moved = ops[0].replace(state=State.CONFIRMED, receipt={"id": 1}, created_at=1.0)
+    assert store.update_op(moved, record.epoch, TTL) is not None
+    stored = store.get_op("k0")
+    assert stored is not None and stored.state is State.CONFIRMED and stored.receipt == {"id": 1}
+    assert stored.created_at == ops[0].created_at
+    assert [op.key for op in store.list_ops(task_id="t1")] == ["k0", "k1", "k2"]
+    assert [op.key for op in store.list_ops(states=[State.SUBMITTED])] == ["k1", "k2"]
+    check = store._reader.execute("PRAGMA integrity_check").fetchone()[0]
+    assert check == "ok"
+
+
+def _wal_frames(path: Path) -> int:
+    wal = Path(f"{path}-wal")
+    return (wal.stat().st_size - 32) // (4096 + 24) if wal.exists() else 0
+
+
+def test_a_receipt_commit_writes_two_pages(tmp_path: Path) -> None:
+    # The receipt's commit rewrites the row's leaf and leaves the open-operations index:
+    # two WAL frames (a third, the task index, was written before the update named only
+    # the columns that change). Rows that do not split their page keep this exact.
+    store = SQLiteStore(tmp_path / "journal.db")
+    try:
+        store._conn.execute("PRAGMA wal_autocheckpoint = 0")  # the WAL only grows
+        record = store.claim_task("t1", "a", TTL, None)
+        assert record is not None
+        frames = []
+        for i in range(20):
+            op, _ = store.insert_op(_op(store, f"k{i}"), record.epoch, TTL)
+            before = _wal_frames(tmp_path / "journal.db")
+            done = op.replace(state=State.CONFIRMED, receipt={"id": i})
+            assert store.update_op(done, record.epoch, TTL) is not None
+            frames.append(_wal_frames(tmp_path / "journal.db") - before)
+        assert sorted(frames)[len(frames) // 2] == 2
+    finally:
+        store.close()
+
+
+# -- reads and writes ------------------------------------------------------------------------
+
+
+def test_point_reads_never_wait_for_a_write_and_see_only_commits(store: SQLiteStore) -> None:
+    record = store.claim_task("t1", "a", TTL, None)
+    assert record is not None
+    store.insert_op(_op(store, "k0"), record.epoch, TTL)
+    inside, release = threading.Event(), threading.Event()
+
+    def slow_body(conn: sqlite3.Connection) -> None:
+        conn.execute("UPDATE operations SET attempts = 99 WHERE key = 'k0'")
+        inside.set()
+        assert release.wait(10)
+
+    writer = threading.Thread(target=store._commit, args=(slow_body,))
+    writer.start()
+    try:
+        assert inside.wait(10)
+        seen = store.get_op("k0")  # the write connection is busy: the reader answers
+        assert seen is not None and seen.attempts == 1
+        assert store.get_task("t1") is not None
+    finally:
+        release.set()
+        writer.join()
+    seen = store.get_op("k0")  # idle again: the write connection answers, after the commit
+    assert seen is not None and seen.attempts == 99
+
+
+def test_a_failing_write_is_rolled_back_and_raises_its_own_error(store: SQLiteStore) -> None:
+    record = store.claim_task("t1", "a", TTL, None)
+    assert record is not None
+
+    class Boom(Exception):
+        pass
+
+    def body(conn: sqlite3.Connection) -> None:
+        conn.execute("UPDATE tasks SET next_step = 'x'")
+        raise Boom
+
+    commits = store.commits
+    with pytest.raises(Boom):
+        store._commit(body)
+    assert store.commits == commits
+    task = store.get_task("t1")
+    assert task is not None and task.next_step is None
+    assert not store._conn.in_transaction
+    with pytest.raises(LeaseLost):
+        store.insert_op(_op(store, "k0"), record.epoch + 1, TTL)
+    assert store.get_op("k0") is None
+    assert store.insert_op(_op(store, "k0"), record.epoch, TTL)[1] is True
+
+
+def test_a_write_blocked_by_another_process_is_a_journal_error(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "journal.db", busy_timeout=0.05)
+    other = sqlite3.connect(tmp_path / "journal.db", isolation_level=None)
+    try:
+        record = store.claim_task("t1", "a", TTL, None)
+        assert record is not None
+        other.execute("BEGIN IMMEDIATE")
+        with pytest.raises(JournalError, match="journal write failed"):
+            store.insert_op(_op(store, "k0"), record.epoch, TTL)
+        other.execute("ROLLBACK")
+        assert not store._conn.in_transaction
+        assert store.insert_op(_op(store, "k0"), record.epoch, TTL)[1] is True
+    finally:
+        other.close()
+        store.close()
+
+
+def test_concurrent_writers_each_get_their_own_outcome(store: SQLiteStore) -> None:
+    # Lone writers commit directly, contended ones share batches; either way every caller
+    # gets its own result or error, and only after a commit that holds its write.
+    n_threads, per_thread = 8, 40
+    epochs = {}
+    for t in range(n_threads):
+        record = store.claim_task(f"t{t}", "a", TTL, None)
+        assert record is not None
+        epochs[t] = record.epoch
+    errors: list[BaseException] = []
+    refused: list[int] = []
+
+    def work(t: int) -> None:
+        try:
+            for i in range(per_thread):
+                epoch = epochs[t] + (1 if i % 10 == 9 else 0)  # every tenth write is stale
+                try:
+                    op, created = store.insert_op(_op(store, f"k{t}-{i}", f"t{t}"), epoch, TTL)
+                except LeaseLost:
+                    refused.append(t)
+                    continue
+                assert created
+                done = op.replace(state=State.CONFIRMED, receipt={"t": t, "i": i})
+                assert store.update_op(done, epochs[t], TTL) is not None
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(n_threads)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    assert len(refused) == n_threads * per_thread // 10
+    counts = store.count_ops()
+    assert counts[State.CONFIRMED] == n_threads * per_thread * 9 // 10
+    assert counts[State.SUBMITTED] == 0
+    for t in range(n_threads):
+        ops = store.list_ops(task_id=f"t{t}")
+        assert [op.key for op in ops] == [f"k{t}-{i}" for i in range(per_thread) if i % 10 != 9]
+        assert all(op.receipt == {"t": t, "i": int(op.key.split("-")[1])} for op in ops)
+
+
+def test_a_journal_used_by_threads_and_a_second_process_style_connection(
+    tmp_path: Path,
+) -> None:
+    # Two store objects on one file (as two processes would be): point reads on an idle
+    # write connection still see the other's commits.
+    a = SQLiteStore(tmp_path / "journal.db")
+    b = SQLiteStore(tmp_path / "journal.db")
+    try:
+        record = a.claim_task("t1", "a", TTL, None)
+        assert record is not None
+        assert b.get_op("k0") is None
+        a.insert_op(_op(a, "k0"), record.epoch, TTL)
+        seen = b.get_op("k0")
+        assert seen is not None and seen.version == 1
+        stored = b.update_op(seen.replace(state=State.CONFIRMED), record.epoch, TTL)
+        assert stored is not None and stored.version == 2
+        again = a.get_op("k0")
+        assert again is not None and again.state is State.CONFIRMED and again.version == 2
+    finally:
+        a.close()
+        b.close()
+
+
+# -- per-effect helpers ----------------------------------------------------------------------
+
+
+def test_op_values_are_op_to_row_in_column_order(store: SQLiteStore) -> None:
+    ops = [
+        _op(store, "k0"),
+        _op(
+            store,
+            "k1",
+            state=State.FAILED,
+            receipt={"id": "ch_1", "ok": True, "ü": [1, None]},
+            error={"message": "no", "type": "Rejected"},
+            args={"amount": 5},
+            note="operator",
+            policy=Policy(),
+            submitted_at=None,
+            submitted_by=None,
+        ),
+        _op(store, "k2", receipt=0, error="", args=[]),
+    ]
+    for op in ops:
+        for version in (1, 7):
+            row = op_to_row(op, version)
+            assert op_values(op, version) == tuple(row[c] for c in OP_COLUMNS)
+
+
+def test_operation_replace() -> None:
+    op = Operation(
+        key="k",
+        task_id="t",
+        effect="e",
+        fingerprint="f",
+        state=State.SUBMITTED,
+        policy=Policy(),
+        created_at=1.0,
+        updated_at=1.0,
+    )
+    new = op.replace(version=3, receipt={"a": 1}, state=State.CONFIRMED)
+    assert op.version == 0 and op.receipt is None and op.state is State.SUBMITTED
+    assert new == Operation(
+        key="k",
+        task_id="t",
+        effect="e",
+        fingerprint="f",
+        state=State.CONFIRMED,
+        policy=Policy(),
+        created_at=1.0,
+        updated_at=1.0,
+        version=3,
+        receipt={"a": 1},
+    )
+    assert pickle.loads(pickle.dumps(new)) == new
+    with pytest.raises(TypeError, match="bogus"):
+        op.replace(bogus=1)
+    with pytest.raises(AttributeError):
+        new.version = 4  # type: ignore[misc]
+
+
+def test_keys_and_fingerprints_never_change() -> None:
+    # Keys are sent to services as idempotency keys and stored in journals: a new version
+    # of intentlog must derive exactly the same ones.
+    canonical = canonical_json(
+        {"amount": 500, "to": "zoë", "items": [1, 2.5, None, True], "meta": {"b": 1, "a": "\u2028"}}
+    )
+    assert canonical == (
+        '{"amount":500,"items":[1,2.5,null,true],"meta":{"a":"\u2028","b":1},"to":"zoë"}'
+    )
+    assert fingerprint(canonical) == (
+        "b7e2b2bce99849b835743d0b97218f43e9e4cad5e9fad58c6b7a758e46f2212e"
+    )
+    assert derive_key("order-42", "Charge Card!", canonical) == (
+        "charge-card-a4d096b12fcd84b46f260ab95d934c27"
+    )
+    assert derive_key("t", "***", "{}") == "op-84058a222c5a0ed9cef39449a88989a2"
+    with pytest.raises(intentlog.InvalidInput):
+        canonical_json({"x": float("nan")})
+
+
+SECRET_VALUES = [
+    "Bearer abcdefgh1234",
+    "  token abcdefgh",
+    "BASIC QWxhZGRpbjpvcGVu",
+    "-----BEGIN RSA PRIVATE KEY-----\nabc",
+    "text before -----BEGIN PRIVATE KEY----- after",
+    "eyJhbGciOiJI.eyJzdWIiOiIx.sig",
+    "sk_live_abcdefgh1",
+    "rk_test_12345678",
+    "ghp_" + "a" * 16,
+    "github_pat_" + "b" * 20,
+    "xoxb-1234567890",
+    "AKIA" + "A" * 16,
+    "postgres://user:pw@host/db",
+]
+PLAIN_VALUES = [
+    "",
+    "ch_1",
+    "bearer",
+    "token abc",
+    "a token abcdefghijk",  # not at the start
+    "eyJ.a.b",
+    "sk_live_abc",
+    "AKIA" + "A" * 15,
+    "https://host/path",
+    "BEGIN PRIVATE KEY",
+    "hello world " * 30,
+]
+
+
+@pytest.mark.parametrize("value", SECRET_VALUES + PLAIN_VALUES)
+def test_secret_values_are_found_as_by_each_pattern(value: str) -> None:
+    assert _secret_value(value) is (value in SECRET_VALUES)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"id": "ch_1", "ok": True},
+        {"id": "ch_1", "api_key": "x"},
+        {"id": "ch_1", "api_key": None, "password": ""},
+        {"a": [{"b": ["sk_live_abcdefgh1"]}]},
+        [1, 2.5, None, {"nested": {"accessToken": 0}}],
+        ("tuple", {"Authorization": "Basic abc"}),
+        {"max_tokens": 5, "signature_required": True},
+        "Bearer abcdefgh1234",
+        42,
+    ],
+)
+def test_the_quick_secret_check_agrees_with_the_full_scan(value: Any) -> None:
+    assert _holds_secret(value) is bool(_find_secrets(value, "receipt"))
+
+
+def test_clean_receipt_fast_path_and_reductions() -> None:
+    plain = {"id": "ch_1", "ok": True, "name": "zoë"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert clean_receipt(plain, effect="e", max_bytes=100) == (
+            plain,
+            '{"id":"ch_1","ok":true,"name":"zoë"}',
+        )
+    with pytest.warns(ReceiptWarning, match="receipt.token"):
+        stored, text = clean_receipt({"token": "abc"}, effect="e", max_bytes=100)
+    assert stored == {"token": "[redacted by intentlog]"} and "abc" not in text
+    # Counted in UTF-8 bytes: 30 two-byte characters are 60 bytes, over a 50-byte limit.
+    with pytest.warns(ReceiptWarning, match="too large|bytes as JSON"):
+        stored, _ = clean_receipt("é" * 30, effect="e", max_bytes=50)
+    assert stored["intentlog_note"] == "receipt was too large and was not stored"
+    with pytest.warns(ReceiptWarning, match="not JSON"):
+        stored, _ = clean_receipt({"x": "\ud800"}, effect="e", max_bytes=100)
+    assert stored["intentlog_note"] == "receipt was not JSON data and was not stored"
+    with pytest.raises(intentlog.UnsafeValue, match=r"state\.user\.password"):
+        check_safe({"user": {"password": "x"}}, what="state", max_bytes=100)
+    assert check_safe({"user": {"password": ""}}, what="state", max_bytes=100)
+
+
+def test_effect_policy_follows_later_changes() -> None:
+    charge = intentlog.Effect("charge", lambda key, amount: {"id": key}, idempotent=True)
+    first = charge.policy
+    assert first is charge.policy  # cached while nothing changes
+    assert not first.can_reconcile
+
+    @charge.reconciler
+    def lookup(key: str) -> intentlog.NotFound:
+        return intentlog.NotFound()
+
+    assert charge.policy.can_reconcile and charge.policy is not first
+    charge.timeout = 5.0
+    assert charge.policy.timeout == 5.0
