@@ -265,7 +265,14 @@ def async_tasks(directory: Path, n_tasks: int, per_task: int, info: dict[str, An
     return asyncio.run(_async_tasks(directory / "journal.db", n_tasks, per_task, info))
 
 
-async def _async_tasks(path: Path, n_tasks: int, per_task: int, info: dict[str, Any]) -> float:
+def async_tasks_url(url: str, n_tasks: int, per_task: int, info: dict[str, Any]) -> float:
+    """The same on any journal URL (a PostgreSQL one: psycopg's async connections)."""
+    return asyncio.run(_async_tasks(url, n_tasks, per_task, info))
+
+
+async def _async_tasks(
+    path: Path | str, n_tasks: int, per_task: int, info: dict[str, Any]
+) -> float:
     effect = Effect("bench_async", _async_submit, idempotent=True)
     async with intentlog.open_async(path) as journal:
 

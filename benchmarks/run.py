@@ -71,7 +71,7 @@ FULL = Sizes(1000, 64, 16, 16, 64, 500, 1_000_000, 1000, 100, 100, 10, 300)
 QUICK = Sizes(200, 64, 4, 16, 16, 100, 100_000, 1000, 20, 100, 5, 100)
 
 ROWS = [
-    "sync", "reconcile", "lazy", "async", "threads", "postgres",
+    "sync", "reconcile", "lazy", "async", "threads", "postgres", "postgres-async",
     "pending", "status", "bytes", "import",
     "dbos", "dbos-default", "exactly-once", "exactly-once-default", "arg", "arg-store",
 ]  # fmt: skip
@@ -276,6 +276,54 @@ class Bench:
         )
         return row
 
+    def postgres_async_row(self) -> Row:
+        url = self.args.pg_url
+        s = self.sizes
+        total = s.tasks_async * s.per_task_async
+        row = Row(
+            "postgres-async",
+            f"6 PostgreSQL async: {s.tasks_async} asyncio tasks",
+            "effects/s",
+            "raw psycopg autocommit INSERTs/s",
+        )
+        reason = w.postgres_unavailable(url)
+        if reason:
+            row.status, row.note = NOT_RUN, reason
+            return row
+        info: dict[str, Any] = {}
+        counter = iter(range(1_000_000))
+
+        def fresh(run: Callable[[str], float]) -> float:
+            name = f"bench_{os.getpid()}_a{next(counter)}"
+            try:
+                return run(name)
+            finally:
+                w.drop_schema(url, name)
+
+        def ours() -> float:
+            return fresh(lambda name: w.async_tasks_url(
+                w.journal_url(url, name), s.tasks_async, s.per_task_async, info
+            ))  # fmt: skip
+
+        def baseline() -> float:
+            def run(name: str) -> float:
+                session = w.RawPostgres(url, name)
+                try:
+                    return total / session.run(total)
+                finally:
+                    session.conn.close()
+
+            return fresh(run)
+
+        row.ours, row.baseline, row.ratio = paired(self.rounds, ours, baseline, warmup=ours)
+        row.details = {"effects": total, **info}
+        row.note = (
+            f"{s.tasks_async} tasks x {s.per_task_async} effects, async def submit, on "
+            "AsyncPostgresStore (psycopg async connections, a pool of 8), a fresh schema per "
+            f"round. Baseline: {total} INSERTs on one autocommit connection, same server"
+        )
+        return row
+
     # -- recovery at scale --------------------------------------------------------------------
 
     def recovery_rows(self, wanted: list[str]) -> list[Row]:
@@ -448,6 +496,7 @@ class Bench:
             "async": lambda: self.concurrent_row("async"),
             "threads": lambda: self.concurrent_row("threads"),
             "postgres": self.postgres_row,
+            "postgres-async": self.postgres_async_row,
             "import": self.import_row,
         }
         recovery = [k for k in wanted if k in GROUPS["recovery"]]

@@ -112,7 +112,7 @@ class BlockingAsyncStore:
         self._loop.close()
 
 
-@pytest.fixture(params=["sqlite", "postgres", "postgres-async"])
+@pytest.fixture(params=["sqlite", "sqlite-async", "postgres", "postgres-async"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     """Every store backend, for the one contract suite."""
     s: Store
@@ -124,6 +124,10 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
             s = PostgresStore(url)
         else:
             s = BlockingAsyncStore(AsyncPostgresStore(url))  # type: ignore[assignment]
+    elif request.param == "sqlite-async":
+        from intentlog.stores.sqlite_async import AsyncSQLiteStore
+
+        s = BlockingAsyncStore(AsyncSQLiteStore(tmp_path / "contract.db"))  # type: ignore[assignment]
     else:
         from intentlog.stores.sqlite import SQLiteStore
 

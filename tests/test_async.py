@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -215,3 +216,67 @@ def test_a_failing_write_in_a_shared_commit_fails_alone(tmp_path: Path) -> None:
         assert record.epoch == 2
     finally:
         store.close()
+
+
+def test_journal_io_needs_neither_the_loop_nor_the_pool(journal_url: str) -> None:
+    """The async stores do their I/O off the event loop and off the journal's thread pool:
+    with the pool's only thread held by a blocking effect, another task still runs; and on
+    SQLite no statement runs on the loop's thread."""
+    from intentlog.stores._async_store import AsyncStore
+
+    released = threading.Event()
+    statement_threads: set[str] = set()
+
+    def blocker(key: str) -> dict[str, Any]:
+        return {"released": released.wait(20)}
+
+    async def quick(key: str) -> dict[str, Any]:
+        return {"ok": key}
+
+    blocking = intentlog.Effect("block", blocker, idempotent=True)
+    fast = intentlog.Effect("quick", quick, idempotent=True)
+
+    async def main() -> Any:
+        async with intentlog.open_async(journal_url, workers=1) as journal:
+            assert isinstance(journal.store, AsyncStore)
+            inner = getattr(journal.store, "_store", None)
+            for conn in (getattr(inner, "_conn", None), getattr(inner, "_reader", None)):
+                if conn is not None:  # SQLite: record the thread of every statement
+                    trace = lambda _: statement_threads.add(threading.current_thread().name)  # noqa: E731
+                    conn.set_trace_callback(trace)
+
+            async def held() -> Any:
+                async with journal.task("held") as task:
+                    return await task.run(blocking)
+
+            async def other() -> None:
+                async with journal.task("other") as task:
+                    await task.run(fast)
+                    await task.checkpoint(next_step="done")
+                assert (await journal.counts())[State.CONFIRMED] >= 1
+                released.set()
+
+            receipt, _ = await asyncio.gather(held(), other())
+            return receipt
+
+    start = time.monotonic()
+    # With journal I/O on the pool, "other" would wait 20 s for the blocked thread.
+    assert arun(main()) == {"released": True}
+    assert time.monotonic() - start < 15
+    if "postgres" not in journal_url:
+        assert statement_threads, "the trace saw no statement"
+        assert threading.main_thread().name not in statement_threads, statement_threads
+
+
+def test_a_closed_async_journal_refuses_work(tmp_path: Path) -> None:
+    async def main() -> None:
+        journal = intentlog.open_async(tmp_path / "j.db")
+        async with journal.task("t") as task:
+            await task.checkpoint(next_step="a")
+        await journal.aclose()
+        with pytest.raises(intentlog.JournalError, match="closed"):
+            await journal.start("kind", "t2")
+        with pytest.raises(intentlog.JournalError, match="closed"):
+            await journal.operations()
+
+    arun(main())

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
-import time
 import uuid
 from typing import Any
 
@@ -20,46 +18,6 @@ import intentlog
 from conftest import with_query
 from intentlog import State
 from test_postgres import counting_effect, terminate
-
-
-def test_the_async_journal_uses_async_connections_not_the_pool(pg_url: str) -> None:
-    from intentlog.stores.postgres import AsyncPostgresStore
-
-    released = threading.Event()
-
-    def blocker(key: str) -> dict[str, Any]:
-        # Holds the journal's only pool thread until the other task has used the journal.
-        return {"released": released.wait(20)}
-
-    async def quick(key: str) -> dict[str, Any]:
-        return {"ok": key}
-
-    blocking = intentlog.Effect("block", blocker, idempotent=True)
-    fast = intentlog.Effect("quick", quick, idempotent=True)
-
-    async def main() -> tuple[Any, float]:
-        async with intentlog.open_async(pg_url, workers=1) as journal:
-            assert isinstance(journal.store, AsyncPostgresStore)
-
-            async def held() -> Any:
-                async with journal.task("held") as task:
-                    return await task.run(blocking)
-
-            async def other() -> None:
-                async with journal.task("other") as task:
-                    await task.run(fast)
-                    await task.checkpoint(next_step="done")
-                assert (await journal.counts())[State.CONFIRMED] >= 1
-                released.set()
-
-            start = time.monotonic()
-            receipt, _ = await asyncio.gather(held(), other())
-            return receipt, time.monotonic() - start
-
-    receipt, elapsed = asyncio.run(main())
-    # With journal I/O on the pool, "other" would wait for the blocked thread: 20 s, False.
-    assert receipt == {"released": True}
-    assert elapsed < 15
 
 
 def test_async_lost_connections_are_retried_or_reported(pg_url: str, pg_admin: Any) -> None:

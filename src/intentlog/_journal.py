@@ -299,13 +299,13 @@ def open_store(
         raise InvalidInput("journal URL is empty")
     scheme, sep, rest = text.partition("://")
     if not sep:
-        return _sqlite(text)
+        return _sqlite(text, asynchronous)
     if scheme == "sqlite":
         if not rest.startswith("/") or len(rest) < 2:
             raise InvalidInput(
                 f"sqlite URL needs a path (sqlite:///path/journal.db), got {_masked(text)!r}"
             )
-        return _sqlite(rest)
+        return _sqlite(rest, asynchronous)
     if scheme in ("postgresql", "postgres"):
         return _postgres(text, asynchronous)
     raise InvalidInput(f"unknown journal URL scheme {scheme!r}; use a path or sqlite:///path")
@@ -316,7 +316,11 @@ def _masked(url: str) -> str:
     return re.sub(r"(://[^/:@]*:)[^/@]*@", r"\1***@", url)
 
 
-def _sqlite(path: str) -> Store:
+def _sqlite(path: str, asynchronous: bool) -> Store | AsyncStore:
+    if asynchronous:
+        from intentlog.stores.sqlite_async import AsyncSQLiteStore
+
+        return AsyncSQLiteStore(path)
     from intentlog.stores.sqlite import SQLiteStore
 
     return SQLiteStore(path)

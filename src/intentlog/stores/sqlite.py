@@ -31,7 +31,7 @@ from intentlog.stores._base import (
     task_from_row,
 )
 
-__all__ = ["SQLiteStore"]
+__all__ = ["SQLiteStore", "VersionMoved", "WriteRequest"]
 
 APPLICATION_ID = 0x494C4F47  # "ILOG": tells our files from other SQLite databases
 SCHEMA_VERSION = 2
@@ -109,7 +109,7 @@ assert len(_MIGRATIONS) == SCHEMA_VERSION
 _T = TypeVar("_T")
 
 
-class _Request:
+class WriteRequest:
     """One caller's write waiting for a group commit."""
 
     __slots__ = ("body", "done", "error", "result")
@@ -121,7 +121,7 @@ class _Request:
         self.error: BaseException | None = None
 
 
-class _VersionMoved(Exception):
+class VersionMoved(Exception):
     """Internal: a compare-and-set lost; rolls the write transaction back."""
 
 
@@ -142,7 +142,7 @@ class SQLiteStore(Store):
         # reentrant acquire would let a read run inside a write transaction.
         self._lock = threading.Lock()
         self._queue_lock = threading.Lock()
-        self._queue: list[_Request] = []
+        self._queue: list[WriteRequest] = []
         self._read_lock = threading.Lock()
         self.commits = 0  # durable write transactions made through this store object
         _check_header(self.path)
@@ -218,7 +218,7 @@ class SQLiteStore(Store):
                 return self._run_alone(body)
             finally:
                 self._lock.release()
-        request = _Request(body)
+        request = WriteRequest(body)
         with self._queue_lock:
             self._queue.append(request)
         with self._lock:
@@ -261,7 +261,14 @@ class SQLiteStore(Store):
                 self._conn.execute("ROLLBACK")
         return JournalError(f"journal write failed: {exc}")
 
-    def _run_batch(self, batch: list[_Request]) -> None:
+    def run_batch(self, batch: list[WriteRequest]) -> None:
+        """Commit ``batch`` as one group commit, as soon as the write connection is free; each
+        request's result or error is set on it. For writers that queue their own requests
+        (the asyncio store's writer thread)."""
+        with self._lock:
+            self._run_batch(batch)
+
+    def _run_batch(self, batch: list[WriteRequest]) -> None:
         conn = self._conn
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -327,6 +334,12 @@ class SQLiteStore(Store):
     def claim_task(
         self, task_id: str, owner: str, ttl: float, expect_epoch: int | None
     ) -> TaskRecord | None:
+        return self._commit(self.w_claim_task(task_id, owner, ttl, expect_epoch))
+
+    def w_claim_task(
+        self, task_id: str, owner: str, ttl: float, expect_epoch: int | None
+    ) -> Callable[[sqlite3.Connection], TaskRecord | None]:
+        """The write transaction of :meth:`claim_task`, for a committer to run."""
         now = self.now()
 
         def body(conn: sqlite3.Connection) -> TaskRecord | None:
@@ -347,7 +360,7 @@ class SQLiteStore(Store):
             row = conn.execute("SELECT * FROM tasks WHERE task_id = ?", (task_id,)).fetchone()
             return task_from_row(row)
 
-        return self._commit(body)
+        return body
 
     @staticmethod
     def _check_fence(conn: sqlite3.Connection, task_id: str, epoch: int) -> None:
@@ -380,6 +393,17 @@ class SQLiteStore(Store):
         update: TaskUpdate,
         also: Sequence[Operation] = (),
     ) -> TaskRecord:
+        return self._commit(self.w_write_task(task_id, epoch, ttl, update, also))
+
+    def w_write_task(
+        self,
+        task_id: str,
+        epoch: int,
+        ttl: float,
+        update: TaskUpdate,
+        also: Sequence[Operation] = (),
+    ) -> Callable[[sqlite3.Connection], TaskRecord]:
+        """The write transaction of :meth:`write_task`, for a committer to run."""
         now = self.now()
 
         def body(conn: sqlite3.Connection) -> TaskRecord:
@@ -411,9 +435,15 @@ class SQLiteStore(Store):
             row = conn.execute("SELECT * FROM tasks WHERE task_id = ?", (task_id,)).fetchone()
             return task_from_row(row)
 
-        return self._commit(body)
+        return body
 
     def create_task(self, task_id: str, kind: str, input_json: str) -> TaskRecord | None:
+        return self._commit(self.w_create_task(task_id, kind, input_json))
+
+    def w_create_task(
+        self, task_id: str, kind: str, input_json: str
+    ) -> Callable[[sqlite3.Connection], TaskRecord | None]:
+        """The write transaction of :meth:`create_task`, for a committer to run."""
         now = self.now()
 
         def body(conn: sqlite3.Connection) -> TaskRecord | None:
@@ -428,9 +458,15 @@ class SQLiteStore(Store):
             row = conn.execute("SELECT * FROM tasks WHERE task_id = ?", (task_id,)).fetchone()
             return task_from_row(row)
 
-        return self._commit(body)
+        return body
 
     def claim_next(self, owner: str, ttl: float) -> TaskRecord | None:
+        return self._commit(self.w_claim_next(owner, ttl))
+
+    def w_claim_next(
+        self, owner: str, ttl: float
+    ) -> Callable[[sqlite3.Connection], TaskRecord | None]:
+        """The write transaction of :meth:`claim_next`, for a committer to run."""
         now = self.now()
 
         def body(conn: sqlite3.Connection) -> TaskRecord | None:
@@ -447,13 +483,18 @@ class SQLiteStore(Store):
             claimed = conn.execute("SELECT * FROM tasks WHERE task_id = ?", (row["task_id"],))
             return task_from_row(claimed.fetchone())
 
-        return self._commit(body)
+        return body
 
     def list_tasks(self, *, include_completed: bool = True) -> list[TaskRecord]:
         where = "" if include_completed else " WHERE completed = 0"
         return [task_from_row(r) for r in self._read(f"SELECT * FROM tasks{where} ORDER BY rowid")]
 
     def delete_completed(self, before: float) -> int:
+        return self._commit(self.w_delete_completed(before))
+
+    def w_delete_completed(self, before: float) -> Callable[[sqlite3.Connection], int]:
+        """The write transaction of :meth:`delete_completed`, for a committer to run."""
+
         def body(conn: sqlite3.Connection) -> int:
             doomed = (
                 "SELECT task_id FROM tasks t WHERE completed = 1 AND updated_at < ? AND NOT EXISTS"
@@ -467,7 +508,7 @@ class SQLiteStore(Store):
             cur = conn.execute(f"DELETE FROM tasks WHERE task_id IN ({doomed})", (before,))
             return cur.rowcount
 
-        return self._commit(body)
+        return body
 
     # -- operations -------------------------------------------------------------------------
 
@@ -478,6 +519,12 @@ class SQLiteStore(Store):
     def insert_op(
         self, op: Operation, epoch: int, ttl: float, also: Sequence[Operation] = ()
     ) -> tuple[Operation, bool]:
+        return self._commit(self.w_insert_op(op, epoch, ttl, also))
+
+    def w_insert_op(
+        self, op: Operation, epoch: int, ttl: float, also: Sequence[Operation] = ()
+    ) -> Callable[[sqlite3.Connection], tuple[Operation, bool]]:
+        """The write transaction of :meth:`insert_op`, for a committer to run."""
         values = (*op_values(op, 1), op.task_id, epoch)
 
         def body(conn: sqlite3.Connection) -> tuple[Operation, bool]:
@@ -491,7 +538,7 @@ class SQLiteStore(Store):
             stored = conn.execute("SELECT * FROM operations WHERE key = ?", (op.key,)).fetchone()
             return op_from_row(stored), False
 
-        return self._commit(body)
+        return body
 
     def update_op(
         self,
@@ -501,13 +548,27 @@ class SQLiteStore(Store):
         resolution: Resolution | None = None,
         also: Sequence[Operation] = (),
     ) -> Operation | None:
+        try:
+            return self._commit(self.w_update_op(op, epoch, ttl, resolution, also))
+        except VersionMoved:
+            return None  # the version moved on; this write was rolled back
+
+    def w_update_op(
+        self,
+        op: Operation,
+        epoch: int | None,
+        ttl: float,
+        resolution: Resolution | None = None,
+        also: Sequence[Operation] = (),
+    ) -> Callable[[sqlite3.Connection], Operation]:
+        """The write transaction of :meth:`update_op`, for a committer to run."""
         values = op_values(op, op.version + 1)
 
         def body(conn: sqlite3.Connection) -> Operation:
             if not _update_op(conn, op, epoch, values):
                 if epoch is not None:
                     self._check_fence(conn, op.task_id, epoch)
-                raise _VersionMoved
+                raise VersionMoved
             _store_also(conn, also)
             if resolution is not None:
                 conn.execute(
@@ -526,10 +587,7 @@ class SQLiteStore(Store):
                 )
             return op.replace(version=op.version + 1)
 
-        try:
-            return self._commit(body)
-        except _VersionMoved:
-            return None  # the version moved on; this write was rolled back
+        return body
 
     def list_ops(
         self, *, task_id: str | None = None, states: Iterable[State] | None = None
