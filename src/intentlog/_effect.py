@@ -154,10 +154,8 @@ class Effect:
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         """Name every argument of a call, so ``f(1)`` and ``f(amount=1)`` get one key."""
         if self._fast is not None and not args:
-            names, defaults = self._fast
-            if kwargs.keys() <= names.keys() and all(
-                n in kwargs for n in names if n not in defaults
-            ):
+            names, defaults, required = self._fast
+            if required <= kwargs.keys() <= names.keys():
                 # Only keyword arguments to plain parameters: the common case, without
                 # inspect's general (and slower) binding.
                 return {n: kwargs[n] if n in kwargs else defaults[n] for n in names}
@@ -205,8 +203,9 @@ class Effect:
 
 def _fast_binding(
     signature: inspect.Signature | None,
-) -> tuple[dict[str, None], dict[str, Any]] | None:
-    """Parameter names (after the key) and defaults, if every one is a plain parameter."""
+) -> tuple[dict[str, None], dict[str, Any], frozenset[str]] | None:
+    """Parameter names (after the key), defaults and the names without a default, if every
+    one is a plain parameter."""
     if signature is None:
         return None
     params = list(signature.parameters.values())[1:]
@@ -215,7 +214,7 @@ def _fast_binding(
         return None
     names = dict.fromkeys(p.name for p in params)
     defaults = {p.name: p.default for p in params if p.default is not p.empty}
-    return names, defaults
+    return names, defaults, frozenset(names.keys() - defaults.keys())
 
 
 @overload

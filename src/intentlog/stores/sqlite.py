@@ -309,13 +309,17 @@ class SQLiteStore(Store):
         there costs about half. It never waits for a write in progress; long reads stay on
         the reader, so they never hold up writers.
         """
+        # fetchall: the statement runs to its end, so no read transaction stays open on the
+        # write connection after this returns.
         if self._lock.acquire(blocking=False):
             try:
-                return self._conn.execute(sql, params).fetchone()  # type: ignore[no-any-return]
+                rows = self._conn.execute(sql, params).fetchall()
             finally:
                 self._lock.release()
-        with self._read_lock:
-            return self._reader.execute(sql, params).fetchone()  # type: ignore[no-any-return]
+        else:
+            with self._read_lock:
+                rows = self._reader.execute(sql, params).fetchall()
+        return rows[0] if rows else None
 
     def now(self) -> float:
         return time.time()
