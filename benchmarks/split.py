@@ -5,11 +5,11 @@
 
 Wraps the SQLite store's two connections so that every ``execute`` is timed, runs one task of
 N effects, and prints per effect: the total, the time inside SQLite for each kind of statement
-(COMMIT includes the fsync), and the rest, which is Python; then, from an untimed block of
-effects with checkpoints held off, the pages each commit adds to the WAL. With
-``synchronous=OFF`` (set on the store's write connection for this diagnosis only) the commits
-do not wait for the disk, so the total is the CPU cost of an effect. A diagnostic, not a
-benchmark: it reaches into the store's private connections and says so if they are gone.
+(COMMIT includes the fsync), the rest, which is Python, and the process's CPU time; then, from
+an untimed block of effects with checkpoints held off, the pages each commit adds to the WAL.
+With ``synchronous=OFF`` (set on the store's write connection for this diagnosis only) the
+commits do not wait for the disk, so the total is the CPU cost of an effect. A diagnostic, not
+a benchmark: it reaches into the store's private connections and says so if they are gone.
 """
 
 from __future__ import annotations
@@ -59,12 +59,14 @@ def split(kind: str, sync: str, n: int) -> dict[str, float]:
         session.start()
         session.run(max(n // 10, 50))  # warm-up
         spent.clear()
+        cpu = time.process_time()
         total = session.run(n)
+        cpu = time.process_time() - cpu
         timed = dict(spent)
         pages = wal_pages(session, Path(d) / "journal.db")
         session.finish()
         session.close()
-    result = {"total": total / n * 1e6, "pages": pages}
+    result = {"total": total / n * 1e6, "cpu": cpu / n * 1e6, "pages": pages}
     spent = defaultdict(float, timed)
     sqlite = 0.0
     for word, seconds in spent.items():
@@ -123,7 +125,7 @@ def main() -> int:
             print(
                 f"{kind:<9} synchronous={sync:<4} total {med['total']:5.0f}  sqlite "
                 f"{med['sqlite']:5.0f} [{detail}]  python {med['python']:4.0f}  "
-                f"pages/commit {med['pages']:.2f}"
+                f"cpu {med['cpu']:4.0f}  pages/commit {med['pages']:.2f}"
             )
     return 0
 
