@@ -512,7 +512,10 @@ def test_after_send_fires_once_written_before_the_answer(tmp_path: Path, workflo
         deadline = time.monotonic() + 10
         while not service.truth() and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert list(service.truth().values()) == [1]
+        # The async workflow runs two orders at once: the other order's charge may be on the
+        # wire too when the kill comes. Each key at most once either way.
+        applied = list(service.truth().values())
+        assert applied == [1] or (workflow == "http_order_async" and applied == [1, 1])
         env.pop("INTENTLOG_CRASH")
         rerun = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
         assert rerun.returncode == 0, rerun.stderr
