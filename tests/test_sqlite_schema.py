@@ -3,6 +3,8 @@ lone and concurrent writers; and the per-effect helpers (row values, keys, recei
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import pickle
 import sqlite3
 import threading
@@ -425,3 +427,18 @@ def test_effect_policy_follows_later_changes() -> None:
     assert charge.policy.can_reconcile and charge.policy is not first
     charge.timeout = 5.0
     assert charge.policy.timeout == 5.0
+
+
+def test_operation_init_takes_exactly_its_fields() -> None:
+    # Operation's __init__ is written out (for speed): it must stay the dataclass's own.
+    params = list(inspect.signature(Operation.__init__).parameters.values())[1:]
+    fields = dataclasses.fields(Operation)
+    assert [p.name for p in params] == [f.name for f in fields]
+    for param, field in zip(params, fields, strict=True):
+        expected = (
+            inspect.Parameter.empty if field.default is dataclasses.MISSING else field.default
+        )
+        assert param.default == expected, field.name
+    op = Operation("k", "t", "e", "f", State.PLANNED, Policy(), 1.0, 2.0, 3)
+    assert (op.key, op.created_at, op.updated_at, op.version, op.note) == ("k", 1.0, 2.0, 3, None)
+    assert vars(op) == {f.name: getattr(op, f.name) for f in fields}
