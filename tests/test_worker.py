@@ -131,6 +131,16 @@ def spawn(env: dict[str, str], *extra: str) -> subprocess.Popen[bytes]:
         )
 
 
+def wait_until_started(log: Path, procs: list[subprocess.Popen[bytes]]) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        text = log.read_text(errors="replace")
+        if all(f"intentlog worker {p.pid}: started" in text for p in procs):
+            return
+        time.sleep(0.05)
+    raise AssertionError("a worker did not start within 30 s")
+
+
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 def test_many_worker_processes_killed_at_random_lose_and_duplicate_nothing(
     tmp_path: Path, service: ReferenceService, backend: str, request: pytest.FixtureRequest
@@ -157,6 +167,9 @@ def test_many_worker_processes_killed_at_random_lose_and_duplicate_nothing(
             procs[victim].wait()
             kills += 1
             procs[victim] = spawn(env, "--lease-ttl", "1.5")
+        # A worker handles SIGTERM once it says it started (before that, the interpreter is
+        # still starting and the default action would kill it): wait for the respawned ones.
+        wait_until_started(tmp_path / "workers.log", procs)
         for proc in procs:
             proc.send_signal(signal.SIGTERM)
         log = (tmp_path / "workers.log").read_text(errors="replace")

@@ -637,6 +637,7 @@ def worker(
     # Handled from the first moment, so a worker stopped while it is still starting (loading
     # the app, opening the journal) exits cleanly too, having claimed nothing.
     previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    click.echo(f"intentlog worker {os.getpid()}: started (SIGTERM stops it cleanly)", err=True)
     try:
         registry = load_registry(app)
         with intentlog.open(ctx.obj["db"], lease_ttl=lease_ttl) as journal:
