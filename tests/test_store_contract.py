@@ -136,6 +136,23 @@ def test_listing_and_counting(store: Store) -> None:
     assert [t.task_id for t in store.list_tasks()] == ["t1", "t2"]
 
 
+def test_counts_follow_every_state_and_every_change(store: Store) -> None:
+    store.claim_task("t1", "a", TTL, None)
+    wanted = [State.PLANNED] * 2 + [State.SUBMITTED] * 3 + [State.CONFIRMED] * 4
+    wanted += [State.FAILED] * 2 + [State.UNRESOLVED]
+    ops = [
+        store.insert_op(make_op(store, f"k{i}", state=s), 1, TTL)[0] for i, s in enumerate(wanted)
+    ]
+    expected = {state: wanted.count(state) for state in State}
+    assert store.count_ops() == expected
+    for op, to in ((ops[2], State.FAILED), (ops[3], State.CONFIRMED), (ops[9], State.PLANNED)):
+        assert store.update_op(op.replace(state=to), 1, TTL) is not None
+        expected[op.state] -= 1
+        expected[to] += 1
+        assert store.count_ops() == expected
+    assert sum(store.count_ops().values()) == len(wanted)
+
+
 def test_delete_completed_keeps_anything_unsettled(store: Store) -> None:
     for task_id, state in (("done", State.CONFIRMED), ("open", State.UNRESOLVED)):
         store.claim_task(task_id, "a", TTL, None)

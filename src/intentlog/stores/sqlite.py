@@ -34,7 +34,7 @@ from intentlog.stores._base import (
 __all__ = ["SQLiteStore", "VersionMoved", "WriteRequest"]
 
 APPLICATION_ID = 0x494C4F47  # "ILOG": tells our files from other SQLite databases
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 _HEADER = b"SQLite format 3\x00"
 
 # Each entry migrates from version index to index + 1. Append only; never edit a released one.
@@ -101,6 +101,10 @@ _MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE tasks ADD COLUMN not_before REAL NOT NULL DEFAULT 0;
     CREATE INDEX tasks_runnable ON tasks (not_before) WHERE completed = 0 AND kind IS NOT NULL;
     CREATE INDEX operations_unresolved ON operations (task_id) WHERE state = 'UNRESOLVED';
+    """,
+    # 3: FAILED operations are few; indexing them lets count_ops count without a table scan
+    """
+    CREATE INDEX operations_failed ON operations (state) WHERE state = 'FAILED';
     """,
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION
@@ -614,9 +618,27 @@ class SQLiteStore(Store):
         return [op_from_row(r) for r in rows]
 
     def count_ops(self) -> dict[State, int]:
-        rows = self._read("SELECT state, count(*) FROM operations GROUP BY state")
+        # GROUP BY state would read every row (a 1M-operation journal: ~0.5 s). Instead, in
+        # one read transaction: the total from the smallest index, the open states and
+        # FAILED through their partial indexes, and CONFIRMED as what is left.
+        with self._read_lock:
+            reader = self._reader
+            reader.execute("BEGIN")
+            try:
+                total = reader.execute("SELECT count(*) FROM operations").fetchone()[0]
+                open_rows = reader.execute(
+                    "SELECT state, count(*) FROM operations"
+                    " WHERE state NOT IN ('CONFIRMED', 'FAILED') GROUP BY state"
+                ).fetchall()
+                failed = reader.execute(
+                    "SELECT count(*) FROM operations WHERE state = 'FAILED'"
+                ).fetchone()[0]
+            finally:
+                reader.execute("COMMIT")
         counts = dict.fromkeys(State, 0)
-        counts.update({State(r[0]): r[1] for r in rows})
+        counts.update({State(r[0]): r[1] for r in open_rows})
+        counts[State.FAILED] = failed
+        counts[State.CONFIRMED] = total - failed - sum(r[1] for r in open_rows)
         return counts
 
     def resolutions(self, key: str | None = None) -> list[Resolution]:
