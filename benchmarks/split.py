@@ -51,11 +51,14 @@ def split(kind: str, sync: str, n: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as d:
         session = w.Sequential(Path(d) / "journal.db", kind)
         store: Any = session.journal.store
-        if not hasattr(store, "_conn") or not hasattr(store, "_reader"):
-            raise SystemExit("the SQLite store no longer has _conn/_reader: update split.py")
+        if not all(hasattr(store, name) for name in ("_conn", "_reader", "_writer")):
+            raise SystemExit(
+                "the SQLite store no longer has _conn/_reader/_writer: update split.py"
+            )
         store._conn.execute(f"PRAGMA synchronous = {sync}")
         spent: defaultdict[str, float] = defaultdict(float)
         store._conn, store._reader = _Timed(store._conn, spent), _Timed(store._reader, spent)
+        store._writer.conn = store._conn  # writes run on the group commit's connection
         session.start()
         session.run(max(n // 10, 50))  # warm-up
         spent.clear()

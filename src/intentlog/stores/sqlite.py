@@ -30,8 +30,9 @@ from intentlog.stores._base import (
     op_values,
     task_from_row,
 )
+from intentlog.stores._group_commit import GroupCommit
 
-__all__ = ["SQLiteStore", "VersionMoved", "WriteRequest"]
+__all__ = ["SQLiteStore", "VersionMoved"]
 
 APPLICATION_ID = 0x494C4F47  # "ILOG": tells our files from other SQLite databases
 SCHEMA_VERSION = 3
@@ -113,18 +114,6 @@ assert len(_MIGRATIONS) == SCHEMA_VERSION
 _T = TypeVar("_T")
 
 
-class WriteRequest:
-    """One caller's write waiting for a group commit."""
-
-    __slots__ = ("body", "done", "error", "result")
-
-    def __init__(self, body: Callable[[sqlite3.Connection], Any]) -> None:
-        self.body = body
-        self.done = False
-        self.result: Any = None
-        self.error: BaseException | None = None
-
-
 class VersionMoved(Exception):
     """Internal: a compare-and-set lost; rolls the write transaction back."""
 
@@ -141,14 +130,7 @@ class SQLiteStore(Store):
     def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = 30.0) -> None:
         self.path = Path(path)
         self.url = f"sqlite://{self.path.resolve()}"
-        # The write connection: a batch leader (or a lone writer, or a point read) holds it.
-        # Not reentrant on purpose: nothing that holds it calls back into the store, and a
-        # reentrant acquire would let a read run inside a write transaction.
-        self._lock = threading.Lock()
-        self._queue_lock = threading.Lock()
-        self._queue: list[WriteRequest] = []
         self._read_lock = threading.Lock()
-        self.commits = 0  # durable write transactions made through this store object
         _check_header(self.path)
         if not self.path.exists():
             _create_private(self.path)
@@ -160,6 +142,11 @@ class SQLiteStore(Store):
         except sqlite3.Error as exc:
             raise JournalError(f"cannot open journal {self.path}: {exc}") from exc
         self._conn.row_factory = sqlite3.Row
+        # The write connection, shared by concurrent writers through group commit.
+        self._writer = GroupCommit(self._conn)
+        self._lock = self._writer.lock
+        self._commit = self._writer.commit
+        self.run_batch = self._writer.run_batch
         try:
             self._prepare(busy_timeout)
             self._reader = sqlite3.connect(
@@ -203,100 +190,10 @@ class SQLiteStore(Store):
 
         self._commit(body)
 
-    def _commit(self, body: Callable[[sqlite3.Connection], _T]) -> _T:
-        """Run ``body`` in a write transaction that is durable when this returns.
-
-        Group commit: writers that arrive while a commit is in progress queue up; the next one
-        to get the connection runs every queued body in one transaction (each inside its own
-        savepoint, so one body's failure undoes only its own statements) and commits once.
-        Each caller still returns only after the commit that holds its write, so the
-        guarantee (intent durable before the send, receipt durable before run returns) holds
-        for every caller; concurrent threads just share the fsync.
-
-        A lone writer (nobody queued, the connection free) commits its body directly, without
-        the queue; a writer that queues meanwhile waits for the connection and leads its own
-        batch, as it would behind any other batch.
-        """
-        if not self._queue and self._lock.acquire(blocking=False):
-            try:
-                return self._run_alone(body)
-            finally:
-                self._lock.release()
-        request = WriteRequest(body)
-        with self._queue_lock:
-            self._queue.append(request)
-        with self._lock:
-            if not request.done:  # nobody committed it for us meanwhile: lead a batch
-                with self._queue_lock:
-                    batch, self._queue = self._queue, []
-                self._run_batch(batch)
-        if request.error is not None:
-            raise request.error
-        return request.result  # type: ignore[no-any-return]
-
-    def _run_alone(self, body: Callable[[sqlite3.Connection], _T]) -> _T:
-        """One body in its own transaction; the same outcomes as a batch of one: the body's
-        own exception propagates (after a rollback), a failed BEGIN, COMMIT or ROLLBACK is a
-        JournalError."""
-        conn = self._conn
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
-            raise self._abort(exc) from exc
-        try:
-            result = body(conn)
-        except BaseException:
-            try:
-                conn.execute("ROLLBACK")
-            except sqlite3.Error as exc:
-                raise self._abort(exc) from exc
-            raise
-        try:
-            conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            raise self._abort(exc) from exc
-        self.commits += 1
-        return result
-
-    def _abort(self, exc: sqlite3.Error) -> JournalError:
-        """Roll back what is left of a failed write transaction; the error to raise."""
-        if self._conn.in_transaction:
-            with contextlib.suppress(sqlite3.Error):  # the original error says more
-                self._conn.execute("ROLLBACK")
-        return JournalError(f"journal write failed: {exc}")
-
-    def run_batch(self, batch: list[WriteRequest]) -> None:
-        """Commit ``batch`` as one group commit, as soon as the write connection is free; each
-        request's result or error is set on it. For writers that queue their own requests
-        (the asyncio store's writer thread)."""
-        with self._lock:
-            self._run_batch(batch)
-
-    def _run_batch(self, batch: list[WriteRequest]) -> None:
-        conn = self._conn
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            for request in batch:
-                if len(batch) > 1:
-                    conn.execute("SAVEPOINT one")
-                try:
-                    request.result = request.body(conn)
-                except BaseException as exc:
-                    request.error = exc
-                    conn.execute("ROLLBACK TO one" if len(batch) > 1 else "ROLLBACK")
-                    if len(batch) == 1:
-                        return
-                if len(batch) > 1:
-                    conn.execute("RELEASE one")
-            conn.execute("COMMIT")
-            self.commits += 1
-        except sqlite3.Error as exc:
-            error = self._abort(exc)
-            for request in batch:
-                request.error = error
-        finally:
-            for request in batch:
-                request.done = True
+    @property
+    def commits(self) -> int:  # type: ignore[override]
+        """Durable write transactions made through this store object."""
+        return self._writer.commits
 
     def _read(self, sql: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]:
         # A connection of its own, so reads never wait behind a commit (WAL readers see

@@ -23,7 +23,8 @@ from intentlog._errors import JournalError
 from intentlog._model import Operation, State, TaskRecord
 from intentlog.stores._async_store import AsyncStore
 from intentlog.stores._base import Resolution, TaskUpdate
-from intentlog.stores.sqlite import SQLiteStore, VersionMoved, WriteRequest
+from intentlog.stores._group_commit import WriteRequest
+from intentlog.stores.sqlite import SQLiteStore, VersionMoved
 
 __all__ = ["AsyncSQLiteStore"]
 
