@@ -69,13 +69,17 @@ def intentlog_rate(url: str, procs: int, tasks: int, effects: int) -> float:
         start = time.perf_counter()
         runs = [
             subprocess.Popen(
-                [sys.executable, "-m", "intentlog.cli", *args], env=env, stdout=subprocess.DEVNULL
+                [sys.executable, "-m", "intentlog.cli", *args],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,  # each worker's start line; shown if it fails
             )
             for _ in range(procs)
         ]
         for run in runs:
-            if run.wait() != 0:
-                raise RuntimeError("a worker failed")
+            _, err = run.communicate()
+            if run.returncode != 0:
+                raise RuntimeError(f"a worker failed: {err.decode(errors='replace')[-2000:]}")
         elapsed = time.perf_counter() - start
         with intentlog.open(journal_url) as journal:
             done = sum(t.completed for t in journal.tasks())
