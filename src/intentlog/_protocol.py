@@ -53,7 +53,6 @@ from intentlog.stores._base import Store, TaskUpdate
 __all__ = ["Options", "TaskCore", "p_acquire"]
 
 _LEASE_SAFETY = 0.2  # fraction of the lease that must remain before a send
-_UNWRITTEN: Any = object()  # placeholder for "the lazy receipts waiting to be written"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -175,7 +174,7 @@ class TaskCore:
     def p_write_task(self, update: TaskUpdate) -> Protocol[None]:
         self.check_usable()
         self.record = yield from self._fenced(
-            "write_task", self.id, self.record.epoch, self.ttl, update, _UNWRITTEN
+            "write_task", self.id, self.record.epoch, self.ttl, update, carry=True
         )
         self.lease_deadline = time.monotonic() + self.ttl
 
@@ -255,7 +254,7 @@ class TaskCore:
             args=stored_args,
         )
         op, created = yield from self._fenced(
-            "insert_op", op, self.record.epoch, self.ttl, _UNWRITTEN
+            "insert_op", op, self.record.epoch, self.ttl, carry=True
         )
         if not created:
             self._same_call(op, effect, fp)
@@ -492,17 +491,16 @@ class TaskCore:
         if self.closed:
             raise InvalidInput(f"task {self.id!r} handle is closed; open it again", task_id=self.id)
 
-    def _fenced(self, name: str, *args: Any) -> Protocol[Any]:
-        """A fenced write; lazy receipts waiting to be written ride along where the write
-        takes them (``_UNWRITTEN`` in ``args``), and stay waiting if it fails."""
-        also = list(self.unwritten.values())
-        args = tuple(also if arg is _UNWRITTEN else arg for arg in args)
+    def _fenced(self, name: str, *args: Any, carry: bool = False) -> Protocol[Any]:
+        """A fenced write. ``carry``: the lazy receipts waiting to be written ride along (as
+        its last argument, ``also``), and stay waiting if it fails."""
+        also = list(self.unwritten.values()) if carry and self.unwritten else None
         try:
-            result = yield Call(name, args)
+            result = yield Call(name, args if also is None else (*args, also))
         except LeaseLost as exc:
             self.lost = exc
             raise
-        if any(arg is also for arg in args):
+        if also is not None:
             for op in also:
                 self.unwritten.pop(op.key, None)
                 crashpoint("after_confirm", op.effect)  # the lazy receipt is durable now
