@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 
 import intentlog
 from intentlog import Action, State
+from intentlog.stores.sqlite_async import AsyncSQLiteStore
 from remote import Remote, make_effect
 
 
@@ -280,3 +282,72 @@ def test_a_closed_async_journal_refuses_work(tmp_path: Path) -> None:
             await journal.operations()
 
     arun(main())
+
+
+def test_async_sqlite_store_survives_a_loop_that_closed_with_a_write_pending(
+    tmp_path: Path,
+) -> None:
+    """Several event loops may use one store. A loop that goes away while one of its writes
+    is queued (asyncio.run returning, a cancelled request) leaves nobody to wake: the writer
+    thread must go on serving every other loop."""
+    path = tmp_path / "journal.db"
+    store = AsyncSQLiteStore(path)
+    # Another connection holds the write lock, so the writer thread's batch waits for it.
+    blocker = sqlite3.connect(path, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+
+    async def abandon_a_write() -> None:
+        asyncio.get_running_loop().create_task(store.create_task("a", "kind", "null"))
+        await asyncio.sleep(0.05)  # queued; asyncio.run then cancels it and closes the loop
+
+    asyncio.run(abandon_a_write())
+    blocker.execute("COMMIT")  # the writer commits "a" and tries to wake the closed loop
+    blocker.close()
+    time.sleep(0.3)
+
+    async def write_from_a_live_loop() -> Any:
+        return await asyncio.wait_for(store.create_task("b", "kind", "null"), 5)
+
+    try:
+        created = asyncio.run(write_from_a_live_loop())
+    except TimeoutError:
+        created = None
+    finally:
+        asyncio.run(store.aclose())
+    assert created is not None, "a write on a live loop never completed: the writer thread died"
+
+
+@pytest.mark.filterwarnings("ignore::intentlog.BlockingCallWarning")
+def test_async_journal_renews_leases_on_a_second_event_loop(tmp_path: Path) -> None:
+    """A journal can outlive an event loop (asyncio.run, then another): handles opened on the
+    next loop are renewed too, so no other worker can take an open, working task over."""
+    path = tmp_path / "journal.db"
+    journal = intentlog.open_async(path, lease_ttl=0.6)
+
+    async def first() -> None:
+        async with journal.task("first") as task:
+            await task.checkpoint(next_step="done")
+
+    async def second() -> tuple[int, BaseException | None]:
+        async with journal.task("second") as task:
+            await asyncio.sleep(1.5)  # five renewal periods of a live, open handle
+            with intentlog.open(path) as other:
+                try:
+                    taken = other.task("second", wait=0)
+                    epoch = taken.epoch
+                    taken.close()
+                except intentlog.TaskBusy:
+                    epoch = task.epoch  # still ours: renewed, as it should be
+            try:
+                await task.checkpoint(next_step="still mine")
+                lost = None
+            except intentlog.LeaseLost as exc:
+                lost = exc
+            return epoch, lost
+
+    asyncio.run(first())
+    try:
+        epoch, lost = asyncio.run(second())
+    finally:
+        asyncio.run(journal.aclose())
+    assert (epoch, lost) == (1, None), "an open handle's lease was not renewed and was taken"

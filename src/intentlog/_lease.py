@@ -89,8 +89,13 @@ class AsyncRenewer:
 
     def add(self, handle: TaskCore) -> None:
         self._handles.add(handle)
-        if self._task is None and not self._closed:
-            loop = asyncio.get_running_loop()
+        loop = asyncio.get_running_loop()
+        task = self._task
+        # A journal may outlive an event loop (asyncio.run, then another): renew from the
+        # loop the handles are used on now.
+        if not self._closed and (task is None or task.done() or task.get_loop() is not loop):
+            if task is not None and not task.done() and not task.get_loop().is_closed():
+                task.get_loop().call_soon_threadsafe(task.cancel)
             self._task = loop.create_task(self._loop(), name="intentlog-lease-renewal")
 
     def discard(self, handle: TaskCore) -> None:
@@ -99,7 +104,7 @@ class AsyncRenewer:
     async def aclose(self) -> None:
         self._closed = True
         task, self._task = self._task, None
-        if task is not None:
+        if task is not None and task.get_loop() is asyncio.get_running_loop():
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task

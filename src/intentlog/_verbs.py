@@ -240,8 +240,19 @@ def p_resolve(
     if receipt is not None:
         check_safe(receipt, what="receipt", max_bytes=options.max_bytes)
     to_state = targets[outcome]
+    seen: Operation | None = None
     while True:
         op = yield from p_operation(store, key)
+        if seen is not None and (op.state, op.attempts) != (seen.state, seen.attempts):
+            # Changed under us (a worker sent it, a lookup settled it): the decision was made
+            # about another situation, so it is not applied to this one.
+            raise InvalidInput(
+                f"operation {key!r} changed while being resolved (it is {op.state} now, after "
+                f"{op.attempts} send(s)); look at it again before resolving",
+                key=key,
+                state=op.state.value,
+            )
+        seen = op
         allowed = {State.SUBMITTED, State.UNRESOLVED} | (
             {State.PLANNED} if outcome != "retry" else set()
         )

@@ -134,6 +134,10 @@ _INSERT_RESOLUTION = (
     "INSERT INTO {s}.resolutions (key, task_id, at, from_state, to_state, note, receipt, actor)"
     " SELECT %s, %s, %s::float8, %s, %s, %s, %s, %s FROM cas RETURNING id"
 )
+_FIND_RESOLUTION = (
+    "SELECT 1 FROM {s}.resolutions WHERE key = %s AND at = %s AND actor = %s"
+    " AND from_state = %s AND to_state = %s"
+)
 _GET_OP = "SELECT * FROM {s}.operations WHERE key = %s"
 _GET_TASK = "SELECT * FROM {s}.tasks WHERE task_id = %s"
 _SETTLED = (  # a completed task gc may remove ("t" is the task row)
@@ -332,6 +336,14 @@ class Plans:
             return op.replace(version=op.version + 1)
         if epoch is not None:
             yield from self._p_check_epoch(op.task_id, epoch)
+        if resolution is not None:
+            # An operator's earlier attempt is known by its audit record, which nothing else
+            # writes or changes (the operation itself may have moved on since).
+            r = resolution
+            mine = (r.key, r.at, r.actor, r.from_state.value, r.to_state.value)
+            if (yield Q(_FIND_RESOLUTION, mine)).rows:
+                return op.replace(version=op.version + 1)
+            return None
         stored = (yield Q(_GET_OP, (op.key,))).rows
         if stored and _same(stored[0], row):  # our own earlier attempt
             return op.replace(version=op.version + 1)

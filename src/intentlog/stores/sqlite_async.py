@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import os
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -76,7 +77,7 @@ class AsyncSQLiteStore(AsyncStore):
             if self._stopping:
                 raise JournalError(f"the journal at {self.url} is closed")
             self._pending.append((WriteRequest(body), future, loop))
-            if self._writer is None:
+            if self._writer is None or not self._writer.is_alive():
                 self._writer = threading.Thread(
                     target=self._write_loop, name="intentlog-sqlite-write", daemon=True
                 )
@@ -92,13 +93,19 @@ class AsyncSQLiteStore(AsyncStore):
                 batch, self._pending = self._pending, []
                 if not batch and self._stopping:
                     return
-            self._store.run_batch([request for request, _, _ in batch])
+            try:
+                self._store.run_batch([request for request, _, _ in batch])
+            except BaseException as exc:  # run_batch sets errors itself; this is a last resort
+                for request, _, _ in batch:
+                    request.error = request.error or exc
             by_loop: dict[asyncio.AbstractEventLoop, list[_Pending]] = {}
             for item in batch:
                 by_loop.setdefault(item[2], []).append(item)
             for loop, items in by_loop.items():
-                # One wake-up of each loop settles all of its writes in this commit.
-                loop.call_soon_threadsafe(_settle, items)
+                # One wake-up of each loop settles all of its writes in this commit. A loop
+                # that has closed meanwhile has nobody left to await them.
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(_settle, items)
 
     async def _read(self, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
         if self._stopping:
