@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 
 import pytest
@@ -114,8 +115,9 @@ def test_operator_update_writes_its_audit_record_atomically(store: Store) -> Non
     audit = Resolution("k1", "t1", store.now(), State.SUBMITTED, State.FAILED, "no", None, "me")
     assert store.update_op(stored.replace(state=State.FAILED), None, TTL, audit) is not None
     assert [r.to_state for r in store.resolutions("k1")] == [State.FAILED]
-    # a lost compare-and-set writes no audit record either
-    assert store.update_op(stored.replace(state=State.CONFIRMED), None, TTL, audit) is None
+    # a lost compare-and-set (another decision, at another time) writes no audit record
+    later = dataclasses.replace(audit, at=audit.at + 1, to_state=State.CONFIRMED)
+    assert store.update_op(stored.replace(state=State.CONFIRMED), None, TTL, later) is None
     assert len(store.resolutions()) == 1
 
 

@@ -207,7 +207,8 @@ class Journal:
         not happen and must not be retried with this key) or "retry" (it did not happen; the
         next run sends it again with the same key). Allowed from PLANNED, SUBMITTED and
         UNRESOLVED ("retry" not from PLANNED). Raises UnknownOperation for an unknown key,
-        InvalidInput for an outcome that does not fit, UnsafeValue for a receipt holding a
+        InvalidInput for an outcome that does not fit (or when the operation's state or sends
+        change while it is being resolved: look again), UnsafeValue for a receipt holding a
         credential; in every error case nothing is written.
         """
         return self._run(p_resolve(self._store, self.options, key, outcome, receipt, note, actor))
