@@ -52,6 +52,8 @@ async def async_workflow(url: str) -> None:
         await task.complete()
         pending: list[intentlog.Pending] = await journal.pending()
         assert pending == []
+        blocking: intentlog.Journal = journal.sync_journal()  # for code in worker threads
+        assert blocking.task_info("order-43").record.completed
 
 
 registry = intentlog.Registry(effects=[charge, mail])
