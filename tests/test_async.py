@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import threading
 import time
@@ -351,3 +352,30 @@ def test_async_journal_renews_leases_on_a_second_event_loop(tmp_path: Path) -> N
     finally:
         asyncio.run(journal.aclose())
     assert (epoch, lost) == (1, None), "an open handle's lease was not renewed and was taken"
+
+
+def test_a_claim_that_commits_after_the_caller_gave_up_is_given_back(tmp_path: Path) -> None:
+    """A timeout around journal.task() may cancel the caller while its claim is being
+    committed. The claim then commits with no handle to hold it: the journal releases it, so
+    the task can be taken again at once instead of after the lease expires."""
+    path = tmp_path / "journal.db"
+
+    async def main() -> int:
+        async with intentlog.open_async(path, lease_ttl=60) as journal:
+            # Another connection holds the write lock: the claim waits in the writer thread.
+            blocker = sqlite3.connect(path, isolation_level=None)
+            blocker.execute("BEGIN IMMEDIATE")
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(journal.task("t")._open(), 0.2)
+            blocker.execute("COMMIT")  # now the claim commits, after the caller gave up
+            blocker.close()
+            for _ in range(250):
+                with contextlib.suppress(intentlog.InvalidInput):  # not claimed yet
+                    info = await journal.task_info("t")
+                    if info.record.epoch == 1 and info.record.owner is None:
+                        break  # claimed, then given back
+                await asyncio.sleep(0.02)
+            async with journal.task("t", wait=0) as task:  # no TaskBusy for 60 s
+                return task.epoch
+
+    assert arun(main()) == 2

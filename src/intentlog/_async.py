@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import dataclasses
 import os
 from collections.abc import Generator, Iterable
@@ -123,9 +124,17 @@ class _Opening:
 
     async def _open(self) -> AsyncTask:
         journal = self._journal
-        record, owner = await journal._drive(
-            p_acquire(journal.store, journal.options, self._task_id, self._wait)
+        acquiring = asyncio.ensure_future(
+            journal._drive(p_acquire(journal.store, journal.options, self._task_id, self._wait))
         )
+        try:
+            record, owner = await asyncio.shield(acquiring)
+        except asyncio.CancelledError:
+            # The claim may still commit after the caller gave up (a timeout around
+            # journal.task()): then give the lease back at once, or the task would stay held
+            # by a handle nobody has until the lease expires.
+            journal._give_back(acquiring)
+            raise
         core = TaskCore(journal.store, journal.options, record, owner, is_async=True)
         return AsyncTask(journal, core)
 
@@ -169,6 +178,7 @@ class AsyncJournal:
         else:
             self._renewer = Renewer(self.options.lease_ttl, store)
         self._sync: Journal | None = None
+        self._background: set[asyncio.Task[None]] = set()
 
     @property
     def store(self) -> Store | AsyncStore:
@@ -200,8 +210,26 @@ class AsyncJournal:
                 self._sync = _Shared(self._store, **kwargs)
         return self._sync
 
+    def _give_back(self, acquiring: asyncio.Future[tuple[TaskRecord, str]]) -> None:
+        """Release the lease ``acquiring`` claims, if it does, in the background."""
+
+        async def release() -> None:
+            try:
+                record, owner = await acquiring
+            except BaseException:  # nothing was claimed: nothing to give back
+                return
+            core = TaskCore(self._store, self.options, record, owner, is_async=True)
+            with contextlib.suppress(Exception):  # not released: the lease expires instead
+                await self._drive(core.p_close())
+
+        task = asyncio.get_running_loop().create_task(release())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
     async def aclose(self) -> None:
         """Stop renewing leases and close the store and the thread pool."""
+        if self._background:  # leases being given back
+            await asyncio.gather(*self._background, return_exceptions=True)
         if isinstance(self._renewer, AsyncRenewer):
             await self._renewer.aclose()
         else:
