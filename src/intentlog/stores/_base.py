@@ -23,6 +23,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from intentlog._errors import LeaseLost
 from intentlog._model import Operation, Policy, State, TaskRecord
 
 __all__ = [
@@ -30,6 +31,8 @@ __all__ = [
     "TASK_COLUMNS",
     "Resolution",
     "Store",
+    "TaskUpdate",
+    "lease_lost",
     "op_from_row",
     "op_to_row",
     "op_values",
@@ -209,6 +212,38 @@ class TaskUpdate:
     release: bool = False  # give up the lease (owner cleared, lease expired) in the same write
     failed: str | None = None  # a worker's run failed: count it and keep this reason
     not_before: float | None = None  # do not claim the task again before this time
+
+    def assignments(self, mark: str) -> tuple[list[str], list[Any]]:
+        """The SET clauses (``column = <mark>``) and parameters of the fields this update
+        changes, the same for every store; the lease columns are each store's own (a
+        release also expires the lease there)."""
+        sets: list[str] = []
+        params: list[Any] = []
+        changes = (
+            ("next_step", self.next_step),
+            ("state", self.state_json),
+            ("completed", self.completed),
+            ("last_error", self.failed),
+            ("not_before", self.not_before),
+        )
+        for column, value in changes:
+            if value is not None:
+                sets.append(f"{column} = {mark}")
+                params.append(value)
+        if self.failed is not None:
+            sets.append("runs = runs + 1")
+        if self.release:
+            sets.append("owner = NULL")
+        return sets, params
+
+
+def lease_lost(task_id: str, epoch: int) -> LeaseLost:
+    """The error of a fenced write refused because the task's epoch moved on."""
+    return LeaseLost(
+        f"task {task_id!r}: lease epoch {epoch} was taken over by another worker; "
+        "this write was refused",
+        task_id=task_id,
+    )
 
 
 class Store(abc.ABC):

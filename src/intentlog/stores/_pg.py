@@ -31,12 +31,13 @@ from collections.abc import Generator, Iterable, Sequence
 from typing import Any, NamedTuple, TypeVar
 from urllib.parse import unquote, urlsplit
 
-from intentlog._errors import InvalidInput, JournalError, LeaseLost
+from intentlog._errors import InvalidInput, JournalError
 from intentlog._model import Operation, State, TaskRecord
 from intentlog.stores._base import (
     OP_COLUMNS,
     Resolution,
     TaskUpdate,
+    lease_lost,
     op_from_row,
     op_to_row,
     task_from_row,
@@ -207,21 +208,9 @@ class Plans:
     ) -> Plan[TaskRecord]:
         now = self.now()
         # The fence and the change are one UPDATE, which matches no row if the epoch moved on.
-        sets = ["lease_expires = %s", "updated_at = %s"]
-        params: list[Any] = [0.0 if update.release else now + ttl, now]
-        changes = (("next_step", update.next_step), ("state", update.state_json))
-        for column, value in (*changes, ("completed", update.completed)):
-            if value is not None:
-                sets.append(f"{column} = %s")
-                params.append(value)
-        if update.release:
-            sets.append("owner = NULL")
-        if update.failed is not None:
-            sets.append("runs = runs + 1, last_error = %s")
-            params.append(update.failed)
-        if update.not_before is not None:
-            sets.append("not_before = %s")
-            params.append(update.not_before)
+        changed, values = update.assignments("%s")
+        sets = ["lease_expires = %s", "updated_at = %s", *changed]
+        params: list[Any] = [0.0 if update.release else now + ttl, now, *values]
         task = (
             f"fence AS (UPDATE {{s}}.tasks SET {', '.join(sets)}"
             " WHERE task_id = %s AND epoch = %s RETURNING *)"
@@ -402,14 +391,6 @@ def _op_values(op: Operation, version: int) -> tuple[Any, ...]:
 def _same(stored: dict[str, Any], values: tuple[Any, ...]) -> bool:
     """Whether the stored row is exactly the one these values describe."""
     return all(stored[c] == v for c, v in zip(OP_COLUMNS, values, strict=True))
-
-
-def lease_lost(task_id: str, epoch: int) -> LeaseLost:
-    return LeaseLost(
-        f"task {task_id!r}: lease epoch {epoch} was taken over by another worker; "
-        "this write was refused",
-        task_id=task_id,
-    )
 
 
 def _resolution(r: dict[str, Any]) -> Resolution:

@@ -19,13 +19,14 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from intentlog._errors import JournalCorrupt, JournalError, LeaseLost, SchemaTooNew
+from intentlog._errors import JournalCorrupt, JournalError, SchemaTooNew
 from intentlog._model import Operation, State, TaskRecord
 from intentlog.stores._base import (
     OP_COLUMNS,
     Resolution,
     Store,
     TaskUpdate,
+    lease_lost,
     op_from_row,
     op_values,
     task_from_row,
@@ -271,11 +272,7 @@ class SQLiteStore(Store):
     def _check_fence(conn: sqlite3.Connection, task_id: str, epoch: int) -> None:
         row = conn.execute("SELECT epoch FROM tasks WHERE task_id = ?", (task_id,)).fetchone()
         if row is None or row[0] != epoch:
-            raise LeaseLost(
-                f"task {task_id!r}: lease epoch {epoch} was taken over by another worker; "
-                "this write was refused",
-                task_id=task_id,
-            )
+            raise lease_lost(task_id, epoch)
 
     @staticmethod
     def _fence(conn: sqlite3.Connection, task_id: str, epoch: int, ttl: float, now: float) -> None:
@@ -284,11 +281,7 @@ class SQLiteStore(Store):
             (now + ttl, now, task_id, epoch),
         )
         if cur.rowcount != 1:
-            raise LeaseLost(
-                f"task {task_id!r}: lease epoch {epoch} was taken over by another worker; "
-                "this write was refused",
-                task_id=task_id,
-            )
+            raise lease_lost(task_id, epoch)
 
     def write_task(
         self,
@@ -314,25 +307,9 @@ class SQLiteStore(Store):
         def body(conn: sqlite3.Connection) -> TaskRecord:
             self._fence(conn, task_id, epoch, ttl, now)
             _store_also(conn, also)
-            sets: list[str] = []
-            params: list[Any] = []
-            if update.next_step is not None:
-                sets.append("next_step = ?")
-                params.append(update.next_step)
-            if update.state_json is not None:
-                sets.append("state = ?")
-                params.append(update.state_json)
-            if update.completed is not None:
-                sets.append("completed = ?")
-                params.append(int(update.completed))
+            sets, params = update.assignments("?")
             if update.release:
-                sets.append("owner = NULL, lease_expires = 0")
-            if update.failed is not None:
-                sets.append("runs = runs + 1, last_error = ?")
-                params.append(update.failed)
-            if update.not_before is not None:
-                sets.append("not_before = ?")
-                params.append(update.not_before)
+                sets.append("lease_expires = 0")  # after the fence extended it
             if sets:
                 conn.execute(
                     f"UPDATE tasks SET {', '.join(sets)} WHERE task_id = ?", (*params, task_id)
