@@ -36,6 +36,7 @@ __all__ = [
     "op_from_row",
     "op_to_row",
     "op_values",
+    "resolution_from_row",
 ]
 
 OP_COLUMNS = (
@@ -199,6 +200,20 @@ def task_from_row(row: Any) -> TaskRecord:
         runs=row["runs"],
         last_error=row["last_error"],
         not_before=row["not_before"],
+    )
+
+
+def resolution_from_row(row: Any) -> Resolution:
+    """A stored audit record (its receipt as JSON text) as a Resolution."""
+    return Resolution(
+        key=row["key"],
+        task_id=row["task_id"],
+        at=row["at"],
+        from_state=State(row["from_state"]),
+        to_state=State(row["to_state"]),
+        note=row["note"],
+        receipt=None if row["receipt"] is None else json.loads(row["receipt"]),
+        actor=row["actor"],
     )
 
 

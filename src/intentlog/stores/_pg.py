@@ -25,7 +25,6 @@ that task leased to an owner that will not run it, until its lease expires.
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 from collections.abc import Generator, Iterable, Sequence
 from typing import Any, NamedTuple, TypeVar
@@ -40,6 +39,7 @@ from intentlog.stores._base import (
     lease_lost,
     op_from_row,
     op_to_row,
+    resolution_from_row,
     task_from_row,
 )
 
@@ -362,7 +362,7 @@ class Plans:
     def p_resolutions(self, key: str | None) -> Plan[list[Resolution]]:
         where, params = (" WHERE key = %s", (key,)) if key is not None else ("", ())
         rows = (yield Q(f"SELECT * FROM {{s}}.resolutions{where} ORDER BY id", params)).rows
-        return [_resolution(r) for r in rows]
+        return [resolution_from_row(r) for r in rows]
 
     def _p_check_epoch(self, task_id: str, epoch: int) -> Plan[None]:
         rows = (yield Q("SELECT epoch FROM {s}.tasks WHERE task_id = %s", (task_id,))).rows
@@ -391,12 +391,6 @@ def _op_values(op: Operation, version: int) -> tuple[Any, ...]:
 def _same(stored: dict[str, Any], values: tuple[Any, ...]) -> bool:
     """Whether the stored row is exactly the one these values describe."""
     return all(stored[c] == v for c, v in zip(OP_COLUMNS, values, strict=True))
-
-
-def _resolution(r: dict[str, Any]) -> Resolution:
-    receipt = None if r["receipt"] is None else json.loads(r["receipt"])
-    states = State(r["from_state"]), State(r["to_state"])
-    return Resolution(r["key"], r["task_id"], r["at"], *states, r["note"], receipt, r["actor"])
 
 
 def parse_url(url: str) -> tuple[str, dict[str, str], str, list[str]]:

@@ -9,7 +9,6 @@ lock; a busy timeout makes them queue instead of failing. Several processes may 
 from __future__ import annotations
 
 import contextlib
-import json
 import operator
 import os
 import sqlite3
@@ -29,6 +28,7 @@ from intentlog.stores._base import (
     lease_lost,
     op_from_row,
     op_values,
+    resolution_from_row,
     task_from_row,
 )
 from intentlog.stores._group_commit import GroupCommit
@@ -518,19 +518,7 @@ class SQLiteStore(Store):
     def resolutions(self, key: str | None = None) -> list[Resolution]:
         where, params = (" WHERE key = ?", (key,)) if key is not None else ("", ())
         rows = self._read(f"SELECT * FROM resolutions{where} ORDER BY id", params)
-        return [
-            Resolution(
-                key=r["key"],
-                task_id=r["task_id"],
-                at=r["at"],
-                from_state=State(r["from_state"]),
-                to_state=State(r["to_state"]),
-                note=r["note"],
-                receipt=None if r["receipt"] is None else json.loads(r["receipt"]),
-                actor=r["actor"],
-            )
-            for r in rows
-        ]
+        return [resolution_from_row(r) for r in rows]
 
 
 _OPEN = frozenset(State) - {State.CONFIRMED, State.FAILED}
