@@ -11,13 +11,24 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from intentlog._decide import Decision, LookupFailed, decide, retention_margin, task_action
+from intentlog._decide import (
+    Decision,
+    LookupFailed,
+    decide,
+    in_flight_until,
+    retention_margin,
+    send_slack,
+    strictest,
+    task_action,
+)
 from intentlog._model import Action, Found, Indeterminate, NotFound, Operation, Policy, State
 
 T0 = 1000.0  # first (and, in the table, latest) send
 TIMEOUT = 30.0
 LAG = 20.0
-RETENTION = 1000.0  # finite retention: margin = 30 + 5% of 1000 = 80, so resend before T0 + 920
+SLACK = 1.0  # send_slack: a request leaves at most this long after its recorded time
+SENT = T0 + SLACK + TIMEOUT  # the latest request can no longer land after this
+RETENTION = 1000.0  # finite: margin = 1 + 30 + 5% of 1000 = 81, so resend before T0 + 919
 LIMIT = 5
 RECEIPT = {"id": "ch_1"}
 LATER = object()  # expected not_before: some time after now (the backoff is not specified)
@@ -41,6 +52,7 @@ CAPS = {
     "reconcile-only": Policy(can_reconcile=True, **W),
     "dedupe-forever": Policy(idempotent=True, **W),
     "dedupe-finite": Policy(idempotent=True, key_retention=RETENTION, **W),
+    "dedupe-locks": Policy(idempotent=True, key_retention=RETENTION, locks_in_flight=True, **W),
     "both": Policy(can_reconcile=True, idempotent=True, key_retention=RETENTION, **W),
     "neither": Policy(**W),
 }
@@ -49,8 +61,8 @@ CAPS = {
 @dataclasses.dataclass(frozen=True)
 class Timing:
     offset: float  # now - T0
-    in_window: bool  # now < submitted_at + timeout
-    lag_passed: bool  # now >= submitted_at + timeout + lookup_lag
+    in_window: bool  # now < submitted_at + slack + timeout
+    lag_passed: bool  # now >= submitted_at + slack + timeout + lookup_lag
     keeps_key: bool  # a finite retention: now < first_submitted_at + retention - margin
 
 
@@ -108,32 +120,38 @@ def oracle(state: State, cap: str, t: Timing, lookup: str, gone: bool) -> Exp:
             return Exp(Action.USE_RECEIPT, mark=State.CONFIRMED, receipt=RECEIPT)
         # "NotFound is trusted only once ... submitted_at + timeout + lag has passed.
         #  Trusted NotFound -> send again with the same key. NotFound before that -> WAIT."
+        #  ("The in-flight window starts when the request really leaves": at most SLACK later.)
         if lookup == "notfound":
             if t.lag_passed:
                 return Exp(Action.SUBMIT)
-            return Exp(Action.WAIT, not_before=T0 + TIMEOUT + LAG)
+            return Exp(Action.WAIT, not_before=SENT + LAG)
         # "Indeterminate or a failing lookup -> ask again later, up to a limit, then UNRESOLVED."
         if lookup.endswith("-below"):
             return Exp(Action.WAIT, not_before=LATER, lookup_failed=True)
         # The guarantee: "the service deduplicates ... and the key is still within retention"
         # is enough to send again, so a deduplicating effect resends instead of escalating.
         if keeps_key:
-            # ... but like rule 2, not while another live worker may still be sending it.
-            if t.in_window and not gone:
-                return Exp(Action.WAIT, not_before=T0 + TIMEOUT, lookup_failed=True)
+            # ... but like rule 2, not while the latest request may still be executing.
+            if t.in_window and not (policy.locks_in_flight and gone):
+                return Exp(Action.WAIT, not_before=SENT, lookup_failed=True)
             return Exp(Action.SUBMIT, lookup_failed=True)
         return dataclasses.replace(unresolved, lookup_failed=True)
-    # "while another live worker may still be sending it, WAIT" (Leases: "in flight until
-    #  submitted_at + the effect's timeout"); applies to every non-reconcilable effect.
+    if policy.idempotent:
+        # "2. ... until sent + timeout, WAIT, whoever sent it ..., unless the service is
+        #  declared to lock a key while a request is in flight"
+        if t.in_window and not (policy.locks_in_flight and gone):
+            return Exp(Action.WAIT, not_before=SENT)
+        # "then, if the key is still inside the service's retention (minus a safety margin)
+        #  -> send again with the same key; past it -> UNRESOLVED."
+        return Exp(Action.SUBMIT) if keeps_key else unresolved
+    # "3. Neither -> UNRESOLVED", once no live worker's request may still be in flight.
     if t.in_window and not gone:
-        return Exp(Action.WAIT, not_before=T0 + TIMEOUT)
-    # "2. ... the service deduplicates: inside retention (minus margin) -> send again;
-    #  past it -> UNRESOLVED."   "3. Neither -> UNRESOLVED."
-    return Exp(Action.SUBMIT) if keeps_key else unresolved
+        return Exp(Action.WAIT, not_before=SENT)
+    return unresolved
 
 
 CASES = list(itertools.product(State, CAPS, TIMINGS, LOOKUPS, [False, True]))
-assert len(CASES) == 5 * 5 * 6 * 7 * 2 == 2100
+assert len(CASES) == 5 * 6 * 6 * 7 * 2 == 2520
 
 
 def check(d: Decision, exp: Exp, now: float) -> None:
@@ -158,11 +176,12 @@ def test_decision_table(state: State, cap: str, timing: str, lookup: str, gone: 
 
 
 def test_timings_mean_what_their_names_say() -> None:
-    assert retention_margin(CAPS["dedupe-finite"]) == TIMEOUT + 0.05 * RETENTION == 80.0
-    edge = RETENTION - 80.0
+    assert send_slack(CAPS["dedupe-finite"]) == SLACK
+    assert retention_margin(CAPS["dedupe-finite"]) == SLACK + TIMEOUT + 0.05 * RETENTION == 81.0
+    edge = RETENTION - 81.0
     for t in TIMINGS.values():
-        assert t.in_window == (t.offset < TIMEOUT)
-        assert t.lag_passed == (t.offset >= TIMEOUT + LAG)
+        assert t.in_window == (t.offset < SLACK + TIMEOUT)
+        assert t.lag_passed == (t.offset >= SLACK + TIMEOUT + LAG)
         assert t.keeps_key == (t.offset < edge)
     assert edge < TIMINGS["in-margin-before-retention"].offset < RETENTION
     assert TIMINGS["past-retention"].offset > RETENTION
@@ -180,7 +199,7 @@ NEITHER = CAPS["neither"]
 @pytest.mark.parametrize("gone", [False, True])
 def test_notfound_exactly_at_the_trust_boundary(gone: bool) -> None:
     sent = 1700000000.1
-    boundary = sent + RECON.timeout + RECON.lookup_lag
+    boundary = sent + send_slack(RECON) + RECON.timeout + RECON.lookup_lag
     op = op_at(State.SUBMITTED, RECON, sent=sent)
     at = decide(op, RECON, boundary, lookup=NotFound(), submitter_gone=gone)
     assert at.action is Action.SUBMIT and at.mark is None
@@ -188,12 +207,32 @@ def test_notfound_exactly_at_the_trust_boundary(gone: bool) -> None:
     assert before.action is Action.WAIT and before.not_before == boundary
 
 
-def test_dedupe_only_waits_for_a_live_submitter_and_resends_when_it_is_gone() -> None:
+def test_dedupe_waits_out_the_deadline_even_when_the_sender_is_dead() -> None:
+    # A dead sender's request may still be executing on the service, whose idempotency layer
+    # may deduplicate only completed requests: no resend before the request's deadline.
     op = op_at(State.SUBMITTED, DEDUPE)
-    live = decide(op, DEDUPE, T0 + 5.0)
-    assert live.action is Action.WAIT and live.not_before == T0 + TIMEOUT
-    assert decide(op, DEDUPE, T0 + 5.0, submitter_gone=True).action is Action.SUBMIT
-    assert decide(op, DEDUPE, T0 + TIMEOUT).action is Action.SUBMIT  # window over
+    for gone in (False, True):
+        d = decide(op, DEDUPE, T0 + 5.0, submitter_gone=gone)
+        assert d.action is Action.WAIT and d.not_before == SENT
+    assert decide(op, DEDUPE, math.nextafter(SENT, -math.inf)).action is Action.WAIT
+    assert decide(op, DEDUPE, SENT).action is Action.SUBMIT  # window over
+
+
+def test_a_service_that_locks_keys_in_flight_is_resent_at_once_when_the_sender_is_dead() -> None:
+    locks = CAPS["dedupe-locks"]
+    op = op_at(State.SUBMITTED, locks)
+    assert decide(op, locks, T0 + 5.0, submitter_gone=True).action is Action.SUBMIT
+    # a live worker may still be sending it: its own answer settles it
+    live = decide(op, locks, T0 + 5.0, submitter_gone=False)
+    assert live.action is Action.WAIT and live.not_before == SENT
+
+
+def test_the_in_flight_window_counts_the_send_slack() -> None:
+    for timeout, slack in ((30.0, 1.0), (2.5, 1.0), (1.0, 0.5), (0.2, 0.1)):
+        policy = Policy(idempotent=True, timeout=timeout)
+        assert send_slack(policy) == slack
+        op = op_at(State.SUBMITTED, policy)
+        assert in_flight_until(op, policy) == T0 + slack + timeout
 
 
 def test_retention_counts_from_the_first_send_not_the_latest() -> None:
@@ -203,12 +242,14 @@ def test_retention_counts_from_the_first_send_not_the_latest() -> None:
     # 950 s after the first send: past retention minus margin, though 50 s after the resend
     late = decide(op, DEDUPE, first + 950.0, submitter_gone=True)
     assert late.action is Action.ESCALATE and late.mark is State.UNRESOLVED
+    assert decide(op, DEDUPE, first + 925.0, submitter_gone=True).action is Action.WAIT
+    op = op_at(State.SUBMITTED, DEDUPE, sent=T0 + 800.0, first=first)
     assert decide(op, DEDUPE, first + 910.0, submitter_gone=True).action is Action.SUBMIT
 
 
-def test_margin_is_timeout_plus_five_percent_of_retention() -> None:
-    assert retention_margin(DEDUPE) == 80.0
-    assert retention_margin(Policy(idempotent=True, key_retention=120.0, timeout=5.0)) == 11.0
+def test_margin_is_slack_and_timeout_plus_five_percent_of_retention() -> None:
+    assert retention_margin(DEDUPE) == 81.0
+    assert retention_margin(Policy(idempotent=True, key_retention=120.0, timeout=5.0)) == 12.0
     assert retention_margin(CAPS["dedupe-forever"]) == 0.0
     op = op_at(State.SUBMITTED, DEDUPE)
     edge = T0 + RETENTION - retention_margin(DEDUPE)
@@ -254,10 +295,10 @@ def test_found_carries_its_receipt(policy: Policy, offset: float) -> None:
 def test_neither_waits_in_window_then_escalates() -> None:
     op = op_at(State.SUBMITTED, NEITHER)
     inside = decide(op, NEITHER, T0 + 1.0)
-    assert inside.action is Action.WAIT and inside.not_before == T0 + TIMEOUT
+    assert inside.action is Action.WAIT and inside.not_before == SENT
     assert inside.mark is None
     gone = decide(op, NEITHER, T0 + 1.0, submitter_gone=True)
-    for d in (decide(op, NEITHER, T0 + TIMEOUT), gone):
+    for d in (decide(op, NEITHER, SENT), gone):
         assert (d.action, d.mark) == (ESCALATE, UNRESOLVED)
 
 
@@ -273,6 +314,7 @@ POLICY_ST = st.builds(
     key_retention=st.none() | st.floats(1e-3, 1e6),
     timeout=st.floats(1e-3, 1e4),
     lookup_lag=st.just(0.0) | st.floats(0.0, 1e4),
+    locks_in_flight=st.booleans(),
 )
 
 ANCHOR_ST = st.integers(0, 4)  # which boundary "now" is drawn around
@@ -292,10 +334,11 @@ def scenario(
     first = draw(FIRST_ST)
     sent = first + draw(SPREAD_ST)
     retention = policy.key_retention or 0.0
+    window = send_slack(policy) + policy.timeout
     anchors = [
         sent,
-        sent + policy.timeout,
-        sent + policy.timeout + policy.lookup_lag,
+        sent + window,
+        sent + window + policy.lookup_lag,
         first + retention - retention_margin(policy),
         first + retention,
     ]
@@ -329,12 +372,17 @@ def test_the_guarantee(case: tuple[Operation, Policy, float, dict[str, Any]]) ->
         dedupes = policy.idempotent and (
             ret is None or now < op.first_submitted_at + ret - retention_margin(policy)
         )
+        window_over = now >= op.submitted_at + send_slack(policy) + policy.timeout
         trusted_notfound = (
             policy.can_reconcile
             and isinstance(lookup, NotFound)
-            and now >= op.submitted_at + policy.timeout + policy.lookup_lag
+            and window_over
+            and now >= op.submitted_at + send_slack(policy) + policy.timeout + policy.lookup_lag
         )
-        assert dedupes or trusted_notfound, d.reason
+        # a deduplicating resend waits out the latest request's deadline, unless the service
+        # refuses a same-key request while one runs and nobody alive is sending it
+        may_overlap = policy.idempotent and policy.locks_in_flight and kwargs["submitter_gone"]
+        assert (dedupes and (window_over or may_overlap)) or trusted_notfound, d.reason
         assert policy.can_reconcile or policy.idempotent  # never for a neither-effect
     assert d.mark in (None, State.CONFIRMED, State.UNRESOLVED)
     if d.mark is State.CONFIRMED:
@@ -354,6 +402,36 @@ def test_the_guarantee(case: tuple[Operation, Policy, float, dict[str, Any]]) ->
         assert d.not_before is None
 
 
+@settings(max_examples=1000, deadline=None, database=None)
+@given(scenario(), POLICY_ST)
+def test_the_stricter_of_recorded_and_live_never_allows_more_than_either(
+    case: tuple[Operation, Policy, float, dict[str, Any]], live: Policy
+) -> None:
+    # What widened between the first send and now (a longer retention, a shorter timeout, a
+    # lock declared) never lets the judgement resend where the recorded contract would not.
+    op, recorded, now, kwargs = case
+    live = dataclasses.replace(live, can_reconcile=recorded.can_reconcile)
+    both = strictest(recorded, live)
+    d = decide(op, both, now, **kwargs)
+    if op.state is State.SUBMITTED and d.action is Action.SUBMIT:
+        for alone in (recorded, live):
+            assert decide(op, alone, now, **kwargs).action is Action.SUBMIT, d.reason
+    assert strictest(recorded, recorded) == recorded
+
+
+def test_strictest_takes_the_smaller_retention_and_the_larger_windows() -> None:
+    recorded = Policy(idempotent=True, key_retention=2.0, timeout=5.0, lookup_lag=1.0)
+    live = Policy(idempotent=True, key_retention=60.0, timeout=2.0, lookup_lag=3.0,
+                  locks_in_flight=True)  # fmt: skip
+    both = strictest(recorded, live)
+    assert (both.key_retention, both.timeout, both.lookup_lag) == (2.0, 5.0, 3.0)
+    assert both.idempotent and not both.locks_in_flight
+    forever = Policy(idempotent=True, key_retention=None)
+    assert strictest(forever, live).key_retention == 60.0
+    assert strictest(live, forever).key_retention == 60.0
+    assert not strictest(Policy(), live).idempotent
+
+
 def test_neither_never_resends_a_submitted_op() -> None:
     op = op_at(State.SUBMITTED, NEITHER, failures=3)
     for now, lookup, gone, limit in itertools.product(
@@ -369,6 +447,7 @@ def test_neither_never_resends_a_submitted_op() -> None:
     states=st.just(State.SUBMITTED)))  # fmt: skip
 def test_neither_never_resends_any_input(case: tuple[Operation, Policy, float, Any]) -> None:
     op, policy, now, kwargs = case
+    policy = dataclasses.replace(policy, locks_in_flight=False)
     assert decide(op, policy, now, **kwargs).action in (Action.WAIT, ESCALATE)
 
 

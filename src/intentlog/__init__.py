@@ -36,12 +36,15 @@ from intentlog._model import (
     State,
     TaskRecord,
 )
+from intentlog._service import FOREVER, PROCESS, KeyPlace, Replay, Retention, Service
 from intentlog._task import Task
 from intentlog._worker import Registry, Worker
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "FOREVER",
+    "PROCESS",
     "REDACTED",
     "Action",
     "AsyncJournal",
@@ -57,6 +60,7 @@ __all__ = [
     "JournalCorrupt",
     "JournalError",
     "KeyConflict",
+    "KeyPlace",
     "LeaseLost",
     "NotFound",
     "Operation",
@@ -67,7 +71,10 @@ __all__ = [
     "Recovered",
     "Registry",
     "Rejected",
+    "Replay",
+    "Retention",
     "SchemaTooNew",
+    "Service",
     "State",
     "StillInFlight",
     "Task",

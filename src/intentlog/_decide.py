@@ -21,7 +21,16 @@ from intentlog._model import (
     State,
 )
 
-__all__ = ["DEFAULT_LOOKUP_LIMIT", "Decision", "LookupFailed", "decide", "task_action"]
+__all__ = [
+    "DEFAULT_LOOKUP_LIMIT",
+    "Decision",
+    "LookupFailed",
+    "decide",
+    "in_flight_until",
+    "send_slack",
+    "strictest",
+    "task_action",
+]
 
 DEFAULT_LOOKUP_LIMIT = 5
 _BACKOFF_BASE = 0.5  # seconds before asking again after the first failed lookup
@@ -53,17 +62,64 @@ class Decision:
     lookup_failed: bool = False
 
 
+def send_slack(policy: Policy) -> float:
+    """How long after its recorded ``submitted_at`` a request may still leave.
+
+    The intent's time is stamped before its write, and that write can wait (a lock held by
+    another process, the group-commit queue, a pool). The driver re-stamps the intent and
+    does not send when more than this has passed since the stamp, so every request leaves
+    within ``send_slack`` of its recorded time; the in-flight window counts it in. Derived
+    from the (recorded) timeout only, so whoever judges an operation computes the same value.
+    """
+    return min(1.0, policy.timeout / 2)
+
+
+def in_flight_until(op: Operation, policy: Policy) -> float:
+    """Store-clock time after which the latest request of ``op`` can no longer land: it left
+    at most :func:`send_slack` after ``submitted_at`` and its deadline is ``timeout``."""
+    sent_at = op.submitted_at if op.submitted_at is not None else op.created_at
+    return sent_at + send_slack(policy) + policy.timeout
+
+
+def strictest(recorded: Policy, live: Policy) -> Policy:
+    """The policy to judge an operation with: for every field that widens what is allowed,
+    the stricter of what was recorded at its first send and what the effect declares now.
+
+    Deduplication and locking count only if both say so; the smaller retention (None is
+    forever), the larger timeout and lookup lag. Whether a lookup can be asked is the live
+    effect's (only live code can ask; asking never sends anything).
+    """
+    if recorded == live:
+        return live
+    retention = (
+        live.key_retention
+        if recorded.key_retention is None
+        else recorded.key_retention
+        if live.key_retention is None
+        else min(recorded.key_retention, live.key_retention)
+    )
+    return Policy(
+        can_reconcile=live.can_reconcile,
+        idempotent=recorded.idempotent and live.idempotent,
+        key_retention=retention,
+        timeout=max(recorded.timeout, live.timeout),
+        lookup_lag=max(recorded.lookup_lag, live.lookup_lag),
+        locks_in_flight=recorded.locks_in_flight and live.locks_in_flight,
+        service=live.service if live.service is not None else recorded.service,
+    )
+
+
 def retention_margin(policy: Policy) -> float:
     """The safety margin kept inside the service's key retention.
 
     A key is resent only while ``first_submitted_at + retention - margin`` lies ahead: the
     margin covers the request's own deadline (the service's clock starts when it sees the
-    key, at most ``timeout`` after we recorded the send) plus 5 % of the retention for
-    clock skew between us and the service.
+    key, at most ``send_slack + timeout`` after we recorded the send) plus 5 % of the
+    retention for clock skew between us and the service.
     """
     if policy.key_retention is None:
         return 0.0
-    return policy.timeout + 0.05 * policy.key_retention
+    return send_slack(policy) + policy.timeout + 0.05 * policy.key_retention
 
 
 def decide(
@@ -77,14 +133,18 @@ def decide(
 ) -> Decision:
     """Decide the next action for ``op`` at store-clock time ``now``.
 
-    ``policy`` describes the effect's service (the live effect's, or the one recorded with
-    the operation). ``lookup`` is the reconciler's answer, when one was asked for.
-    ``submitter_gone`` is true when no live process can still be sending the latest request:
-    its process is known to be dead, or it is this very caller whose request already ended.
+    ``policy`` describes the effect's service: the one recorded with the operation, or
+    :func:`strictest` of the recorded and the live effect's. ``lookup`` is the reconciler's
+    answer, when one was asked for. ``submitter_gone`` is true when no live process can still
+    be sending the latest request: its process is known to be dead, or it is this very caller
+    whose request already ended.
 
     Guarantee: the result is SUBMIT for a SUBMITTED operation only if the service
-    deduplicates and the key is inside its retention (minus :func:`retention_margin`), or an
-    authoritative lookup said the operation did not land.
+    deduplicates and the key is inside its retention (minus :func:`retention_margin`) and
+    either the latest request can no longer be running (:func:`in_flight_until` has passed)
+    or the service locks a key while a request runs and no live worker is sending it; or an
+    authoritative lookup said the operation did not land, after the request could no longer
+    land and the lookup could no longer lag.
     """
     if op.state is State.PLANNED:
         return Decision(Action.SUBMIT, "nothing was sent; submit with the recorded key")
@@ -110,8 +170,11 @@ def _decide_submitted(
     submitter_gone: bool,
     lookup_limit: int,
 ) -> Decision:
-    sent_at = op.submitted_at if op.submitted_at is not None else op.created_at
-    in_flight_until = sent_at + policy.timeout
+    in_flight = in_flight_until(op, policy)
+    # A dead sender's request may still be executing on the service, and many idempotency
+    # layers deduplicate only completed requests: a resend waits out the deadline whoever
+    # sent it, unless the service refuses a same-key request while the first one runs.
+    resend_at = now if policy.locks_in_flight and submitter_gone else in_flight
     if policy.can_reconcile:
         if lookup is None:
             return Decision(Action.RECONCILE, "a request may have landed; ask the service")
@@ -126,7 +189,7 @@ def _decide_submitted(
             # A request sent by a process that has since died may still sit in the
             # service's queue, and the lookup may lag behind a commit: NotFound is only
             # authoritative once neither can be true any more.
-            trusted_at = in_flight_until + policy.lookup_lag
+            trusted_at = in_flight + policy.lookup_lag
             if now >= trusted_at:
                 return Decision(Action.SUBMIT, "the service says it did not land; send again")
             return Decision(
@@ -146,11 +209,11 @@ def _decide_submitted(
                 lookup_failed=True,
             )
         if policy.idempotent and _inside_retention(op, policy, now):
-            if not submitter_gone and now < in_flight_until:
+            if now < resend_at:
                 return Decision(
                     Action.WAIT,
-                    "lookups keep failing and another worker's request may still be in flight",
-                    not_before=in_flight_until,
+                    "lookups keep failing and the latest request may still be in flight",
+                    not_before=resend_at,
                     lookup_failed=True,
                 )
             return Decision(
@@ -164,11 +227,19 @@ def _decide_submitted(
             mark=State.UNRESOLVED,
             lookup_failed=True,
         )
-    if not submitter_gone and now < in_flight_until:
+    if policy.idempotent:
+        if now < resend_at:
+            return Decision(
+                Action.WAIT,
+                "the latest request may still be executing; resend after its deadline",
+                not_before=resend_at,
+            )
+    elif not submitter_gone and now < in_flight:
+        # A live worker's request: its own answer will settle it.
         return Decision(
             Action.WAIT,
             "another worker's request may still be in flight",
-            not_before=in_flight_until,
+            not_before=in_flight,
         )
     if policy.idempotent:
         if _inside_retention(op, policy, now):

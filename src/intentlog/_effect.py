@@ -3,32 +3,19 @@
 from __future__ import annotations
 
 import inspect
-import math
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import timedelta
 from typing import Any, overload
 
 from intentlog._errors import InvalidInput
 from intentlog._model import LookupResult, Policy
+from intentlog._service import Seconds, Service
+from intentlog._service import seconds as _seconds
 
 __all__ = ["Effect", "Seconds", "effect"]
 
-Seconds = float | int | timedelta
 Submit = Callable[..., Any]
 Reconcile = Callable[[str], LookupResult] | Callable[[str], Awaitable[LookupResult]]
 ReceiptSelector = Sequence[str] | Callable[[Any], Any]
-
-
-def _seconds(value: Seconds | None, what: str, *, allow_zero: bool) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, timedelta):
-        value = value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InvalidInput(f"{what} must be a number of seconds or a timedelta, got {value!r}")
-    if value < 0 or (value == 0 and not allow_zero):
-        raise InvalidInput(f"{what} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
-    return float(value)
 
 
 class Effect:
@@ -40,9 +27,15 @@ class Effect:
     any other exception is ambiguous (the request may have landed).
 
     ``reconcile(key)`` asks the service what happened to a key and returns Found(receipt),
-    NotFound() or Indeterminate(). ``idempotent`` says the service deduplicates on the key,
-    for ``key_retention`` (None: forever). ``timeout`` is the request deadline and
-    ``lookup_lag`` how long a lookup may lag behind a commit. ``receipt`` selects what is
+    NotFound() or Indeterminate().
+
+    What the service promises comes from ``service`` (a :class:`intentlog.Service`, shared by
+    the effects of one service; see docs/services.md), or from the keywords: ``idempotent``
+    says the service deduplicates on the key, for ``key_retention`` (None: forever);
+    ``locks_in_flight`` that it refuses a same-key request while the first one runs;
+    ``timeout`` is the request deadline and ``lookup_lag`` how long a lookup may lag behind a
+    commit. With ``service``, only ``timeout`` may be given too (it overrides the service's
+    deadline for this effect). ``receipt`` selects what is
     kept of submit's result (field names, or a function). ``store_args`` keeps the call's
     arguments in the journal (checked for secrets); by default only their fingerprint is.
 
@@ -60,10 +53,12 @@ class Effect:
         submit: Submit,
         reconcile: Reconcile | None = None,
         *,
+        service: Service | None = None,
         idempotent: bool = False,
         key_retention: Seconds | None = None,
-        timeout: Seconds = 30.0,
+        timeout: Seconds | None = None,
         lookup_lag: Seconds = 0.0,
+        locks_in_flight: bool = False,
         receipt: ReceiptSelector | None = None,
         store_args: bool = False,
         lazy_receipt: bool = False,
@@ -76,6 +71,33 @@ class Effect:
             raise InvalidInput(f"submit of effect {name!r} must be callable, got {submit!r}")
         if reconcile is not None and not callable(reconcile):
             raise InvalidInput(f"reconcile of effect {name!r} must be callable, got {reconcile!r}")
+        if service is not None:
+            if not isinstance(service, Service):
+                raise InvalidInput(
+                    f"effect {name!r}: service must be an intentlog.Service, got {service!r}"
+                )
+            given = [
+                what
+                for what, value in (
+                    ("idempotent", idempotent),
+                    ("key_retention", key_retention),
+                    ("lookup_lag", lookup_lag),
+                    ("locks_in_flight", locks_in_flight),
+                )
+                if value not in (False, None, 0.0)
+            ]
+            if given:
+                raise InvalidInput(
+                    f"effect {name!r}: {', '.join(given)} come from service {service.name!r}; "
+                    "declare them there (service.replace(...)), not on the effect"
+                )
+            if timeout is None:
+                timeout = service.timeout
+            idempotent = service.deduplicates
+            key_retention = service.key_retention
+            locks_in_flight = service.locks_in_flight and service.deduplicates
+            # A service whose lookup lag is unknown lags as long as a request may take.
+            lookup_lag = service.lookup_lag if service.lookup_lag is not None else timeout
         if key_retention is not None and not idempotent:
             raise InvalidInput(
                 f"effect {name!r}: key_retention only applies to a service that deduplicates; "
@@ -92,10 +114,19 @@ class Effect:
         self.name = name
         self.submit = submit
         self.reconcile = reconcile
+        if type(locks_in_flight) is not bool:
+            raise InvalidInput(f"effect {name!r}: locks_in_flight must be True or False")
+        if locks_in_flight and not idempotent:
+            raise InvalidInput(
+                f"effect {name!r}: locks_in_flight only applies to a service that deduplicates; "
+                "pass idempotent=True as well"
+            )
+        self.service = service
         self.idempotent = bool(idempotent)
         self.key_retention = _seconds(key_retention, "key_retention", allow_zero=False)
         self.timeout = _seconds(timeout, "timeout", allow_zero=False) or 30.0
         self.lookup_lag = _seconds(lookup_lag, "lookup_lag", allow_zero=True) or 0.0
+        self.locks_in_flight = locks_in_flight
         self.receipt = receipt
         self.store_args = bool(store_args)
         self.lazy_receipt = bool(lazy_receipt)
@@ -118,6 +149,8 @@ class Effect:
             self.key_retention,
             self.timeout,
             self.lookup_lag,
+            self.locks_in_flight,
+            self.service.name if self.service is not None else None,
         )
         if of != self._policy_of:  # cached (asked several times per run); rebuilt on change
             self._policy_of = of
@@ -223,10 +256,12 @@ def effect(fn: Submit, /) -> Effect: ...
 def effect(
     *,
     name: str | None = None,
+    service: Service | None = None,
     idempotent: bool = False,
     key_retention: Seconds | None = None,
-    timeout: Seconds = 30.0,
+    timeout: Seconds | None = None,
     lookup_lag: Seconds = 0.0,
+    locks_in_flight: bool = False,
     receipt: ReceiptSelector | None = None,
     store_args: bool = False,
     lazy_receipt: bool = False,
@@ -236,10 +271,12 @@ def effect(
     /,
     *,
     name: str | None = None,
+    service: Service | None = None,
     idempotent: bool = False,
     key_retention: Seconds | None = None,
-    timeout: Seconds = 30.0,
+    timeout: Seconds | None = None,
     lookup_lag: Seconds = 0.0,
+    locks_in_flight: bool = False,
     receipt: ReceiptSelector | None = None,
     store_args: bool = False,
     lazy_receipt: bool = False,
@@ -254,10 +291,12 @@ def effect(
         return Effect(
             name or submit.__name__,
             submit,
+            service=service,
             idempotent=idempotent,
             key_retention=key_retention,
             timeout=timeout,
             lookup_lag=lookup_lag,
+            locks_in_flight=locks_in_flight,
             receipt=receipt,
             store_args=store_args,
             lazy_receipt=lazy_receipt,

@@ -85,6 +85,8 @@ class Policy:
     key_retention: float | None = None  # seconds; None with idempotent=True means forever
     timeout: float = 30.0  # request deadline, seconds
     lookup_lag: float = 0.0  # how long a lookup may lag behind a commit, seconds
+    locks_in_flight: bool = False  # a same-key request is refused while the first one runs
+    service: str | None = None  # the declared service contract's name, for people to read
 
     @property
     def writes_planned_first(self) -> bool:

@@ -15,7 +15,7 @@ import warnings
 from typing import Any
 
 from intentlog._crash import crashpoint
-from intentlog._decide import Decision, LookupFailed, decide, task_action
+from intentlog._decide import Decision, LookupFailed, decide, send_slack, strictest, task_action
 from intentlog._driver import Call, Protocol, Sleep, User
 from intentlog._effect import Effect
 from intentlog._errors import (
@@ -43,6 +43,7 @@ from intentlog._model import (
     LookupResult,
     NotFound,
     Operation,
+    Policy,
     State,
     TaskRecord,
 )
@@ -50,9 +51,10 @@ from intentlog._owner import holder_is_dead, new_owner
 from intentlog.stores._async_store import AsyncStore
 from intentlog.stores._base import Store, TaskUpdate
 
-__all__ = ["Options", "TaskCore", "p_acquire"]
+__all__ = ["Options", "TaskCore", "judged_by", "p_acquire"]
 
 _LEASE_SAFETY = 0.2  # fraction of the lease that must remain before a send
+_RESTAMPS = 5  # re-stamps of a send whose intent write stalled, before giving up on this send
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -300,7 +302,7 @@ class TaskCore:
             gone = op.submitted_by in (None, self.owner) or holder_is_dead(op.submitted_by)
             decision = decide(
                 op,
-                effect.policy,
+                judged_by(op, effect),
                 now,
                 lookup=lookup,
                 submitter_gone=gone,
@@ -371,7 +373,13 @@ class TaskCore:
         lazy: bool = False,
     ) -> Protocol[JSON]:
         """Send a SUBMITTED operation and record the outcome. Raises _Ambiguous when the
-        request may or may not have landed. ``lazy``: keep the receipt for the next write."""
+        request may or may not have landed. ``lazy``: keep the receipt for the next write.
+
+        Guarantee: the request leaves within ``send_slack`` of the operation's recorded
+        ``submitted_at`` (the in-flight window counts that in), however long the intent's
+        write or anything else before the send took: when more has passed, the send is
+        stamped again first."""
+        op = yield from self.p_restamp(op)
         if time.monotonic() > self.lease_deadline - _LEASE_SAFETY * self.ttl:
             # Paused (or starved) since the intent was written: the lease may be gone, so
             # this handle must neither send nor write any more.
@@ -415,6 +423,29 @@ class TaskCore:
         crashpoint("after_confirm", effect.name)
         return stored.receipt
 
+    def p_restamp(self, op: Operation) -> Protocol[Operation]:
+        """``op``, stamped again as sent now if its recorded send lies more than
+        ``send_slack`` in the past (its write waited for a lock, a queue or a pool)."""
+        for _ in range(_RESTAMPS):
+            now = self.store.now()
+            assert op.submitted_at is not None
+            if now - op.submitted_at <= send_slack(op.policy):
+                return op
+            stamped = op.replace(updated_at=now, submitted_at=now)
+            stored: Operation | None = yield from self._fenced(
+                "update_op", stamped, self.record.epoch, self.ttl
+            )
+            if stored is None:
+                raise _Ambiguous(RuntimeError("operation changed before it was sent"))
+            op = stored
+        # Nothing was sent; the decision settles the operation (it reads as in flight).
+        raise _Ambiguous(
+            RuntimeError(
+                f"journal writes took longer than {send_slack(op.policy):g}s {_RESTAMPS} times "
+                "in a row; not sending on a stale intent"
+            )
+        )
+
     def p_mark_sending(self, op: Operation, effect: Effect) -> Protocol[Operation]:
         now = self.store.now()
         sending = op.replace(
@@ -425,7 +456,8 @@ class TaskCore:
             first_submitted_at=op.first_submitted_at or now,
             submitted_by=self.owner,
             lookup_failures=0,
-            policy=effect.policy,
+            # A resend never loosens what the first send was judged by.
+            policy=judged_by(op, effect),
         )
         stored = yield from self._fenced("update_op", sending, self.record.epoch, self.ttl)
         if stored is None:
@@ -516,6 +548,14 @@ class TaskCore:
             self.lease_deadline = time.monotonic() + self.ttl
         except LeaseLost as exc:
             self.lost = exc
+
+
+def judged_by(op: Operation, effect: Effect) -> Policy:
+    """The policy to judge ``op`` with: the live effect's before anything was sent, then the
+    stricter of the one recorded at the first send and the live one."""
+    if op.first_submitted_at is None:
+        return effect.policy
+    return strictest(op.policy, effect.policy)
 
 
 class _Ambiguous(Exception):

@@ -20,7 +20,7 @@ from intentlog._hygiene import check_safe
 from intentlog._keys import validate_task_id
 from intentlog._model import JSON, Action, LookupResult, Operation, State, TaskRecord
 from intentlog._owner import holder_is_dead
-from intentlog._protocol import Options, TaskCore, p_acquire
+from intentlog._protocol import Options, TaskCore, judged_by, p_acquire
 from intentlog.stores._async_store import AsyncStore
 from intentlog.stores._base import Resolution, Store
 
@@ -200,10 +200,11 @@ def p_recover_one(core: TaskCore, op: Operation, effect: Effect | None) -> Proto
     now = core.store.now()
     gone = holder_is_dead(op.submitted_by)
     kwargs: dict[str, Any] = {"submitter_gone": gone, "lookup_limit": core.options.lookup_limit}
-    decision = decide(op, effect.policy, now, **kwargs)
+    policy = judged_by(op, effect)
+    decision = decide(op, policy, now, **kwargs)
     if decision.action is Action.RECONCILE:
         lookup: LookupResult | LookupFailed = yield from core.p_lookup(effect, op.key)
-        decision = decide(op, effect.policy, now, lookup=lookup, **kwargs)
+        decision = decide(op, policy, now, lookup=lookup, **kwargs)
     if decision.mark is not None or decision.lookup_failed:
         marked = yield from core.p_mark(op, decision, effect)
         op = marked if marked is not None else (yield from core.p_reload(op))

@@ -22,10 +22,12 @@ from collections.abc import AsyncIterator, Callable, Generator, Iterator, Sequen
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from intentlog._crash import crashpoint
-from intentlog._effect import Effect, Seconds, _seconds
+from intentlog._effect import Effect
 from intentlog._errors import InvalidInput, KeyConflict, Rejected
 from intentlog._hygiene import scrub_text
 from intentlog._model import Found, Indeterminate, LookupResult, NotFound
+from intentlog._service import Seconds
+from intentlog._service import seconds as _seconds
 from intentlog.integrations import AmbiguousResponse, _call_body, _require
 
 if TYPE_CHECKING:

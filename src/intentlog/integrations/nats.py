@@ -35,10 +35,12 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from intentlog._crash import crashpoint
-from intentlog._effect import Effect, Seconds, _seconds
+from intentlog._effect import Effect
 from intentlog._errors import InvalidInput, Rejected
 from intentlog._hygiene import scrub_text
 from intentlog._model import Found, Indeterminate, LookupResult, NotFound
+from intentlog._service import Seconds
+from intentlog._service import seconds as _seconds
 from intentlog.integrations import AmbiguousResponse, _call_body, _require
 
 if TYPE_CHECKING:

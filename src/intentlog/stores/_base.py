@@ -62,6 +62,8 @@ OP_COLUMNS = (
     "error",
     "args",
     "note",
+    "locks_in_flight",
+    "service",
 )
 TASK_COLUMNS = (
     "task_id",
@@ -114,6 +116,8 @@ def op_to_row(op: Operation, version: int) -> dict[str, Any]:
         "submitted_by": op.submitted_by,
         "lookup_failures": op.lookup_failures,
         "note": op.note,
+        "locks_in_flight": int(op.policy.locks_in_flight),
+        "service": op.policy.service,
     }
     for name in _JSON_FIELDS:
         value = getattr(op, name)
@@ -149,6 +153,8 @@ def op_values(op: Operation, version: int) -> tuple[Any, ...]:
         None if error is None else _dumps(error),
         None if args is None else _dumps(args),
         op.note,
+        int(policy.locks_in_flight),
+        policy.service,
     )
 
 
@@ -160,6 +166,8 @@ def op_from_row(row: Any) -> Operation:
         key_retention=row["key_retention"],
         timeout=row["timeout"],
         lookup_lag=row["lookup_lag"],
+        locks_in_flight=bool(row["locks_in_flight"]),
+        service=row["service"],
     )
     json_values = {
         name: None if row[name] is None else json.loads(row[name]) for name in _JSON_FIELDS

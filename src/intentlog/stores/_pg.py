@@ -45,7 +45,7 @@ from intentlog.stores._base import (
 
 __all__ = ["DEFAULT_SCHEMA", "SCHEMA_VERSION", "Plans", "Q", "Result", "parse_url"]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 DEFAULT_SCHEMA = "intentlog"
 LOCK_KEY = 0x494C4F47  # "ILOG": with the schema name's hash, the migration advisory lock
 URL_OPTIONS = ("schema", "pool_max_size")  # ours: stripped before libpq sees the URL
@@ -98,6 +98,12 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX tasks_runnable ON {s}.tasks (not_before) WHERE NOT completed AND kind IS NOT NULL;
     CREATE INDEX operations_unresolved ON {s}.operations (task_id) WHERE state = 'UNRESOLVED'
     """,
+    # 3: the service contract the first send ran under: whether it locks a key in flight
+    # (an older journal's operations did not declare it: the safe value, false) and its name
+    """
+    ALTER TABLE {s}.operations ADD COLUMN locks_in_flight BOOLEAN NOT NULL DEFAULT false,
+        ADD COLUMN service TEXT
+    """,
 )
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
@@ -114,6 +120,7 @@ _TYPES = {  # for the casts of INSERT ... SELECT, whose parameters have no colum
     "lookup_failures": "bigint",
     "can_reconcile": "boolean",
     "idempotent": "boolean",
+    "locks_in_flight": "boolean",
     **dict.fromkeys(
         ("key_retention", "timeout", "lookup_lag", "created_at", "updated_at"), "float8"
     ),
@@ -384,7 +391,9 @@ def _also(also: Sequence[Operation]) -> tuple[list[str], list[Any]]:
 def _op_values(op: Operation, version: int) -> tuple[Any, ...]:
     """The operation's column values in OP_COLUMNS order (booleans as booleans)."""
     row = op_to_row(op, version)
-    row["can_reconcile"], row["idempotent"] = op.policy.can_reconcile, op.policy.idempotent
+    policy = op.policy
+    row["can_reconcile"], row["idempotent"] = policy.can_reconcile, policy.idempotent
+    row["locks_in_flight"] = policy.locks_in_flight
     return tuple(row[c] for c in OP_COLUMNS)
 
 

@@ -36,7 +36,7 @@ from intentlog.stores._group_commit import GroupCommit
 __all__ = ["SQLiteStore", "VersionMoved"]
 
 APPLICATION_ID = 0x494C4F47  # "ILOG": tells our files from other SQLite databases
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 _HEADER = b"SQLite format 3\x00"
 
 # Each entry migrates from version index to index + 1. Append only; never edit a released one.
@@ -107,6 +107,12 @@ _MIGRATIONS: tuple[str, ...] = (
     # 3: FAILED operations are few; indexing them lets count_ops count without a table scan
     """
     CREATE INDEX operations_failed ON operations (state) WHERE state = 'FAILED';
+    """,
+    # 4: the service contract the first send ran under: whether it locks a key in flight
+    # (an older journal's operations did not declare it: the safe value, 0) and its name
+    """
+    ALTER TABLE operations ADD COLUMN locks_in_flight INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE operations ADD COLUMN service TEXT;
     """,
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION

@@ -1,0 +1,239 @@
+"""Service contracts: what one external service promises about idempotency keys.
+
+A :class:`Service` is declared once and shared by the effects that talk to that service. It
+states where the service takes the key, how long it honours it, whether it locks a key while
+a request runs, how a replay answers, how the service can be asked and how far that lags,
+and the request deadline. Every value left unknown takes its safe side: a key whose
+retention is not stated does not count as deduplicating, a lookup whose lag is not stated
+lags as long as a request may take, and a service is not assumed to lock keys in flight.
+
+An effect turns its contract into a :class:`intentlog.Policy` (what the decision reads),
+recorded with an operation at its first send; later judgements use the stricter of the
+recorded and the live values (:func:`intentlog._decide.strictest`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+import re
+from datetime import timedelta
+from typing import Literal
+
+from intentlog._errors import InvalidInput
+
+__all__ = ["FOREVER", "PROCESS", "KeyPlace", "Replay", "Retention", "Seconds", "Service"]
+
+Seconds = float | int | timedelta
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._:/()+-]{0,79}$")
+_HEADER = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an RFC 9110 token
+
+
+class Retention(enum.Enum):
+    """Retentions that are not a duration."""
+
+    FOREVER = "forever"  # the service keeps every key for as long as it keeps the effect
+    PROCESS = "process"  # kept only while the service's process lives: lost in its crash
+
+
+FOREVER = Retention.FOREVER
+PROCESS = Retention.PROCESS
+
+KeyKind = Literal["header", "body", "query", "message_id", "resource", "metadata"]
+LookupKind = Literal["key", "reference", "status"]
+
+
+def seconds(value: Seconds | None, what: str, *, allow_zero: bool) -> float | None:
+    """``value`` as float seconds (None stays None); InvalidInput naming ``what`` for
+    anything that is not a finite, non-negative (or positive) number or timedelta."""
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidInput(f"{what} must be a number of seconds or a timedelta, got {value!r}")
+    if value < 0 or (value == 0 and not allow_zero):
+        raise InvalidInput(f"{what} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+    return float(value)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class KeyPlace:
+    """Where a service takes the idempotency key.
+
+    ``kind``: ``"header"`` (an HTTP header such as ``Idempotency-Key``), ``"body"`` (a field
+    of the JSON body), ``"query"`` (a URL query parameter), ``"message_id"`` (a message's
+    deduplication id, such as ``Nats-Msg-Id`` or SQS's ``MessageDeduplicationId``),
+    ``"resource"`` (the key names what is created, and a second create of it is refused, as
+    an S3 conditional put) or ``"metadata"`` (stored beside the effect, for a lookup to find;
+    no deduplication).
+    """
+
+    kind: KeyKind
+    name: str
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("header", "body", "query", "message_id", "resource", "metadata"):
+            raise InvalidInput(f"KeyPlace kind must be header, body, query, message_id, "
+                               f"resource or metadata, got {self.kind!r}")  # fmt: skip
+        if not isinstance(self.name, str) or not self.name or len(self.name) > 100:
+            raise InvalidInput(f"KeyPlace name must be a non-empty string, got {self.name!r}")
+        if self.kind == "header" and not _HEADER.match(self.name):
+            raise InvalidInput(f"KeyPlace: {self.name!r} is not an HTTP header name")
+
+    @classmethod
+    def header(cls, name: str) -> KeyPlace:
+        return cls("header", name)
+
+    @classmethod
+    def body(cls, name: str) -> KeyPlace:
+        return cls("body", name)
+
+    @classmethod
+    def query(cls, name: str) -> KeyPlace:
+        return cls("query", name)
+
+    @classmethod
+    def message_id(cls, name: str) -> KeyPlace:
+        return cls("message_id", name)
+
+    @classmethod
+    def metadata(cls, name: str) -> KeyPlace:
+        return cls("metadata", name)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Replay:
+    """How a service answers a key it has already seen: the original result again.
+
+    ``statuses``: HTTP statuses that carry the original answer's body on a replay (some
+    services answer a repeated key with 409 and the first body); a 2xx is always read as an
+    answer. ``header``: a header (name, value) that marks a replayed answer, such as
+    ``("Idempotent-Replayed", "true")``. A replay is read as the confirmation it is, with the
+    receipt taken from the replayed body.
+    """
+
+    statuses: tuple[int, ...] = ()
+    header: tuple[str, str] | None = None
+
+    def __post_init__(self) -> None:
+        codes = tuple(self.statuses)
+        if not all(type(s) is int and 200 <= s < 500 for s in codes):
+            raise InvalidInput(f"Replay statuses must be 2xx-4xx status codes, got {codes!r}")
+        object.__setattr__(self, "statuses", codes)
+        if self.header is not None:
+            name, value = self.header
+            if not isinstance(name, str) or not _HEADER.match(name) or not isinstance(value, str):
+                raise InvalidInput(f"Replay header must be (name, value), got {self.header!r}")
+
+
+@dataclasses.dataclass(frozen=True, slots=True, init=False)
+class Service:
+    """What one external service promises about idempotency keys. Frozen; share one value
+    among the effects of a service (``Effect(..., service=STRIPE)``).
+
+    - ``key``: where the service takes the key (:class:`KeyPlace`), or None: it takes none.
+    - ``retention``: how long it honours a key: seconds or a timedelta, :data:`FOREVER`, or
+      :data:`PROCESS` (only while its process lives, which counts as not deduplicating across
+      a crash). None: unknown, which counts as not deduplicating.
+    - ``locks_in_flight``: a second request with a key whose first request is still running
+      is refused (Stripe answers 409) instead of executed. Only then may a request whose
+      sender died be resent before its deadline has passed.
+    - ``replay``: how a replayed answer looks (:class:`Replay`).
+    - ``lookup``: how it can be asked what happened: by ``"key"``, by a client
+      ``"reference"`` stored with the effect, or by a ``"status"`` resource; None: it cannot.
+      The effect still needs a reconciler that asks.
+    - ``lookup_lag``: how far a lookup may lag behind a commit. None: unknown, taken as the
+      request timeout.
+    - ``timeout``: the request deadline (after it, the request cannot land any more).
+    - ``source``: where these numbers come from, and when they were read.
+    """
+
+    name: str
+    key: KeyPlace | None
+    retention: float | Retention | None
+    locks_in_flight: bool
+    replay: Replay | None
+    lookup: LookupKind | None
+    lookup_lag: float | None
+    timeout: float
+    source: str
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        key: KeyPlace | None = None,
+        retention: Seconds | Retention | None = None,
+        locks_in_flight: bool = False,
+        replay: Replay | None = None,
+        lookup: LookupKind | None = None,
+        lookup_lag: Seconds | None = None,
+        timeout: Seconds = 30.0,
+        source: str = "",
+    ) -> None:
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise InvalidInput(f"service name must be 1-80 printable chars, got {name!r}")
+        what = f"service {name!r}"
+        if key is not None and not isinstance(key, KeyPlace):
+            raise InvalidInput(f"{what}: key must be a KeyPlace (KeyPlace.header(...)), got "
+                               f"{key!r}")  # fmt: skip
+        if not isinstance(retention, Retention):
+            retention = seconds(retention, f"{what}: retention", allow_zero=False)
+        if type(locks_in_flight) is not bool:
+            raise InvalidInput(f"{what}: locks_in_flight must be True or False")
+        if replay is not None and not isinstance(replay, Replay):
+            raise InvalidInput(f"{what}: replay must be a Replay(...), got {replay!r}")
+        if lookup not in (None, "key", "reference", "status"):
+            raise InvalidInput(f"{what}: lookup must be 'key', 'reference', 'status' or None")
+        if not isinstance(source, str) or len(source) > 2000:
+            raise InvalidInput(f"{what}: source must be a string (where the numbers come from)")
+        set_ = object.__setattr__
+        set_(self, "name", name)
+        set_(self, "key", key)
+        set_(self, "retention", retention)
+        set_(self, "locks_in_flight", locks_in_flight)
+        set_(self, "replay", replay)
+        set_(self, "lookup", lookup)
+        set_(self, "lookup_lag", seconds(lookup_lag, f"{what}: lookup_lag", allow_zero=True))
+        set_(self, "timeout", seconds(timeout, f"{what}: timeout", allow_zero=False))
+        set_(self, "source", source)
+
+    @property
+    def deduplicates(self) -> bool:
+        """Whether a resend with the same key is answered from the first request, across a
+        crash of either side: a key is taken (not merely stored as metadata) and kept for a
+        known time or forever."""
+        return (
+            self.key is not None
+            and self.key.kind != "metadata"
+            and self.retention is not None
+            and self.retention is not PROCESS
+        )
+
+    @property
+    def key_retention(self) -> float | None:
+        """The retention in seconds for a deduplicating service (None: forever)."""
+        if not self.deduplicates or self.retention is FOREVER:
+            return None
+        assert isinstance(self.retention, float)
+        return self.retention
+
+    def replace(self, **changes: object) -> Service:
+        """A copy with ``changes`` (the constructor's keywords), validated again."""
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        fields.update(changes)
+        name = fields.pop("name")
+        return Service(name, **fields)
+
+    def describe(self) -> str:
+        """One line: what this contract lets the journal do after a crash in flight."""
+        if self.deduplicates:
+            kept = "forever" if self.retention is FOREVER else f"for {self.retention:g} s"
+            how = f"deduplicates on {self.key.kind} {self.key.name!r} {kept}"  # type: ignore[union-attr]
+        else:
+            how = "does not deduplicate across a crash"
+        ask = f"; can be asked by {self.lookup}" if self.lookup else "; cannot be asked"
+        return f"{self.name}: {how}{ask}"
