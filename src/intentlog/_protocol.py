@@ -468,7 +468,9 @@ class TaskCore:
     def p_mark(
         self, op: Operation, decision: Decision, effect: Effect
     ) -> Protocol[Operation | None]:
-        changes: dict[str, Any] = {"updated_at": self.store.now()}
+        # What the operation was judged by is recorded with it, so that pending() and the CLI
+        # judge it as strictly afterwards (a resend or a mark never loosens it).
+        changes: dict[str, Any] = {"updated_at": self.store.now(), "policy": judged_by(op, effect)}
         if decision.lookup_failed:
             changes["lookup_failures"] = op.lookup_failures + 1
         if decision.mark is not None:
