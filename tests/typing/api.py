@@ -6,6 +6,7 @@ from datetime import timedelta
 from typing import Any
 
 import intentlog
+from intentlog import profiles
 
 
 @intentlog.effect(idempotent=True, key_retention=timedelta(hours=24), timeout=30)
@@ -70,3 +71,26 @@ def run_workers(url: str) -> int:
         worker = intentlog.Worker(journal, registry)
         worker.run(exit_when_idle=True)
         return worker.completed
+
+
+PAYMENTS = intentlog.Service(
+    "payments",
+    key=intentlog.KeyPlace.header("Idempotency-Key"),
+    retention=timedelta(hours=24),
+    locks_in_flight=True,
+    replay=intentlog.Replay(statuses=(409,), header=("Idempotent-Replayed", "true")),
+    lookup="key",
+    lookup_lag=2,
+    timeout=30,
+    source="the payments API's documentation",
+)
+
+
+@intentlog.effect(service=PAYMENTS)
+def refund(key: str, charge: str) -> dict[str, Any]:
+    return {"id": f"re_{charge}"}
+
+
+mail_service: intentlog.Service = profiles.SMTP.replace(timeout=10)
+jetstream: intentlog.Service = profiles.nats_jetstream(timedelta(minutes=2))
+forever: intentlog.Retention = intentlog.FOREVER
