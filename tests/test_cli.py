@@ -17,6 +17,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 import intentlog
+from intentlog._decide import in_flight_until
 from intentlog.cli import cli, main, mask
 
 # -- effects used to put operations into each state ----------------------------------------
@@ -35,7 +36,9 @@ def _lookup_down(key: str) -> intentlog.Found:
 
 
 EMAIL = intentlog.Effect("send_email", _unreachable)  # neither reconcilable nor idempotent
-CHARGE = intentlog.Effect("charge", _unreachable, reconcile=_lookup_down)
+# A short deadline, so that a recovery's NotFound is trusted at once (the stricter of the
+# recorded and the live deadline counts).
+CHARGE = intentlog.Effect("charge", _unreachable, reconcile=_lookup_down, timeout=0.001)
 PUBLISH = intentlog.Effect("publish", _unreachable, idempotent=True)  # dedups, cannot reconcile
 OK = intentlog.Effect("ok", _ok, idempotent=True)
 
@@ -61,15 +64,23 @@ def make_submitted(db: str, effect: intentlog.Effect = CHARGE, task_id: str = "o
     """A SUBMITTED operation whose send failed ambiguously and could not be settled yet.
 
     CHARGE: the lookup fails too and the next lookup is beyond max_wait (StillInFlight).
-    PUBLISH: the service deduplicates, so run resends; its one attempt raised ConnectionError.
+    PUBLISH: the service deduplicates, but a resend waits out the request's deadline, which
+    is beyond max_wait (StillInFlight).
     """
-    expected = intentlog.StillInFlight if effect.reconcile else ConnectionError
     with intentlog.open(db, max_wait=0, attempts_per_run=1, lookup_limit=100) as journal:
-        with journal.task(task_id) as task, pytest.raises(expected):
+        with journal.task(task_id) as task, pytest.raises(intentlog.StillInFlight):
             task.run(effect, amount=500)
         op = journal.operations(task_id)[0]
     assert op.state is intentlog.State.SUBMITTED
     return op.key
+
+
+def wait_out_the_request(db: str, key: str) -> None:
+    """Until the operation's latest request can no longer land (its in-flight window)."""
+    with intentlog.open(db) as journal:
+        op = journal.operation(key)
+        while journal.store.now() < in_flight_until(op, op.policy):
+            time.sleep(0.01)
 
 
 def invoke(db: str | None, *args: str, env: dict[str, str] | None = None) -> Result:
@@ -136,7 +147,7 @@ def test_status_wait_shows_seconds_and_exits_4(db: str) -> None:
     data = json.loads(invoke(db, "status", "--json").stdout)
     [item] = data["pending"]
     assert item["key"] == key and item["next_action"] == "WAIT"
-    assert 0 < item["wait_seconds"] <= 30  # the request may be in flight for `timeout` seconds
+    assert 0 < item["wait_seconds"] <= 31  # the request may run for slack + `timeout` seconds
     result = invoke(db, "status")
     assert result.exit_code == 4, result.output
     assert "WAIT" in result.stdout and re.search(r"\bWAIT\s+\d+\.\ds\b", result.stdout)
@@ -317,6 +328,7 @@ def test_recover_not_found_leaves_it_for_the_task(db: str, effects_module: Any) 
         ]
         """,
     )
+    wait_out_the_request(db, key)
     result = invoke(db, "recover", "--effects", f"{module}:EFFECTS", "--json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
@@ -338,7 +350,7 @@ def test_recover_unresolved_exits_3(db: str, effects_module: Any) -> None:
         charge = intentlog.Effect("charge", lambda key, amount: None, timeout=0.001)
         """,
     )
-    time.sleep(0.01)
+    wait_out_the_request(db, key)
     result = invoke(db, "recover", "--effects", module)
     assert result.exit_code == 3, result.output
     assert "UNRESOLVED" in result.stdout and "needs a person" in result.stdout

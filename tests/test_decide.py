@@ -228,7 +228,14 @@ def test_a_service_that_locks_keys_in_flight_is_resent_at_once_when_the_sender_i
 
 
 def test_the_in_flight_window_counts_the_send_slack() -> None:
-    for timeout, slack in ((30.0, 1.0), (2.5, 1.0), (1.0, 0.5), (0.2, 0.1)):
+    for timeout, slack in (
+        (30.0, 1.0),
+        (2.5, 1.0),
+        (1.0, 0.5),
+        (0.4, 0.2),
+        (0.1, 0.1),
+        (1e-3, 0.1),
+    ):
         policy = Policy(idempotent=True, timeout=timeout)
         assert send_slack(policy) == slack
         op = op_at(State.SUBMITTED, policy)

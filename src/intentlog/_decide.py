@@ -69,9 +69,10 @@ def send_slack(policy: Policy) -> float:
     another process, the group-commit queue, a pool). The driver re-stamps the intent and
     does not send when more than this has passed since the stamp, so every request leaves
     within ``send_slack`` of its recorded time; the in-flight window counts it in. Derived
-    from the (recorded) timeout only, so whoever judges an operation computes the same value.
+    from the (recorded) timeout only, so whoever judges an operation computes the same value:
+    half the timeout, at least 0.1 s (a commit on a loaded machine) and at most 1 s.
     """
-    return min(1.0, policy.timeout / 2)
+    return min(1.0, max(0.1, policy.timeout / 2))
 
 
 def in_flight_until(op: Operation, policy: Policy) -> float:
