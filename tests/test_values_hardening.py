@@ -510,3 +510,37 @@ def test_check_text_directly() -> None:
     assert check_text("all good", what="note") == "all good"
     with pytest.raises(intentlog.InvalidInput, match=r"\\x00"):
         check_text("a\x00b", what="note")
+
+
+# -- the async journal runs the same protocol ---------------------------------------------------
+
+
+def test_the_async_journal_keeps_bad_receipts_and_hostile_refusals(journal_url: str) -> None:
+    import asyncio
+
+    async def deep(key: str) -> Any:
+        return nested(5000)
+
+    async def odd(key: str) -> Any:
+        return dict(ODD)
+
+    async def refuse(key: str) -> Any:
+        raise intentlog.Rejected(HOSTILE)
+
+    effects = [intentlog.Effect(f.__name__, f, idempotent=True) for f in (deep, odd, refuse)]
+
+    async def main() -> None:
+        async with intentlog.open_async(journal_url) as journal:
+            for replay in (False, True):
+                async with journal.task("order-1") as task:
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore", intentlog.ReceiptWarning)
+                        assert "intentlog_note" in await task.run(effects[0])
+                    assert await task.run(effects[1]) == STORED
+                    with pytest.raises(intentlog.Rejected) as refused:
+                        await task.run(effects[2])
+                    assert (CLEANED in str(refused.value)) is replay  # the stored message
+            states = [op.state for op in await journal.operations("order-1")]
+            assert states == [State.CONFIRMED, State.CONFIRMED, State.FAILED]
+
+    asyncio.run(main())

@@ -338,7 +338,8 @@ def reduce_receipt(value: Any, *, effect: str, max_bytes: int) -> tuple[Any, str
 def _reduce(value: Any, effect: str, max_bytes: int) -> tuple[Any, str, list[str]]:
     try:
         text = _encode(value)
-        size = len(text.encode("utf-8"))  # a lone surrogate cannot be stored
+        # Counted in UTF-8 bytes; encoding also finds a lone surrogate, which cannot be stored.
+        size = len(text) if text.isascii() else len(text.encode("utf-8"))
     except RecursionError:
         return _too_deep_note(value, effect, None)
     except Exception as exc:  # not JSON data: TypeError, a too-long int's ValueError, ...
