@@ -1,9 +1,12 @@
-"""What never goes into the journal: credentials, and values too large or not JSON.
+"""What never goes into the journal: credentials, and values too large, too deep or not JSON.
 
-Input the caller controls (task state, stored arguments, operator receipts) is refused with
-UnsafeValue naming the path. A receipt comes back after the effect happened, so a bad one must
-never cost the confirmation: it is reduced (secrets redacted, or the whole receipt replaced by
-a note) and a ReceiptWarning names what was dropped.
+Input the caller controls (task state, stored arguments, operator receipts and notes) is
+refused with UnsafeValue naming the path (InvalidInput when it nests deeper than
+:data:`~intentlog._keys.MAX_DEPTH`). A receipt comes back after the effect happened, so a bad
+one must never cost the confirmation: whatever it is, it is reduced (secrets redacted, or the
+whole receipt replaced by a note) and a ReceiptWarning names what was dropped. Free text the
+journal keeps (error messages, reasons) is made storable: credentials masked, lone surrogates
+and NUL characters escaped, length bounded.
 """
 
 from __future__ import annotations
@@ -12,22 +15,30 @@ import functools
 import hashlib
 import itertools
 import json
+import json.scanner
 import os
 import re
 import sys
 import warnings
 from typing import Any
 
-from intentlog._errors import UnsafeValue
+from intentlog._errors import InvalidInput, UnsafeValue
+from intentlog._keys import MAX_DEPTH, nested_deeper, too_deep
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
     "REDACTED",
     "ReceiptWarning",
     "check_safe",
+    "check_text",
     "clean_receipt",
+    "describe",
     "dumps_bounded",
+    "read_json",
+    "reduce_receipt",
     "scrub_text",
+    "storable",
+    "warn_receipt",
 ]
 
 DEFAULT_MAX_BYTES = 64 * 1024
@@ -75,6 +86,12 @@ _SECRET_VALUE_INSIDE = _one_pattern([p for p in _SECRET_VALUE_RES if not p.patte
 # What the journal's JSON texts are made with (json.dumps builds a new encoder per call
 # when given options; these are the same options, built once).
 _encode = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
+# Reads back a text that ``_encode`` made: the scanner alone, without ``json.loads``'s checks
+# for surrounding whitespace (there is none), at a third of its cost.
+_scan = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]  # typeshed: a TODO
+# What neither store can keep in a text column: NUL (PostgreSQL refuses it) and lone
+# surrogates (not encodable as UTF-8, so SQLite's driver refuses them).
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
 class ReceiptWarning(UserWarning):
@@ -119,12 +136,81 @@ _SECRET_IN_TEXT = (
 )
 
 
+def storable(text: str) -> str:
+    """``text`` with what no store can keep written as backslash escapes, as Python shows
+    them: NUL as ``\\x00``, a lone surrogate as ``\\udc80``. Everything else is unchanged."""
+    return _UNSTORABLE.sub(_escape, text)
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def describe(value: object) -> str:
+    """``str(value)``, and never an exception: an exception whose ``__str__`` raises, or returns
+    something other than a string, is described by its type instead."""
+    try:
+        return str(value)
+    except Exception:  # the user's own __str__; describing it must not fail in turn
+        return f"<{_type_name(value)} that cannot be shown as text>"
+
+
 def scrub_text(text: str, *, limit: int = 2000) -> str:
     """Free text (an error message, a reason) made safe to journal and print: credential
-    shapes replaced by ``***`` and the length bounded."""
+    shapes replaced by ``***``, NUL and lone surrogates escaped (see :func:`storable`) and the
+    length bounded. Never raises; anything that is not a string is described first."""
+    if not isinstance(text, str):
+        text = describe(text)
+    text = storable(text)
     for pattern, replacement in _SECRET_IN_TEXT:
         text = pattern.sub(replacement, text)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# Credentials in free text a caller asks us to keep (a resolve note). The shapes masked in
+# error messages, except that a scheme word counts only before something token-like (a digit
+# or base64 padding in it, or 20 characters or more): "token rotation" is a sentence, not a
+# credential. Plus "name: value" pairs under a secret-like name.
+_SECRET_IN_NOTE = re.compile(
+    "|".join(
+        [
+            r"(?i:\b(?:bearer|basic|token)\s+(?:(?=[A-Za-z._~-]*[0-9+/=])[A-Za-z0-9._~+/=-]{8,}"
+            r"|[A-Za-z0-9._~+/=-]{20,}))",
+            r"-----BEGIN [A-Z ]*PRIVATE KEY-----",
+            r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.",
+            r"\b(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{8,}",
+            r"\b(?:ghp|gho|ghs|ghu|github_pat)_[A-Za-z0-9_]{16,}",
+            r"\bxox[abprs]-[A-Za-z0-9-]{10,}",
+            r"\bAKIA[0-9A-Z]{16}\b",
+            r"://[^/\s:@]+:[^/\s@]+@",
+            r"(?i:\b(?:password|passwd|passphrase|pwd|secret|api[_-]?key|access[_-]?key"
+            r"|secret[_-]?key|private[_-]?key|client[_-]?secret|token)\s*[:=]\s*\S{4,})",
+        ]
+    )
+)
+
+
+def check_text(text: str, *, what: str, **context: Any) -> str:
+    """Refuse free text the caller asked us to keep (a resolve note) that holds a credential
+    (UnsafeValue, ``path`` = ``what``) or characters no store can keep, NUL or a lone
+    surrogate (InvalidInput). Returns ``text``; nothing is written when it raises.
+    ``context`` (``key=...``) goes on the error."""
+    bad = _UNSTORABLE.search(text)
+    if bad is not None:
+        raise InvalidInput(
+            f"{what} holds {storable(bad.group())} at position {bad.start()}, which the journal "
+            "cannot store (NUL characters and lone surrogates are not text)",
+            **context,
+        )
+    if _SECRET_IN_NOTE.search(text) is not None:
+        raise UnsafeValue(
+            f"{what} looks like it holds a credential; intentlog never stores credentials "
+            "(say where the secret lives instead)",
+            path=what,
+            **context,
+        )
+    return text
 
 
 def _secret_value(value: str) -> bool:
@@ -169,12 +255,17 @@ def _find_secrets(value: Any, path: str) -> list[str]:
 
 
 def dumps_bounded(value: Any, *, what: str, max_bytes: int) -> str:
-    """Serialise ``value`` as JSON text of at most ``max_bytes`` bytes, or raise UnsafeValue."""
+    """Serialise ``value`` as JSON text of at most ``max_bytes`` bytes, or raise UnsafeValue
+    (InvalidInput if it nests deeper than :data:`~intentlog._keys.MAX_DEPTH`)."""
     try:
         text = _encode(value)
         size = len(text.encode("utf-8"))
-    except (TypeError, ValueError) as exc:  # UnicodeEncodeError (a lone surrogate) included
+    except RecursionError:
+        raise too_deep(what) from None
+    except Exception as exc:  # UnicodeEncodeError (a lone surrogate) included
         raise UnsafeValue(f"{what} is not JSON data: {exc}", path=what) from exc
+    if nested_deeper(value, MAX_DEPTH, len(text)):
+        raise too_deep(what)
     if size > max_bytes:
         raise UnsafeValue(
             f"{what} is {size} bytes as JSON; the journal keeps at most {max_bytes}",
@@ -216,53 +307,127 @@ def _redact(value: Any) -> Any:
 
 
 def clean_receipt(value: Any, *, effect: str, max_bytes: int) -> tuple[Any, str]:
-    """Reduce a receipt to what the journal may keep; never raises for a bad receipt.
+    """:func:`reduce_receipt`, with its warnings emitted at once."""
+    stored, text, dropped = reduce_receipt(value, effect=effect, max_bytes=max_bytes)
+    warn_receipt(dropped)
+    return stored, text
 
-    Returns the stored value and its JSON text. Secret-like values are replaced by
-    :data:`REDACTED`; a receipt that is not JSON or is larger than ``max_bytes`` is replaced
-    by a note of its type, size and digest. Each reduction emits a ReceiptWarning.
+
+def reduce_receipt(value: Any, *, effect: str, max_bytes: int) -> tuple[Any, str, list[str]]:
+    """Reduce a receipt to what the journal may keep. Total: never raises, whatever ``value``
+    is (a receipt comes back after the effect happened, so it must never cost the
+    confirmation).
+
+    Returns the stored value, its JSON text and the warnings to emit (one per reduction, for
+    :func:`warn_receipt`; returned rather than emitted, so a caller that turned
+    ReceiptWarning into an error can make the receipt durable first). The stored value is
+    the text read back, a new object, so it is exactly what a replay will see: integer keys
+    are strings and tuples are lists the first time too. Secret-like values are replaced by
+    :data:`REDACTED`; a receipt that is not JSON, nests deeper than
+    :data:`~intentlog._keys.MAX_DEPTH` or is larger than ``max_bytes`` is replaced by a note
+    of its type and, where they can be had, its size and digest.
     """
     try:
+        return _reduce(value, effect, max_bytes)
+    except Exception as exc:  # a last line: a value whose own methods raise while examined
+        note = _note("receipt could not be examined and was not stored", value, error=exc)
+        dropped = f"receipt of effect {effect!r} could not be examined ({_type_name(exc)}); "
+        return note, _encode(note), [dropped + "the journal keeps a note instead"]
+
+
+def _reduce(value: Any, effect: str, max_bytes: int) -> tuple[Any, str, list[str]]:
+    try:
         text = _encode(value)
-        size = len(text.encode("utf-8"))  # a lone surrogate cannot be stored
-    except (TypeError, ValueError):
-        raw = repr(value).encode("utf-8", "replace")
-        note = {
-            "intentlog_note": "receipt was not JSON data and was not stored",
-            "type": type(value).__qualname__,
-            "repr_sha256": hashlib.sha256(raw).hexdigest(),
-        }
-        warnings.warn(
-            f"receipt of effect {effect!r} is a {type(value).__qualname__}, not JSON data; "
-            "the journal keeps a note of its type and digest instead",
-            ReceiptWarning,
-            stacklevel=_user_stacklevel(),
+        # Counted in UTF-8 bytes; encoding also finds a lone surrogate, which cannot be stored.
+        size = len(text) if text.isascii() else len(text.encode("utf-8"))
+    except RecursionError:
+        return _too_deep_note(value, effect, None)
+    except Exception as exc:  # not JSON data: TypeError, a too-long int's ValueError, ...
+        note = _note("receipt was not JSON data and was not stored", value, error=exc)
+        digest = _repr_digest(value)
+        if digest is not None:
+            note["repr_sha256"] = digest
+        return (
+            note,
+            _encode(note),
+            [
+                f"receipt of effect {effect!r} is a {_type_name(value)}, not JSON data; the "
+                "journal keeps a note of its type and digest instead"
+            ],
         )
-        return note, json.dumps(note)
-    secrets = _find_secrets(value, "receipt") if _holds_secret(value) else []
-    if secrets:
+    if nested_deeper(value, MAX_DEPTH, len(text)):
+        return _too_deep_note(value, effect, text)
+    dropped = []
+    if _holds_secret(value):
+        secrets = _find_secrets(value, "receipt")
         value = _redact(value)
-        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        text = _encode(value)
         size = len(text.encode("utf-8"))
-        warnings.warn(
+        dropped.append(
             f"receipt of effect {effect!r} held credential-like values at "
-            f"{', '.join(secrets)}; they were redacted before journaling",
-            ReceiptWarning,
-            stacklevel=_user_stacklevel(),
+            f"{', '.join(secrets)}; they were redacted before journaling"
         )
     if size > max_bytes:
-        big: dict[str, Any] = {
-            "intentlog_note": "receipt was too large and was not stored",
-            "type": type(value).__qualname__,
-            "bytes": size,
-            "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
-        }
-        warnings.warn(
+        big = _note("receipt was too large and was not stored", value)
+        big.update(bytes=size, sha256=hashlib.sha256(text.encode("utf-8")).hexdigest())
+        dropped.append(
             f"receipt of effect {effect!r} is {size} bytes as JSON (limit {max_bytes}); "
             "the journal keeps a note of its size and digest instead; select fields with "
-            "Effect(receipt=...)",
-            ReceiptWarning,
-            stacklevel=_user_stacklevel(),
+            "Effect(receipt=...)"
         )
-        return big, json.dumps(big)
-    return value, text
+        return big, _encode(big), dropped
+    return read_json(text), text, dropped
+
+
+def _too_deep_note(value: Any, effect: str, text: str | None) -> tuple[Any, str, list[str]]:
+    note = _note(f"receipt nested more than {MAX_DEPTH} levels deep and was not stored", value)
+    if text is not None:
+        data = text.encode("utf-8", "surrogatepass")
+        note.update(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+    return (
+        note,
+        _encode(note),
+        [
+            f"receipt of effect {effect!r} nests more than {MAX_DEPTH} levels deep; the journal "
+            "keeps a note of its type instead; select fields with Effect(receipt=...)"
+        ],
+    )
+
+
+def _note(what: str, value: Any, *, error: BaseException | None = None) -> dict[str, Any]:
+    """A note kept in place of a receipt; every part of it storable JSON."""
+    note: dict[str, Any] = {"intentlog_note": what, "type": _type_name(value)}
+    if error is not None:
+        note["error"] = scrub_text(f"{_type_name(error)}: {describe(error)}", limit=200)
+    return note
+
+
+def _type_name(value: object) -> str:
+    try:
+        name = type(value).__qualname__
+    except Exception:  # a metaclass's own __qualname__
+        name = None
+    return scrub_text(name, limit=200) if isinstance(name, str) else "object"
+
+
+def _repr_digest(value: Any) -> str | None:
+    """A sha256 of ``repr(value)``, or None when it has none (its ``repr`` raises, or nests
+    too deep, or holds an int too long to show)."""
+    try:
+        text = repr(value)
+        return hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()
+    except Exception:
+        return None
+
+
+def read_json(text: str) -> Any:
+    """The value of a JSON text made here (by :func:`reduce_receipt`), read back as a new
+    object; cheaper than ``json.loads``."""
+    return _scan(text, 0)[0]
+
+
+def warn_receipt(dropped: list[str]) -> None:
+    """Emit one ReceiptWarning per message of :func:`reduce_receipt`, pointed at the user's
+    code. Call it once the receipt is durable."""
+    for message in dropped:
+        warnings.warn(message, ReceiptWarning, stacklevel=_user_stacklevel())

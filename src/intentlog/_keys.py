@@ -15,9 +15,22 @@ from typing import Any
 
 from intentlog._errors import InvalidInput
 
-__all__ = ["MAX_KEY_LENGTH", "canonical_json", "derive_key", "fingerprint", "validate_key"]
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_KEY_LENGTH",
+    "canonical_json",
+    "derive_key",
+    "fingerprint",
+    "nested_deeper",
+    "too_deep",
+    "validate_key",
+]
 
 MAX_KEY_LENGTH = 255  # Stripe's limit and a common one for idempotency keys
+# How deeply a JSON value in the journal may nest (a scalar is 0, ``[]`` is 1, ``[[]]`` 2). Real
+# arguments, state and receipts nest a few levels; a bound far below the interpreter's recursion
+# limit means no value in the journal can make encoding, scanning or reading it fail.
+MAX_DEPTH = 100
 MAX_TASK_ID_LENGTH = 200
 _KEY_RE = re.compile(r"^[\x21-\x7e]+$")  # printable ASCII, no spaces: safe in any HTTP header
 _SLUG_RE = re.compile(r"[^a-z0-9_.-]+")
@@ -32,16 +45,49 @@ _key_material = json.JSONEncoder(ensure_ascii=False).encode
 def canonical_json(value: Any, *, what: str = "value") -> str:
     """The canonical JSON text of ``value``: sorted keys, no spaces, no NaN.
 
-    Raises InvalidInput naming ``what`` if the value is not plain JSON data.
+    Raises InvalidInput naming ``what`` if the value is not plain JSON data or nests deeper
+    than :data:`MAX_DEPTH`.
     """
     try:
         text = _canonical(value)
         text.encode("utf-8")  # a lone surrogate cannot be stored or hashed
-        return text
-    except (TypeError, ValueError) as exc:
+    except RecursionError:
+        raise too_deep(what) from None
+    except Exception as exc:  # whatever the value's own methods raise, it is not JSON data
         raise InvalidInput(
             f"{what} must be JSON data (dict, list, str, int, float, bool, None): {exc}"
         ) from exc
+    if nested_deeper(value, MAX_DEPTH, len(text)):
+        raise too_deep(what)
+    return text
+
+
+def nested_deeper(value: Any, limit: int, text_length: int) -> bool:
+    """Whether ``value`` (whose JSON text is ``text_length`` characters) nests deeper than
+    ``limit``. Free for short texts, which cannot nest that deep (each level costs two
+    brackets); otherwise one walk over the containers, level by level, without recursion."""
+    if text_length <= 2 * limit:
+        return False
+    level = [value]
+    for _ in range(limit):  # after round i, ``level`` holds the containers at depth i + 1
+        deeper: list[Any] = []
+        for item in level:
+            if isinstance(item, dict):
+                deeper.extend(item.values())
+            elif isinstance(item, list | tuple):
+                deeper.extend(item)
+        level = [item for item in deeper if isinstance(item, dict | list | tuple)]
+        if not level:
+            return False
+    return True
+
+
+def too_deep(what: str) -> InvalidInput:
+    """The error for a value that nests deeper than :data:`MAX_DEPTH`."""
+    return InvalidInput(
+        f"{what} nests more than {MAX_DEPTH} levels deep; the journal keeps JSON values at "
+        f"most {MAX_DEPTH} levels deep (store a reference to deeper data instead)"
+    )
 
 
 def fingerprint(canonical: str) -> str:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-import warnings
 from typing import Any
 
 from intentlog._crash import crashpoint
@@ -28,11 +27,12 @@ from intentlog._errors import (
     TaskBusy,
 )
 from intentlog._hygiene import (
-    ReceiptWarning,
-    _user_stacklevel,
     check_safe,
-    clean_receipt,
+    describe,
+    read_json,
+    reduce_receipt,
     scrub_text,
+    warn_receipt,
 )
 from intentlog._keys import canonical_json, derive_key, fingerprint, validate_key
 from intentlog._model import (
@@ -394,25 +394,28 @@ class TaskCore:
                 effect.submit, (op.key, *args), kwargs, f"submit of effect {effect.name!r}"
             )
         except (Rejected, KeyConflict) as exc:
-            # The service said "not applied" (a KeyConflict is its 422 for a reused key).
-            failed = op.replace(
-                state=State.FAILED,
-                updated_at=self.store.now(),
-                error={"message": scrub_text(str(exc)), "type": type(exc).__name__},
-            )
+            # The service said "not applied" (a KeyConflict is its 422 for a reused key). The
+            # message is made storable (and its str() may not even work): a definite refusal
+            # must reach the journal as FAILED, whatever text it carries.
+            error = {"message": scrub_text(describe(exc)), "type": scrub_text(type(exc).__name__)}
+            failed = op.replace(state=State.FAILED, updated_at=self.store.now(), error=error)
             yield from self._fenced("update_op", failed, self.record.epoch, self.ttl)
             raise
         except Exception as exc:
             raise _Ambiguous(exc) from exc
         crashpoint("after_remote_commit", effect.name)
-        receipt = self.clean(effect, result)
+        # What the journal keeps, and so what run returns, now and on every replay. Warnings
+        # about what was dropped come once it is durable: turned into errors, they must not
+        # cost the confirmation.
+        receipt, text, dropped = self.clean(effect, result)
         done = op.replace(state=State.CONFIRMED, updated_at=self.store.now(), receipt=receipt)
         if lazy:
             self.unwritten[op.key] = done  # written with the task's next write
-            return receipt
+            warn_receipt(dropped)
+            return read_json(text)  # a copy: changing it cannot change what will be written
         stored = yield from self._fenced("update_op", done, self.record.epoch, self.ttl)
         if stored is None:  # an operator resolved it while we were sending
-            stored = yield from self.p_reload(op)
+            stored, dropped = (yield from self.p_reload(op)), []
             if stored.state is not State.CONFIRMED:
                 raise OutcomeUnknown(
                     f"operation {op.key!r} was resolved as {stored.state} while in flight",
@@ -421,6 +424,7 @@ class TaskCore:
                     state=stored.state.value,
                 )
         crashpoint("after_confirm", effect.name)
+        warn_receipt(dropped)
         return stored.receipt
 
     def p_restamp(self, op: Operation) -> Protocol[Operation]:
@@ -477,12 +481,15 @@ class TaskCore:
             changes["state"] = decision.mark
         if decision.mark is State.UNRESOLVED:
             changes["note"] = scrub_text(decision.reason)  # why, for whoever must resolve it
+        dropped: list[str] = []
         if decision.mark is State.CONFIRMED:
-            changes["receipt"] = self.clean(effect, decision.receipt)
+            changes["receipt"], _, dropped = self.clean(effect, decision.receipt)
         new = op.replace(**changes)
         stored: Operation | None = yield from self._fenced(
             "update_op", new, self.record.epoch, self.ttl
         )
+        if stored is not None:
+            warn_receipt(dropped)  # once the receipt is durable (see p_send)
         return stored
 
     def p_lookup(self, effect: Effect, key: str) -> Protocol[LookupResult | LookupFailed]:
@@ -497,19 +504,20 @@ class TaskCore:
             f"reconciler returned {type(result).__name__}, not Found, NotFound or Indeterminate"
         )
 
-    def clean(self, effect: Effect, result: Any) -> JSON:
+    def clean(self, effect: Effect, result: Any) -> tuple[JSON, str, list[str]]:
+        """The receipt to journal for what submit (or a lookup) returned, its JSON text, and
+        the ReceiptWarnings to emit once it is durable. Never raises, whatever ``result`` is
+        and whatever the effect's receipt selector does with it."""
+        limit = self.options.max_bytes
         try:
             selected = effect.select_receipt(result)
         except Exception as exc:
-            warnings.warn(
-                f"receipt selector of effect {effect.name!r} raised {exc!r}; the journal keeps a "
-                "note instead of the receipt",
-                ReceiptWarning,
-                stacklevel=_user_stacklevel(),
-            )
-            return {"intentlog_note": f"receipt selector raised {type(exc).__name__}"}
-        receipt, _ = clean_receipt(selected, effect=effect.name, max_bytes=self.options.max_bytes)
-        return receipt
+            note = {"intentlog_note": f"receipt selector raised {type(exc).__name__}"}
+            receipt, text, _ = reduce_receipt(note, effect=effect.name, max_bytes=limit)
+            why = scrub_text(f"{type(exc).__name__}: {describe(exc)}", limit=200)
+            warning = f"receipt selector of effect {effect.name!r} raised {why}; the journal "
+            return receipt, text, [warning + "keeps a note instead of the receipt"]
+        return reduce_receipt(selected, effect=effect.name, max_bytes=limit)
 
     def p_reload(self, op: Operation) -> Protocol[Operation]:
         fresh: Operation | None = yield Call("get_op", (op.key,))

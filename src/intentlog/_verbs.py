@@ -16,7 +16,7 @@ from intentlog._decide import LookupFailed, decide, task_action
 from intentlog._driver import Call, Protocol
 from intentlog._effect import Effect
 from intentlog._errors import InvalidInput, KeyConflict, TaskBusy, UnknownOperation
-from intentlog._hygiene import check_safe
+from intentlog._hygiene import check_safe, check_text
 from intentlog._keys import validate_task_id
 from intentlog._model import JSON, Action, LookupResult, Operation, State, TaskRecord
 from intentlog._owner import holder_is_dead
@@ -236,6 +236,8 @@ def p_resolve(
             "note must be a string of at most 2000 characters without control characters",
             key=str(key),
         )
+    if note is not None:
+        check_text(note, what="note", key=str(key))  # shown by `intentlog show`, like state
     if receipt is not None and outcome != "confirmed":
         raise InvalidInput("a receipt only goes with outcome 'confirmed'", key=str(key))
     if receipt is not None:
