@@ -66,7 +66,9 @@ def describe(exc: BaseException, path: Path, *, closed: bool = False) -> Error:
     if primary in (_READONLY, _PERM, _CANTOPEN, _AUTH):
         problem = access_problem(where)
         if problem is not None:
-            return JournalReadOnly(f"cannot write the journal {where}, nothing was written: {problem}")
+            return JournalReadOnly(
+                f"cannot write the journal {where}, nothing was written: {problem}"
+            )
         if primary == _READONLY:
             return JournalReadOnly(
                 f"the journal {where} is read-only for this process ({said}); nothing was "
