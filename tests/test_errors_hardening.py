@@ -11,13 +11,19 @@ wrong and what to do, and the journal must keep everything recorded before.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
+import json
 import os
+import shlex
+import shutil
 import sqlite3
 import subprocess
 import sys
+import tempfile
+import textwrap
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -289,3 +295,459 @@ def test_the_cli_on_a_damaged_journal_prints_one_line(damaged: Path, args: list[
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: the journal file "), proc.stderr
     assert "is damaged" in lines[0] and proc.stdout == ""
+
+
+# -- read-only, denied, full -----------------------------------------------------------------
+
+CHILD_PRELUDE = """
+import json, sys
+import intentlog
+
+results = {}
+
+def attempt(name, call):
+    try:
+        value = call()
+    except intentlog.Error as exc:
+        results[name] = [type(exc).__name__, str(exc)]
+        return None
+    except BaseException as exc:
+        results[name] = ["raw " + type(exc).__name__, str(exc)]
+        return None
+    results[name] = ["ok", repr(value)]
+    return value
+"""
+CHILD_END = "\nprint(json.dumps(results))\n"
+
+
+def child_results(proc: subprocess.CompletedProcess[str]) -> dict[str, list[str]]:
+    assert proc.returncode == 0, proc.stderr
+    results: dict[str, list[str]] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return results
+
+
+@functools.cache
+def _mount_namespace_problem() -> str | None:
+    """Why a child cannot get a mount namespace of its own with a read-only bind mount and a
+    tmpfs in it, or None if it can."""
+    if sys.platform != "linux" or shutil.which("unshare") is None:
+        return "needs Linux and util-linux's unshare"
+    probe = tempfile.mkdtemp()
+    try:
+        proc = subprocess.run(
+            [*_unshare(), "sh", "-c", f"mount --bind {probe} {probe} && "
+             f"mount -o remount,ro,bind {probe} && mount -t tmpfs -o size=1m tmpfs {probe}"],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+    finally:
+        os.rmdir(probe)
+    if proc.returncode != 0:
+        return f"this process may not mount in a namespace of its own: {proc.stderr.strip()}"
+    return None
+
+
+def _unshare() -> list[str]:
+    # As root, a mount namespace; otherwise a user namespace too, in which the user may mount.
+    # Either way the mounts exist only for the child and vanish with it.
+    user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
+    return ["unshare", *user, "--mount", "--propagation", "private"]
+
+
+def in_own_mounts(mounts: str, script: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run ``script`` in a child with a mount namespace of its own, after ``mounts`` (shell)."""
+    problem = _mount_namespace_problem()
+    if problem is not None:
+        pytest.skip(problem)
+    code = CHILD_PRELUDE + textwrap.dedent(script) + CHILD_END
+    command = f"{mounts} && exec {shlex.quote(sys.executable)} -c {shlex.quote(code)}"
+    return subprocess.run(
+        [*_unshare(), "sh", "-c", command],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def read_only_mount(directory: Path) -> str:
+    d = shlex.quote(str(directory))
+    return f"mount --bind {d} {d} && mount -o remount,ro,bind {d}"
+
+
+def test_a_journal_on_a_read_only_filesystem(tmp_path: Path) -> None:
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    keys = populated(ro / "journal.db", tasks=3)
+    before = digest(ro / "journal.db")
+    results = child_results(
+        in_own_mounts(
+            read_only_mount(ro),
+            """
+            attempt("open", lambda: intentlog.open("ro/journal.db"))
+            attempt("create", lambda: intentlog.open("ro/new.db"))
+            attempt("create below", lambda: intentlog.open("ro/sub/new.db"))
+            """,
+            tmp_path,
+        )
+    )
+    for name in ("open", "create", "create below"):
+        kind, message = results[name]
+        assert kind == "JournalReadOnly", (name, kind, message)
+        assert "is mounted read-only" in message and "damaged" not in message, message
+    assert digest(ro / "journal.db") == before
+    with intentlog.open(ro / "journal.db") as journal:
+        assert [op.key for op in journal.operations()] == keys
+
+
+def test_writes_to_a_journal_on_a_read_only_filesystem_are_refused(tmp_path: Path) -> None:
+    # While another process has the journal open on a writable mount, its -wal and -shm
+    # files exist, and SQLite can read it through a read-only one: reads work, and each
+    # write is refused with SQLite's own SQLITE_READONLY.
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    keys = populated(ro / "journal.db", tasks=3)
+    with intentlog.open(ro / "journal.db") as holder:
+        assert len(holder.tasks()) == 3  # the -wal and -shm files exist from here on
+        results = child_results(
+            in_own_mounts(
+                read_only_mount(ro),
+                """
+                journal = intentlog.open("ro/journal.db")
+                attempt("tasks", lambda: len(journal.tasks()))
+                attempt("pending", lambda: len(journal.pending()))
+                attempt("task", lambda: journal.task("new"))
+                attempt("start", lambda: journal.start("kind", "new"))
+                attempt("resolve", lambda: journal.resolve(journal.operations()[0].key, "retry"))
+                journal.close()
+                """,
+                tmp_path,
+            )
+        )
+        assert results["tasks"] == ["ok", "3"] and results["pending"] == ["ok", "0"]
+        for name in ("task", "start"):
+            kind, message = results[name]
+            assert kind == "JournalReadOnly", (name, kind, message)
+            assert "nothing was written" in message and "is mounted read-only" in message
+        # resolve reads the operation first: CONFIRMED cannot be retried, and says so
+        assert results["resolve"][0] == "InvalidInput"
+        assert [op.key for op in holder.operations()] == keys
+        assert len(holder.tasks()) == 3
+
+
+SERVICE_IN_CHILD = """
+applied = {}
+
+def submit(key, **kwargs):
+    applied.setdefault(key, len(applied) + 1)
+    return {"id": f"r-{applied[key]}"}
+
+def lookup(key):
+    if key in applied:
+        return intentlog.Found({"id": f"r-{applied[key]}"})
+    return intentlog.NotFound()
+
+charge = intentlog.Effect("charge", submit, reconcile=lookup, idempotent=True)
+"""
+
+
+def test_a_full_disk_refuses_writes_and_loses_nothing(tmp_path: Path) -> None:
+    script = SERVICE_IN_CHILD + textwrap.dedent(
+        """
+        import os
+        attempt("create on a full disk", lambda: intentlog.open("full/first.db"))
+        os.remove("full/filler")  # room again
+        journal = intentlog.open("full/journal.db")
+        done, handles = [], []
+
+        def run(n):
+            task = journal.task(f"t-{n}")
+            handles.append(task)
+            task.run(charge, n=n, memo="x" * 1000)
+            task.close()
+            done.append(n)
+
+        for n in range(5):
+            run(n)
+
+        def fill():
+            # the disk fills up while the journal is open
+            with open("full/filler", "wb", buffering=0) as fh:
+                try:
+                    while True:
+                        fh.write(bytes(4096))
+                except OSError:
+                    pass
+            for n in range(5, 100000):
+                run(n)
+
+        attempt("write on a full disk", fill)
+        os.remove("full/filler")
+        handles[-1].close()  # gives back the lease it may still hold
+        failed = len(done)
+        with journal.task(f"t-{failed}") as task:  # the write that failed, now there is room
+            attempt("retry", lambda: task.run(charge, n=failed, memo="x" * 1000))
+        ops = journal.operations()
+        results["counts"] = [len(done), len(ops), len(applied)]
+        results["states"] = sorted({op.state.value for op in ops})
+        results["receipts"] = [op.receipt == {"id": f"r-{applied[op.key]}"} for op in ops]
+        journal.close()
+        """
+    )
+    (tmp_path / "full").mkdir()
+    # a tmpfs of its own, filled up by a file before the child starts
+    fill = "(dd if=/dev/zero of=full/filler 2>/dev/null; true)"
+    mounts = f"mount -t tmpfs -o size=1m tmpfs full && {fill}"
+    results = child_results(in_own_mounts(mounts, script, tmp_path))
+    kind, message = results["create on a full disk"]
+    assert kind == "JournalFull" and "is full" in message, results
+    kind, message = results["write on a full disk"]
+    assert kind == "JournalFull" and "this write was not recorded" in message, results
+    assert results["retry"][0] == "ok", results
+    done, ops, applied = results["counts"]
+    assert done >= 5 and ops == done + 1 and applied == ops, results  # each applied once
+    assert results["states"] == ["CONFIRMED"] and all(results["receipts"]), results
+
+
+def limit_pages(store: SQLiteStore, extra: int) -> None:
+    """Let the journal grow by at most ``extra`` pages: SQLite then answers SQLITE_FULL, as
+    for a full disk (``max_page_count`` holds for the write connection that runs every write)."""
+    conn = store._conn
+    pages = conn.execute("PRAGMA page_count").fetchone()[0]
+    conn.execute(f"PRAGMA max_page_count = {pages + extra}")
+
+
+def test_sqlite_full_refuses_the_write_and_keeps_everything_before(tmp_path: Path) -> None:
+    service = Service()
+    charge = service.effect()
+    path = tmp_path / "journal.db"
+    with intentlog.open(path) as journal:
+        assert isinstance(journal.store, SQLiteStore)
+        limit_pages(journal.store, 4)
+        done = 0
+
+        def fill() -> None:
+            nonlocal done
+            for n in range(10_000):
+                with journal.task(f"t-{n}") as task:
+                    task.run(charge, n=n, memo="x" * 1000)
+                    task.checkpoint(next_step="done", state={"n": n})
+                done += 1
+
+        with pytest.raises(intentlog.JournalFull) as info:
+            fill()
+        assert "this write was not recorded" in str(info.value)
+        assert isinstance(info.value.__cause__, sqlite3.OperationalError)
+        assert info.value.__cause__.sqlite_errorname == "SQLITE_FULL"
+        assert done > 0
+        for n in range(done):  # everything recorded before is intact
+            record = journal.task_info(f"t-{n}").record
+            assert record.next_step == "done" and record.state == {"n": n}
+        limit_pages(journal.store, 1000)  # room again: the same task goes on where it was
+        with journal.task(f"t-{done}", wait=30) as task:
+            task.run(charge, n=done, memo="x" * 1000)
+    with intentlog.open(path) as journal:
+        ops = journal.operations()
+        assert len(ops) == done + 1 == len(service.applied)
+        assert all(op.state is intentlog.State.CONFIRMED for op in ops)
+        assert all(op.receipt == {"id": f"r-{service.applied[op.key]}"} for op in ops)
+
+
+def test_sqlite_full_in_a_group_commit_fails_only_what_it_did_not_record(tmp_path: Path) -> None:
+    # Concurrent asyncio tasks share commits; when the journal is full, each caller gets
+    # JournalFull or its result, and what a caller was told is recorded stays recorded.
+    # (SQLITE_FULL rolls the whole transaction back, so every write of that batch fails.)
+    path = tmp_path / "journal.db"
+    with intentlog.open(path) as journal:
+        for n in range(5):
+            journal.start("kind", f"before-{n}")
+
+    async def main() -> tuple[list[str], int]:
+        async with intentlog.open_async(path) as journal:
+            store = journal.store
+            assert isinstance(store, AsyncSQLiteStore)
+            limit_pages(store._store, 6)
+
+            async def one(n: int) -> str:
+                await journal.start("kind", f"t-{n}", {"pad": "x" * 2000})
+                return f"t-{n}"
+
+            outcomes = await asyncio.gather(*(one(n) for n in range(200)), return_exceptions=True)
+            for outcome in outcomes:
+                if isinstance(outcome, BaseException):
+                    assert isinstance(outcome, intentlog.JournalFull), outcome
+            started = [o for o in outcomes if isinstance(o, str)]
+            return started, len(outcomes) - len(started)
+
+    started, refused = asyncio.run(main())
+    assert refused > 0
+    with intentlog.open(path) as journal:
+        recorded = sorted(t.task_id for t in journal.tasks())
+        assert recorded == sorted([f"before-{n}" for n in range(5)] + started)
+
+
+def test_a_journal_below_a_regular_file_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "notes").write_text("not a directory")
+    for path in (tmp_path / "notes" / "journal.db", tmp_path / "notes" / "sub" / "journal.db"):
+        with pytest.raises(intentlog.JournalError, match="notes is not a directory"):
+            intentlog.open(path)
+        with pytest.raises(intentlog.JournalError, match="notes is not a directory"):
+            intentlog.open_async(path)
+
+
+# -- permissions -----------------------------------------------------------------------------
+
+
+class Unprivileged:
+    """Runs Python code in a child process that file modes apply to, in ``directory``.
+
+    Not root: this process's user. Root, whom file modes do not stop: root without the
+    capabilities that override them (util-linux's setpriv), else user id 65534 in a directory
+    it can reach.
+    """
+
+    def __init__(self, directory: Path, prefix: list[str], user: dict[str, Any]) -> None:
+        self.directory = directory
+        self.prefix = prefix
+        self.user = user
+
+    def run(self, script: str) -> subprocess.CompletedProcess[str]:
+        code = CHILD_PRELUDE + textwrap.dedent(script) + CHILD_END
+        return subprocess.run(
+            [*self.prefix, sys.executable, "-c", code],
+            cwd=self.directory,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            **self.user,
+        )
+
+    def denied(self) -> str | None:
+        """Why modes do not stop this child (then it is of no use), or None if they do."""
+        probe = self.directory / "probe"
+        probe.write_text("x")
+        probe.chmod(0o000)
+        try:
+            proc = self.run("attempt('read', lambda: open('probe').read())")
+        except OSError as exc:  # the interpreter itself is out of its reach
+            return f"{type(exc).__name__}: {exc}"
+        finally:
+            probe.unlink()
+        if proc.returncode != 0:
+            return proc.stderr[-300:]
+        if child_results(proc)["read"][0] != "raw PermissionError":
+            return "file modes do not stop it"
+        return None
+
+
+_WITHOUT_DAC = "--bounding-set=-dac_override,-dac_read_search,-fowner"
+
+
+@pytest.fixture
+def unprivileged(tmp_path: Path) -> Iterator[Unprivileged]:
+    if os.geteuid() != 0:
+        yield Unprivileged(tmp_path, [], {})
+        return
+    problems = []
+    if shutil.which("setpriv"):
+        child = Unprivileged(tmp_path, ["setpriv", _WITHOUT_DAC], {})
+        problem = child.denied()
+        if problem is None:
+            yield child
+            return
+        problems.append(f"setpriv: {problem}")
+    shared = Path(tempfile.mkdtemp(prefix="intentlog-modes-"))  # pytest's are private to root
+    shared.chmod(0o755)
+    try:
+        nobody = {"user": 65534, "group": 65534, "extra_groups": []}
+        child = Unprivileged(shared, [], nobody)
+        problem = child.denied()
+        if problem is not None:
+            problems.append(f"user 65534: {problem}")
+            pytest.skip(
+                "running as root, and no child here is subject to file modes: "
+                + "; ".join(problems)
+            )
+        yield child
+    finally:
+        for sub in shared.rglob("*"):
+            if sub.is_dir():
+                sub.chmod(0o755)
+        shutil.rmtree(shared)
+
+
+def test_permissions_that_deny_the_process_are_said_as_such(unprivileged: Unprivileged) -> None:
+    base = unprivileged.directory
+    layouts = {
+        "read-only file": (0o777, 0o444),  # the directory lets SQLite create -wal and -shm
+        "unreadable file": (0o777, 0o000),
+        "directory not writable": (0o555, 0o666),
+    }
+    for name, (dir_mode, file_mode) in layouts.items():
+        directory = base / name.replace(" ", "-")
+        directory.mkdir()
+        populated(directory / "journal.db", tasks=2)
+        (directory / "journal.db").chmod(file_mode)
+        directory.chmod(dir_mode)
+    results = child_results(
+        unprivileged.run(
+            """
+            journal = attempt("read-only file", lambda: intentlog.open("read-only-file/journal.db"))
+            if journal is not None:
+                attempt("read-only file: read", lambda: len(journal.tasks()))
+                attempt("read-only file: write", lambda: journal.task("new"))
+                journal.close()
+            attempt("unreadable file", lambda: intentlog.open("unreadable-file/journal.db"))
+            attempt("directory not writable",
+                    lambda: intentlog.open("directory-not-writable/journal.db"))
+            attempt("create in a directory not writable",
+                    lambda: intentlog.open("directory-not-writable/new.db"))
+            attempt("create below a directory not writable",
+                    lambda: intentlog.open("directory-not-writable/sub/new.db"))
+            """
+        )
+    )
+    expected = {
+        "read-only file: write": "is read-only for this process",
+        "unreadable file": "permission denied: this process",
+        "directory not writable": "may not create files in",
+        "create in a directory not writable": "may not create files in",
+        "create below a directory not writable": "may not create files in",
+    }
+    assert results["read-only file"][0] == "ok" and results["read-only file: read"] == ["ok", "2"]
+    for name, words in expected.items():
+        kind, message = results[name]
+        assert kind == "JournalReadOnly", (name, kind, message)
+        assert words in message and "damaged" not in message, (name, message)
+    for name in layouts:  # nothing recorded was changed
+        directory = base / name.replace(" ", "-")
+        directory.chmod(0o755)
+        (directory / "journal.db").chmod(0o644)
+        with intentlog.open(directory / "journal.db") as journal:
+            assert len(journal.tasks()) == 2 and len(journal.operations()) == 2
+
+
+def test_the_cli_says_permission_denied_in_one_line(unprivileged: Unprivileged) -> None:
+    base = unprivileged.directory
+    directory = base / "private"
+    directory.mkdir()
+    populated(directory / "journal.db", tasks=1)
+    (directory / "journal.db").chmod(0o000)
+    results = child_results(
+        unprivileged.run(
+            """
+            import subprocess
+            proc = subprocess.run(
+                [sys.executable, "-m", "intentlog.cli", "--db", "private/journal.db", "status"],
+                capture_output=True, text=True, check=False,
+            )
+            results["cli"] = [str(proc.returncode), proc.stderr, proc.stdout]
+            """
+        )
+    )
+    code, stderr, stdout = results["cli"]
+    assert code == "1" and stdout == "" and "Traceback" not in stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: cannot read the journal "), stderr
+    assert "permission denied" in lines[0]

@@ -6,7 +6,8 @@ still returns only after the commit that holds its write: they share the fsync, 
 
 A driver error (in BEGIN, COMMIT, or a write's own statements) reaches its caller as the
 store's own error (``describe``), never raw; a writer's own exceptions (LeaseLost, a lost
-compare-and-set) reach it as they are.
+compare-and-set) reach it as they are. Where SQLite rolls the whole transaction back itself (a
+full disk, an I/O error), every write of the batch fails with that error: none is recorded.
 """
 
 from __future__ import annotations

@@ -144,11 +144,12 @@ def access_problem(path: Path) -> str | None:
             )
     missing = [file for file in (path, *sides) if not _exists(file)]
     if missing and not _can(directory, os.W_OK | os.X_OK):
-        needs = (
-            f"SQLite creates the journal's {' and '.join(f.name for f in missing)} there"
-            if directory == path.parent
-            else f"the journal's directory {path.parent} would be created there"
-        )
+        if directory != path.parent:
+            needs = f"the journal's directory {path.parent} would be created there"
+        elif path in missing:
+            needs = "the journal and SQLite's -wal and -shm files beside it go there"
+        else:
+            needs = f"SQLite creates the journal's {' and '.join(f.name for f in missing)} there"
         return (
             f"{who} may not create files in {directory} ({_owner(directory)}), and {needs}. "
             "Give this user write access to that directory"
