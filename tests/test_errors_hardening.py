@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 
 import intentlog
+from conftest import with_query
 from intentlog.stores._base import TaskUpdate
 from intentlog.stores._group_commit import WriteRequest
 from intentlog.stores.sqlite import SQLiteStore
@@ -751,3 +752,80 @@ def test_the_cli_says_permission_denied_in_one_line(unprivileged: Unprivileged) 
     lines = stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: cannot read the journal "), stderr
     assert "permission denied" in lines[0]
+
+
+# -- PostgreSQL: the same errors from the server's answers ---------------------------------
+
+
+def _read_only(url: str) -> str:
+    # libpq's options: every transaction of the session is read-only, as on a standby
+    return with_query(url, options="-c%20default_transaction_read_only%3Don")
+
+
+def _pg_journal_with_one_task(pg_url: str) -> str:
+    charge = Service().effect()
+    with intentlog.open(pg_url) as journal, journal.task("order-1") as task:
+        task.run(charge, amount=1)
+        task.checkpoint(next_step="ship")
+        return journal.operations()[0].key
+
+
+def test_postgres_read_only_server(pg_url: str, pg_schema: str) -> None:
+    key = _pg_journal_with_one_task(pg_url)
+    with intentlog.open(_read_only(pg_url)) as journal:
+        assert [t.task_id for t in journal.tasks()] == ["order-1"]  # reads work
+        for call in (lambda: journal.task("new"), lambda: journal.start("kind", "new")):
+            with pytest.raises(intentlog.JournalReadOnly, match="accepts only reads") as info:
+                call()
+            assert "nothing was written" in str(info.value)
+    fresh = pg_url.replace(pg_schema, pg_schema + "_new")
+    try:  # a journal that does not exist yet cannot be created there either
+        with pytest.raises(intentlog.JournalReadOnly, match="accepts only reads"):
+            intentlog.open(_read_only(fresh))
+    finally:
+        with intentlog.open(pg_url) as journal:
+            assert journal.operation(key).state is intentlog.State.CONFIRMED
+
+    async def main() -> None:
+        async with intentlog.open_async(_read_only(pg_url)) as journal:
+            assert len(await journal.tasks()) == 1
+            with pytest.raises(intentlog.JournalReadOnly, match="accepts only reads"):
+                await journal.start("kind", "new")
+
+    asyncio.run(main())
+
+
+@pytest.fixture
+def pg_role(pg_admin: Any, pg_schema: str) -> Iterator[str]:
+    """A login role of its own, with no privileges on anything; dropped after the test."""
+    role = f"intentlog_{pg_schema}"
+    pg_admin.execute(f'CREATE ROLE "{role}" LOGIN')
+    yield role
+    pg_admin.execute(f'DROP OWNED BY "{role}"')
+    pg_admin.execute(f'DROP ROLE "{role}"')
+
+
+def test_postgres_permission_denied(
+    pg_url: str, pg_schema: str, pg_role: str, pg_admin: Any
+) -> None:
+    _pg_journal_with_one_task(pg_url)
+    url = pg_url.replace("postgres@", f"{pg_role}@", 1)
+    with pytest.raises(intentlog.JournalReadOnly, match="permission denied") as info:
+        intentlog.open(url)
+    assert f"USAGE on schema {pg_schema!r}" in str(info.value)
+    pg_admin.execute(f'GRANT USAGE ON SCHEMA "{pg_schema}" TO "{pg_role}"')
+    pg_admin.execute(f'GRANT SELECT ON ALL TABLES IN SCHEMA "{pg_schema}" TO "{pg_role}"')
+    with intentlog.open(url) as journal:
+        assert len(journal.tasks()) == 1  # may read, not write
+        with pytest.raises(intentlog.JournalReadOnly, match="permission denied"):
+            journal.task("new")
+
+    async def main() -> None:
+        async with intentlog.open_async(url) as journal:
+            with pytest.raises(intentlog.JournalReadOnly, match="permission denied"):
+                await journal.start("kind", "new")
+
+    asyncio.run(main())
+    proc = run_cli(url, "start", "kind", "new")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("error: permission denied on the journal"), proc.stderr
