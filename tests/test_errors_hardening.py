@@ -24,6 +24,7 @@ import tempfile
 import textwrap
 import threading
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -829,3 +830,114 @@ def test_postgres_permission_denied(
     proc = run_cli(url, "start", "kind", "new")
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert proc.stderr.startswith("error: permission denied on the journal"), proc.stderr
+
+
+# -- options: checked where they enter, naming the option and its range ----------------------
+
+NAN, INF = float("nan"), float("inf")
+TIMES = {"lease_ttl": "> 0", "lease_wait": ">= 0", "max_wait": ">= 0"}
+COUNTS = ("max_bytes", "lookup_limit", "attempts_per_run")
+BAD_TIMES = [NAN, INF, -INF, -1, 10 * 365 * 86400, True, False, "5", None, [1]]
+BAD_COUNTS = [NAN, INF, -1, 0, 2.5, 3.0, True, "3", None]
+BAD_OPTIONS = [(name, bad) for name in TIMES for bad in BAD_TIMES] + [
+    (name, bad) for name in COUNTS for bad in BAD_COUNTS
+]
+
+
+def _names_option(info: pytest.ExceptionInfo[intentlog.InvalidInput], name: str) -> None:
+    message = str(info.value)
+    assert message.startswith(f"{name} must be "), message
+    assert info.value.option == name  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(("name", "bad"), BAD_OPTIONS, ids=repr)
+def test_a_bad_option_is_refused_where_it_enters(tmp_path: Path, name: str, bad: Any) -> None:
+    path = tmp_path / "journal.db"
+    with pytest.raises(intentlog.InvalidInput) as info:
+        intentlog.open(path, **{name: bad})
+    _names_option(info, name)
+    assert not path.exists()  # refused before anything was created
+    with pytest.raises(intentlog.InvalidInput) as info:
+        intentlog.open_async(path, **{name: bad})
+    _names_option(info, name)
+    assert not path.exists()
+    store = SQLiteStore(path)
+    try:
+        with pytest.raises(intentlog.InvalidInput) as info:
+            intentlog.Journal(store, **{name: bad})
+        _names_option(info, name)
+        with pytest.raises(intentlog.InvalidInput) as info:
+            intentlog.AsyncJournal(store, **{name: bad})
+        _names_option(info, name)
+    finally:
+        store.close()
+
+
+def test_the_ranges_are_named(tmp_path: Path) -> None:
+    for name, low in TIMES.items():
+        with pytest.raises(intentlog.InvalidInput) as info:
+            intentlog.open(tmp_path / "j.db", **{name: NAN})
+        assert f"{low} and <= 31536000 (a year), got nan" in str(info.value)
+    for name in COUNTS:
+        with pytest.raises(intentlog.InvalidInput, match=f"^{name} must be an integer >= 1, got"):
+            intentlog.open(tmp_path / "j.db", **{name: 2.5})
+
+
+def test_good_options_are_taken_as_seconds_and_integers(tmp_path: Path) -> None:
+    with intentlog.open(
+        tmp_path / "j.db", lease_ttl=timedelta(minutes=1), lease_wait=0, max_wait=2
+    ) as journal:
+        assert (journal.options.lease_ttl, journal.options.lease_wait) == (60.0, 0.0)
+        assert isinstance(journal.options.max_wait, float)
+
+
+@pytest.mark.parametrize("bad", [NAN, INF, -1, -0.5, True, "1", 10 * 365 * 86400], ids=repr)
+def test_a_bad_wait_is_refused_where_it_enters(tmp_path: Path, bad: Any) -> None:
+    charge = Service().effect()
+    with intentlog.open(tmp_path / "journal.db") as journal:
+        with pytest.raises(intentlog.InvalidInput) as info:
+            journal.task("t", wait=bad)
+        _names_option(info, "wait")
+        with pytest.raises(intentlog.InvalidInput) as info:
+            journal.recover([charge], wait=bad)
+        _names_option(info, "wait")
+        with pytest.raises(intentlog.InvalidInput) as info:
+            intentlog.Worker(journal, intentlog.Registry(), poll=bad)
+        _names_option(info, "poll")
+        assert journal.tasks() == []  # nothing was leased or created
+
+    async def main() -> None:
+        async with intentlog.open_async(tmp_path / "journal.db") as journal:
+            with pytest.raises(intentlog.InvalidInput) as info:
+                journal.task("t", wait=bad)
+            _names_option(info, "wait")
+            with pytest.raises(intentlog.InvalidInput) as info:
+                await journal.recover([charge], wait=bad)
+            _names_option(info, "wait")
+            assert await journal.tasks() == []
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("bad", [NAN, INF, -1, True, "1d"], ids=repr)
+def test_a_bad_gc_age_is_refused(tmp_path: Path, bad: Any) -> None:
+    with intentlog.open(tmp_path / "journal.db") as journal:
+        with pytest.raises(intentlog.InvalidInput) as info:
+            journal.gc(bad)
+        _names_option(info, "older_than")
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, True, "8", NAN])
+def test_a_bad_async_pool_size_is_refused(tmp_path: Path, bad: Any) -> None:
+    with pytest.raises(intentlog.InvalidInput) as info:
+        intentlog.open_async(tmp_path / "journal.db", workers=bad)
+    _names_option(info, "workers")
+    assert not (tmp_path / "journal.db").exists()
+
+
+def test_a_zero_wait_still_means_do_not_wait(tmp_path: Path) -> None:
+    with intentlog.open(tmp_path / "journal.db") as journal, journal.task("t"):
+        with pytest.raises(intentlog.TaskBusy):
+            journal.task("t", wait=0)
+        with pytest.raises(intentlog.TaskBusy):
+            journal.task("t", wait=timedelta(0))

@@ -27,6 +27,7 @@ import enum
 import functools
 import importlib
 import json
+import math
 import os
 import re
 import signal
@@ -77,6 +78,19 @@ class _Group(click.Group):
             raw = ctx.obj.get("db") if ctx.obj else None
             click.echo(f"error: {mask(str(exc), raw)}", err=True)
             raise click.exceptions.Exit(EXIT_ERROR) from None
+
+
+class Seconds(click.FloatRange):
+    """A number of seconds in a range; nan and inf are refused (every comparison with nan is
+    false, so a range alone lets it through, and a nan wait never ends)."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
+        return number
 
 
 _json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
@@ -415,7 +429,7 @@ def load_effects(specs: Sequence[str]) -> list[intentlog.Effect]:
 
 @cli.command(short_help="Reconcile SUBMITTED operations; sends nothing.")
 @click.option("--effects", "specs", metavar="MODULE", multiple=True, required=True, help=_EFFECTS)
-@click.option("--wait", type=click.FloatRange(min=0), default=0.0, metavar="SECONDS", help=_WAIT)
+@click.option("--wait", type=Seconds(min=0), default=0.0, metavar="SECONDS", help=_WAIT)
 @_json_option
 @click.pass_context
 def recover(ctx: click.Context, specs: tuple[str, ...], wait: float, as_json: bool) -> None:
@@ -594,9 +608,9 @@ def _open_journal_for_write(ctx: click.Context) -> intentlog.Journal:
 @cli.command(short_help="Run registered tasks; stops gracefully on SIGTERM.")
 @click.option("--app", "app", metavar="MODULE:REGISTRY", required=True, help="The registry.")
 @click.option("--concurrency", type=click.IntRange(1, 256), default=1, help="Worker threads.")
-@click.option("--poll", type=click.FloatRange(min=0.01), default=0.5, metavar="SECONDS")
+@click.option("--poll", type=Seconds(min=0.01), default=0.5, metavar="SECONDS")
 @click.option(
-    "--lease-ttl", type=click.FloatRange(min=0.1), default=30.0, metavar="SECONDS",
+    "--lease-ttl", type=Seconds(min=0.1), default=30.0, metavar="SECONDS",
     help="How long a claimed task's lease lasts without renewal.",
 )  # fmt: skip
 @click.option("--exit-when-idle", is_flag=True, help="Return once nothing is runnable.")
