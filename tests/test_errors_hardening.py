@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import getpass
 import hashlib
 import json
 import os
+import platform
 import shlex
 import shutil
 import sqlite3
@@ -941,3 +943,98 @@ def test_a_zero_wait_still_means_do_not_wait(tmp_path: Path) -> None:
             journal.task("t", wait=0)
         with pytest.raises(intentlog.TaskBusy):
             journal.task("t", wait=timedelta(0))
+
+
+# -- who resolved an operation ---------------------------------------------------------------
+
+
+def _connection_reset(key: str, **kwargs: Any) -> Any:
+    raise ConnectionError("connection reset by peer")
+
+
+EMAIL = intentlog.Effect("send_email", _connection_reset)  # neither dedups nor reconciles
+
+
+def _unresolved(journal: intentlog.Journal, task_id: str) -> str:
+    with journal.task(task_id) as task, pytest.raises(intentlog.OutcomeUnknown):
+        task.run(EMAIL, to="a@example.com")
+    return journal.operations(task_id)[0].key
+
+
+def _this_user_at_host() -> str:
+    return f"{getpass.getuser()}@{platform.node()}"
+
+
+def test_resolve_records_the_os_user_and_host_or_the_given_actor(journal_url: str) -> None:
+    with intentlog.open(journal_url) as journal:
+        keys = [_unresolved(journal, f"t-{n}") for n in range(4)]
+        journal.resolve(keys[0], "failed", note="bounced")
+        journal.resolve(keys[1], "retry", actor="ops-bot (ticket 42)")
+        [by_default] = journal.resolutions(keys[0])
+        [given] = journal.resolutions(keys[1])
+    assert by_default.actor == _this_user_at_host() and "unknown" not in by_default.actor
+    assert given.actor == "ops-bot (ticket 42)"
+
+    async def main() -> None:
+        async with intentlog.open_async(journal_url) as journal:
+            await journal.resolve(keys[2], "retry", actor="alice@ops-1")
+            await journal.resolve(keys[3], "failed")
+            assert [r.actor for r in await journal.resolutions(keys[2])] == ["alice@ops-1"]
+            assert [r.actor for r in await journal.resolutions(keys[3])] == [_this_user_at_host()]
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize(
+    ("actor", "error"),
+    [
+        ("", intentlog.InvalidInput),
+        ("   ", intentlog.InvalidInput),
+        ("alice\nbob", intentlog.InvalidInput),
+        ("a\x1b[31m", intentlog.InvalidInput),
+        ("x" * 201, intentlog.InvalidInput),
+        (42, intentlog.InvalidInput),
+        ("Bearer abcdefghijklmnop", intentlog.UnsafeValue),
+        ("sk_live_abcdefghijklmnop", intentlog.UnsafeValue),
+    ],
+    ids=repr,
+)
+def test_a_bad_actor_is_refused_and_nothing_is_written(
+    tmp_path: Path, actor: Any, error: type[Exception]
+) -> None:
+    with intentlog.open(tmp_path / "journal.db") as journal:
+        key = _unresolved(journal, "t")
+        with pytest.raises(error, match="actor"):
+            journal.resolve(key, "failed", actor=actor)
+        assert journal.operation(key).state is intentlog.State.UNRESOLVED
+        assert journal.resolutions(key) == []
+
+
+def test_the_default_actor_without_a_user_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A container's arbitrary uid has no name: getpass raises (KeyError before Python 3.13,
+    # OSError since); the audit still says who, by uid.
+    from intentlog._verbs import default_actor
+
+    for failure in (KeyError("getpwuid(): uid not found"), OSError("no user name")):
+
+        def no_name(failure: BaseException = failure) -> str:
+            raise failure
+
+        monkeypatch.setattr(getpass, "getuser", no_name)
+        assert default_actor() == f"uid-{os.getuid()}@{platform.node()}"
+
+
+def test_the_cli_records_and_shows_who_resolved(journal_url: str) -> None:
+    with intentlog.open(journal_url) as journal:
+        first, second = _unresolved(journal, "t-1"), _unresolved(journal, "t-2")
+    proc = run_cli(journal_url, "resolve", first, "--failed", "--note", "bounced")
+    assert proc.returncode == 0, proc.stderr
+    proc = run_cli(journal_url, "resolve", second, "--retry", "--actor", "carol@desk")
+    assert proc.returncode == 0, proc.stderr
+    shown = run_cli(journal_url, "show", "t-1").stdout
+    assert f"UNRESOLVED -> FAILED by {_this_user_at_host()}: bounced" in shown
+    assert "by unknown" not in shown
+    shown = json.loads(run_cli(journal_url, "show", "t-2", "--json").stdout)
+    assert shown["operations"][0]["resolutions"][0]["actor"] == "carol@desk"
+    proc = run_cli(journal_url, "resolve", second, "--retry", "--actor", "tab\there")
+    assert proc.returncode == 1 and proc.stderr.startswith("error: actor must be")

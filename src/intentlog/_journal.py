@@ -213,10 +213,12 @@ class Journal:
         ``outcome``: "confirmed" (it happened; ``receipt`` is what you saw), "failed" (it did
         not happen and must not be retried with this key) or "retry" (it did not happen; the
         next run sends it again with the same key). Allowed from PLANNED, SUBMITTED and
-        UNRESOLVED ("retry" not from PLANNED). Raises UnknownOperation for an unknown key,
+        UNRESOLVED ("retry" not from PLANNED). ``actor``: who resolves it, kept in the audit
+        record (a printable string of at most 200 characters; default ``user@host`` of this
+        process). Raises UnknownOperation for an unknown key,
         InvalidInput for an outcome that does not fit (or when the operation's state or sends
-        change while it is being resolved: look again), UnsafeValue for a receipt holding a
-        credential; in every error case nothing is written.
+        change while it is being resolved: look again), UnsafeValue for a receipt or an actor
+        that looks like a credential; in every error case nothing is written.
         """
         return self._run(p_resolve(self._store, self.options, key, outcome, receipt, note, actor))
 

@@ -363,6 +363,9 @@ def show(ctx: click.Context, task_id: str, as_json: bool) -> None:
 @click.option("--retry", is_flag=True, help="It did not happen; the next run sends it again.")
 @click.option("--receipt", metavar="JSON", help="The receipt (JSON), only with --confirmed.")
 @click.option("--note", metavar="TEXT", help="Why; kept in the audit log.")
+@click.option(
+    "--actor", metavar="NAME", help="Who resolves it, for the audit log [default: USER@HOST]."
+)
 @_db_option
 @_json_option
 @click.pass_context
@@ -374,11 +377,13 @@ def resolve(
     retry: bool,
     receipt: str | None,
     note: str | None,
+    actor: str | None,
     as_json: bool,
 ) -> None:
     """Settle an operation by hand (exactly one of --confirmed, --failed, --retry).
 
-    The resolution is kept as an audit record (see intentlog show TASK).
+    The resolution is kept as an audit record (see intentlog show TASK), with
+    who made it: --actor, by default this process's USER@HOST.
 
     \b
     Exit codes: 0 resolved; 1 unknown key, bad --receipt, or an outcome that
@@ -404,7 +409,7 @@ def resolve(
         except ValueError as exc:
             raise _Failure(f"--receipt is not valid JSON: {exc}") from None
     with _open(ctx) as journal:
-        op = journal.resolve(key, chosen[0], receipt=parsed, note=note)
+        op = journal.resolve(key, chosen[0], receipt=parsed, note=note, actor=actor)
         info = journal.task_info(op.task_id)
     if as_json:
         _emit(
