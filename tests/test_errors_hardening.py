@@ -997,7 +997,7 @@ def test_resolve_records_the_os_user_and_host_or_the_given_actor(journal_url: st
         ("Bearer abcdefghijklmnop", intentlog.UnsafeValue),
         ("sk_live_abcdefghijklmnop", intentlog.UnsafeValue),
     ],
-    ids=repr,
+    ids=lambda value: repr(value)[:24],
 )
 def test_a_bad_actor_is_refused_and_nothing_is_written(
     tmp_path: Path, actor: Any, error: type[Exception]
@@ -1038,3 +1038,11 @@ def test_the_cli_records_and_shows_who_resolved(journal_url: str) -> None:
     assert shown["operations"][0]["resolutions"][0]["actor"] == "carol@desk"
     proc = run_cli(journal_url, "resolve", second, "--retry", "--actor", "tab\there")
     assert proc.returncode == 1 and proc.stderr.startswith("error: actor must be")
+
+
+def test_a_closed_journal_says_so(tmp_path: Path) -> None:
+    journal = intentlog.open(tmp_path / "journal.db")
+    journal.close()
+    for call in (journal.tasks, journal.counts, lambda: journal.task("t")):
+        with pytest.raises(intentlog.JournalError, match="is closed"):
+            call()

@@ -83,9 +83,11 @@ def describe(exc: BaseException, path: Path, *, closed: bool = False) -> Error:
             "for a process that holds a write transaction open."
         )
     if primary == _IOERR:
+        # Some filesystems report a full disk as a failed write, not as SQLITE_FULL.
+        full = " The disk holding it has no space left." if _no_space(where) else ""
         return JournalError(
-            f"I/O error on the journal {where} ({said}); the write may or may not be recorded. "
-            "Check the disk and the system log before going on."
+            f"I/O error on the journal {where} ({said}); the write may or may not be recorded."
+            f"{full} Check the disk and the system log before going on."
         )
     if primary == _TOOBIG:
         return InvalidInput(f"a value is too large for the journal {where} ({said})")
@@ -155,6 +157,14 @@ def access_problem(path: Path) -> str | None:
             "Give this user write access to that directory"
         )
     return None
+
+
+def _no_space(path: Path) -> bool:
+    try:
+        info = os.statvfs(path.parent)
+    except OSError:
+        return False
+    return info.f_bavail * info.f_frsize < 64 * 1024
 
 
 def _exists(path: Path) -> bool:
