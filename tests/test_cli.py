@@ -517,3 +517,153 @@ def test_subprocess_errors_and_masking(db: str) -> None:
     assert proc.returncode == 2 and "--older-than" in proc.stderr
     proc = run_cli(db, "--help")
     assert proc.returncode == 0 and proc.stdout.startswith("Usage: intentlog")
+
+
+# -- --db and --json on either side of the command -------------------------------------------
+
+
+def invoke_argv(*argv: str, env: dict[str, str] | None = None) -> Result:
+    result = CliRunner(env=env).invoke(cli, list(argv), prog_name="intentlog")
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result
+
+
+def orders(db: str, *command: str) -> dict[str, list[str]]:
+    """The same command with --db and --json before it, after it, and split around it."""
+    return {
+        "before": ["--db", db, "--json", *command],
+        "after": [*command, "--db", db, "--json"],
+        "split": ["--json", *command, "--db", db],
+    }
+
+
+def _json_runs(db: str, *command: str) -> dict[str, Any]:
+    runs = {}
+    for order, argv in orders(db, *command).items():
+        result = invoke_argv(*argv)
+        assert result.exit_code in (0, 3, 4), (order, result.output)
+        runs[order] = json.loads(result.stdout)
+    return runs
+
+
+def test_status_and_show_take_db_and_json_on_either_side(db: str) -> None:
+    make_unresolved(db)
+    for command in (["status"], ["show", "order-1"]):
+        runs = _json_runs(db, *command)
+        assert runs["before"] == runs["after"] == runs["split"], command
+        assert runs["before"]["journal"].endswith("journal.db")
+
+
+def test_resolve_takes_db_and_json_on_either_side(db: str) -> None:
+    for order in ("before", "after", "split"):
+        key = make_unresolved(db, task_id=f"order-{order}")
+        result = invoke_argv(*orders(db, "resolve", key, "--retry")[order])
+        assert result.exit_code == 0, (order, result.output)
+        assert json.loads(result.stdout)["state"] == "PLANNED"
+        assert op_state(db, key) is intentlog.State.PLANNED
+
+
+def test_gc_start_and_recover_take_db_and_json_on_either_side(db: str, effects_module: Any) -> None:
+    for order, argv in orders(db, "gc", "--older-than", "30d").items():
+        result = invoke_argv(*argv)
+        assert result.exit_code == 0, (order, result.output)
+        assert json.loads(result.stdout)["removed"] == 0
+    for order, argv in orders(db, "start", "kind", "t-before").items():
+        argv = [a.replace("t-before", f"t-{order}") for a in argv]
+        result = invoke_argv(*argv)
+        assert result.exit_code == 0, (order, result.output)
+        assert json.loads(result.stdout) == {"task": f"t-{order}", "kind": "kind", "created": True}
+    module = effects_module(
+        "either_side_effects", "import intentlog\nE = intentlog.Effect('e', print)\n"
+    )
+    for order, argv in orders(db, "recover", "--effects", module).items():
+        result = invoke_argv(*argv)
+        assert result.exit_code == 0, (order, result.output)
+        assert json.loads(result.stdout)["effects"] == ["e"]
+    with intentlog.open(db) as journal:
+        assert {t.task_id for t in journal.tasks()} == {"t-before", "t-after", "t-split"}
+
+
+def test_worker_takes_db_and_json_on_either_side(db: str, effects_module: Any) -> None:
+    module = effects_module(
+        "either_side_app",
+        """
+        import intentlog
+
+        registry = intentlog.Registry()
+
+        @registry.task("noop")
+        def noop(task, input):
+            task.checkpoint(next_step="done", state=input)
+        """,
+    )
+    for order, argv in orders(db, "worker", "--app", f"{module}:registry").items():
+        with intentlog.open(db) as journal:
+            journal.start("noop", f"job-{order}", {"n": 1})
+        result = invoke_argv(*argv, "--exit-when-idle", "--poll", "0.05")
+        assert result.exit_code == 0, (order, result.output)
+        assert json.loads(result.stdout) == {"completed": 1, "parked": 0, "failed": 0}
+    with intentlog.open(db) as journal:
+        assert all(journal.task_info(f"job-{o}").record.completed for o in orders(db))
+
+
+def test_demo_takes_json_on_either_side(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[bool] = []
+
+    def run_demo(directory: Any, *, as_json: bool) -> int:
+        seen.append(as_json)
+        return 0
+
+    import intentlog._demo  # the demo itself runs in tests/test_demo.py; here, only its options
+
+    monkeypatch.setattr(intentlog._demo, "run_demo", run_demo)
+    for argv in (["--json", "demo"], ["demo", "--json"], ["demo"]):
+        assert invoke_argv(*argv).exit_code == 0
+    assert seen == [True, True, False]
+
+
+def test_the_command_s_db_wins_over_the_group_s_and_the_environment(
+    db: str, tmp_path: Path
+) -> None:
+    missing = str(tmp_path / "missing.db")
+    result = invoke_argv("--db", missing, "status", "--db", db, "--json")
+    assert result.exit_code == 0, result.output
+    result = invoke_argv("status", "--db", db, env={"INTENTLOG_URL": missing})
+    assert result.exit_code == 0, result.output
+    result = invoke_argv("--db", db, "status", env={"INTENTLOG_URL": missing})
+    assert result.exit_code == 0, result.output
+    result = invoke_argv("status", env={"INTENTLOG_URL": missing})
+    assert result.exit_code == 1 and "no journal at" in result.stderr
+    # an error names the journal the command really used, its password masked
+    result = invoke_argv("--db", db, "status", "--db", "postgresql://u:secret@127.0.0.1:9/x")
+    assert result.exit_code == 1 and "secret" not in result.output
+
+
+def test_subprocess_options_after_the_command(db: str) -> None:
+    make_unresolved(db)
+    env = {k: v for k, v in os.environ.items() if k != "INTENTLOG_URL"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "intentlog.cli", "status", "--db", db, "--json"],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 3, proc.stderr
+    assert json.loads(proc.stdout)["needs_person"] is True
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["worker", "--app", "m:r", "--poll", "nan"],
+        ["worker", "--app", "m:r", "--lease-ttl", "nan"],
+        ["worker", "--app", "m:r", "--poll", "inf"],
+        ["recover", "--effects", "m", "--wait", "nan"],
+        ["recover", "--effects", "m", "--wait", "inf"],
+    ],
+    ids=" ".join,
+)
+def test_nan_and_inf_seconds_are_usage_errors(db: str, argv: list[str]) -> None:
+    result = invoke(db, *argv)
+    assert result.exit_code == 2, result.output
+    option = next(a for a in argv if a.startswith("--") and a not in ("--app", "--effects"))
+    assert option in result.stderr and "not a finite number of seconds" in result.stderr

@@ -18,9 +18,10 @@ import os
 from collections.abc import Generator, Iterable
 from typing import Any, TypeVar
 
+from intentlog._checks import count, seconds
 from intentlog._driver import Protocol, p_call, run_async
-from intentlog._effect import Effect
-from intentlog._journal import Journal, make_options, open_store
+from intentlog._effect import Effect, Seconds
+from intentlog._journal import Journal, make_options, open_store, task_wait
 from intentlog._keys import validate_task_id
 from intentlog._lease import AsyncRenewer, Renewer
 from intentlog._model import JSON, Action, Operation, State, TaskRecord
@@ -168,6 +169,7 @@ class AsyncJournal:
 
     def __init__(self, store: Store | AsyncStore, *, workers: int = 64, **options: Any) -> None:
         self.options: Options = make_options(**options)
+        workers = count("workers", workers)
         self._store = store
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=workers, thread_name_prefix="intentlog"
@@ -255,9 +257,10 @@ class AsyncJournal:
     def __exit__(self, *exc: object) -> None:  # pragma: no cover - __enter__ raises
         pass
 
-    def task(self, task_id: str, *, wait: float | None = None) -> _Opening:
-        """Lease the task: ``async with journal.task(id) as task`` (or ``await``)."""
-        return _Opening(self, validate_task_id(task_id), wait)
+    def task(self, task_id: str, *, wait: Seconds | None = None) -> _Opening:
+        """Lease the task: ``async with journal.task(id) as task`` (or ``await``). See
+        :meth:`intentlog.Journal.task`."""
+        return _Opening(self, validate_task_id(task_id), task_wait(wait))
 
     async def start(self, kind: str, task_id: str, input: JSON = None) -> bool:
         """See :meth:`intentlog.Journal.start`."""
@@ -286,10 +289,13 @@ class AsyncJournal:
     async def pending(self) -> list[Pending]:
         return await self._drive(p_pending(self._store, self.options))
 
-    async def recover(self, effects: Iterable[Effect], *, wait: float = 0.0) -> list[Recovered]:
+    async def recover(self, effects: Iterable[Effect], *, wait: Seconds = 0.0) -> list[Recovered]:
         """See :meth:`intentlog.Journal.recover`; reconcilers may be ``async def``."""
         effects = list(effects)
-        return await self._drive(p_recover(self._store, self.options, effects, wait, is_async=True))
+        waited = seconds("wait", wait)
+        return await self._drive(
+            p_recover(self._store, self.options, effects, waited, is_async=True)
+        )
 
     async def resolve(
         self,
@@ -308,8 +314,10 @@ class AsyncJournal:
     async def resolutions(self, key: str | None = None) -> list[Resolution]:
         return await self._drive(p_call("resolutions", key))
 
-    async def gc(self, older_than: float) -> int:
-        return await self._drive(p_gc(self._store, older_than))
+    async def gc(self, older_than: Seconds) -> int:
+        """See :meth:`intentlog.Journal.gc`."""
+        older = seconds("older_than", older_than, bounded=False)
+        return await self._drive(p_gc(self._store, older))
 
 
 class _Shared(Journal):
@@ -327,6 +335,6 @@ def open_async(url: str | os.PathLike[str] | None = None, **options: Any) -> Asy
     (the file header and schema, or the PostgreSQL schema) synchronously, once; after that
     nothing blocks the event loop.
     """
-    workers = options.pop("workers", 64)
+    workers = count("workers", options.pop("workers", 64))
     make_options(**options)  # bad options fail before anything is opened
     return AsyncJournal(open_store(url, asynchronous=True), workers=workers, **options)

@@ -14,6 +14,8 @@
     ├── LeaseLost               this worker's lease was taken over; its writes are refused
     └── JournalError            the journal itself cannot be used
         ├── JournalCorrupt      the file is not an intentlog journal or is damaged
+        ├── JournalReadOnly     read-only filesystem, file or directory, or permission denied
+        ├── JournalFull         the disk (or a size limit) is full; the write was not recorded
         └── SchemaTooNew        the journal was written by a newer intentlog
 
 Every error carries the context it knows (``task_id``, ``key``, ``state``) as attributes
@@ -29,6 +31,8 @@ __all__ = [
     "InvalidInput",
     "JournalCorrupt",
     "JournalError",
+    "JournalFull",
+    "JournalReadOnly",
     "KeyConflict",
     "LeaseLost",
     "OutcomeUnknown",
@@ -140,6 +144,18 @@ class JournalError(Error):
 
 class JournalCorrupt(JournalError):
     """The journal file is damaged or is not an intentlog journal."""
+
+
+class JournalReadOnly(JournalError):
+    """This process may not write the journal, or not even read it: the filesystem, the file
+    or its directory is read-only, or permission is denied (for PostgreSQL: a read-only server
+    or missing privileges). The message says which. Nothing was written."""
+
+
+class JournalFull(JournalError):
+    """The disk holding the journal is full, or the journal reached a size limit. The write
+    that failed was not recorded; everything recorded before it is intact. Free space and
+    retry."""
 
 
 class SchemaTooNew(JournalError):

@@ -7,12 +7,14 @@ import os
 import re
 import warnings
 from collections.abc import Iterable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar, overload
 
+from intentlog._checks import seconds
 from intentlog._decide import DEFAULT_LOOKUP_LIMIT
 from intentlog._driver import Protocol, run_sync
-from intentlog._effect import Effect
+from intentlog._effect import Effect, Seconds
 from intentlog._errors import InvalidInput
 from intentlog._hygiene import DEFAULT_MAX_BYTES
 from intentlog._keys import validate_task_id
@@ -60,15 +62,17 @@ class Journal:
     waits for an in-flight window to pass before raising StillInFlight. ``max_bytes``: size
     bound of every stored JSON value. ``lookup_limit``: inconclusive lookups before an
     operation becomes UNRESOLVED. ``attempts_per_run``: sends one ``run`` call may make.
+    Times are seconds or timedeltas, at most a year (``lease_ttl`` > 0, waits >= 0), the
+    others integers >= 1; anything else raises InvalidInput naming the option and its range.
     """
 
     def __init__(
         self,
         store: Store,
         *,
-        lease_ttl: float = 30.0,
-        lease_wait: float = 10.0,
-        max_wait: float = 60.0,
+        lease_ttl: Seconds = 30.0,
+        lease_wait: Seconds = 10.0,
+        max_wait: Seconds = 60.0,
         max_bytes: int = DEFAULT_MAX_BYTES,
         lookup_limit: int = DEFAULT_LOOKUP_LIMIT,
         attempts_per_run: int = 3,
@@ -125,15 +129,16 @@ class Journal:
 
     # -- tasks -----------------------------------------------------------------------------
 
-    def task(self, task_id: str, *, wait: float | None = None) -> Task:
+    def task(self, task_id: str, *, wait: Seconds | None = None) -> Task:
         """Lease the task (creating it on first use) and return its handle.
 
-        Waits up to ``wait`` seconds (default ``lease_wait``) while another live worker holds
-        it, then raises TaskBusy. A lease whose holder is known dead (same host, process gone)
-        or has expired is taken at once; every takeover is a compare-and-set on the epoch, so
-        two workers can never both win.
+        Waits up to ``wait`` seconds (default ``lease_wait``; a timedelta too, at most a year)
+        while another live worker holds it, then raises TaskBusy. A lease whose holder is
+        known dead (same host, process gone) or has expired is taken at once; every takeover
+        is a compare-and-set on the epoch, so two workers can never both win.
         """
         task_id = validate_task_id(task_id)
+        wait = task_wait(wait)
         _warn_if_in_event_loop()
         record, owner = self._run(p_acquire(self._store, self.options, task_id, wait))
         return Task(
@@ -182,15 +187,17 @@ class Journal:
         the journal: the decision uses the service policy recorded with each operation."""
         return self._run(p_pending(self._store, self.options))
 
-    def recover(self, effects: Iterable[Effect], *, wait: float = 0.0) -> list[Recovered]:
+    def recover(self, effects: Iterable[Effect], *, wait: Seconds = 0.0) -> list[Recovered]:
         """Reconcile every SUBMITTED operation with its service, without running any task.
 
         Found operations become CONFIRMED; operations nothing can settle become UNRESOLVED.
         Nothing is ever sent: an operation that needs a (re)send stays SUBMITTED for the task
         to do. Tasks leased by a live worker are left alone (reported with action WAIT).
-        Operations of effects not given are reported and left as they are.
+        Operations of effects not given are reported and left as they are. ``wait``: how
+        long to wait for a task a live worker holds (seconds or a timedelta, at most a year).
         """
-        return self._run(p_recover(self._store, self.options, effects, wait, is_async=False))
+        waited = seconds("wait", wait)
+        return self._run(p_recover(self._store, self.options, effects, waited, is_async=False))
 
     def resolve(
         self,
@@ -206,10 +213,12 @@ class Journal:
         ``outcome``: "confirmed" (it happened; ``receipt`` is what you saw), "failed" (it did
         not happen and must not be retried with this key) or "retry" (it did not happen; the
         next run sends it again with the same key). Allowed from PLANNED, SUBMITTED and
-        UNRESOLVED ("retry" not from PLANNED). Raises UnknownOperation for an unknown key,
+        UNRESOLVED ("retry" not from PLANNED). ``actor``: who resolves it, kept in the audit
+        record (a printable string of at most 200 characters; default ``user@host`` of this
+        process). Raises UnknownOperation for an unknown key,
         InvalidInput for an outcome that does not fit (or when the operation's state or sends
-        change while it is being resolved: look again), UnsafeValue for a receipt holding a
-        credential; in every error case nothing is written.
+        change while it is being resolved: look again), UnsafeValue for a receipt or an actor
+        that looks like a credential; in every error case nothing is written.
         """
         return self._run(p_resolve(self._store, self.options, key, outcome, receipt, note, actor))
 
@@ -217,38 +226,46 @@ class Journal:
         """The audit log of operator resolutions (of one key if given), oldest first."""
         return self._store.resolutions(key)
 
-    def gc(self, older_than: float) -> int:
-        """Delete tasks completed more than ``older_than`` seconds ago, with their operations.
+    def gc(self, older_than: Seconds) -> int:
+        """Delete tasks completed more than ``older_than`` seconds (or a timedelta) ago, with
+        their operations.
 
         Never removes a task that is not complete or that has an operation that is not
         CONFIRMED or FAILED. Returns how many tasks were removed.
         """
-        return self._run(p_gc(self._store, older_than))
+        return self._run(p_gc(self._store, seconds("older_than", older_than, bounded=False)))
 
 
 def make_options(
     *,
-    lease_ttl: float = 30.0,
-    lease_wait: float = 10.0,
-    max_wait: float = 60.0,
+    lease_ttl: Seconds = 30.0,
+    lease_wait: Seconds = 10.0,
+    max_wait: Seconds = 60.0,
     max_bytes: int = DEFAULT_MAX_BYTES,
     lookup_limit: int = DEFAULT_LOOKUP_LIMIT,
     attempts_per_run: int = 3,
 ) -> Options:
-    """A journal's settings, checked (see :class:`Journal` for what each means)."""
-    for name, value in (("lease_ttl", lease_ttl), ("max_bytes", max_bytes)):
-        if not value > 0:
-            raise InvalidInput(f"{name} must be > 0, got {value!r}")
-    if lookup_limit < 1 or attempts_per_run < 1 or lease_wait < 0 or max_wait < 0:
-        raise InvalidInput("lookup_limit and attempts_per_run must be >= 1, waits >= 0")
+    """A journal's settings, checked: :class:`Options` raises InvalidInput naming the option
+    and its range (see :class:`Journal` for what each means)."""
     return Options(
-        lease_ttl=float(lease_ttl),
-        lease_wait=float(lease_wait),
-        max_wait=float(max_wait),
-        max_bytes=int(max_bytes),
-        lookup_limit=int(lookup_limit),
-        attempts_per_run=int(attempts_per_run),
+        lease_ttl=_plain(lease_ttl),
+        lease_wait=_plain(lease_wait),
+        max_wait=_plain(max_wait),
+        max_bytes=max_bytes,
+        lookup_limit=lookup_limit,
+        attempts_per_run=attempts_per_run,
     )
+
+
+def _plain(value: Seconds) -> float:
+    """A timedelta as seconds; anything else as it is, for Options to check."""
+    return value.total_seconds() if isinstance(value, timedelta) else value
+
+
+def task_wait(wait: Seconds | None) -> float | None:
+    """The ``wait`` of ``journal.task(id, wait=...)``, checked (None: the journal's
+    ``lease_wait``)."""
+    return None if wait is None else seconds("wait", wait)
 
 
 class BlockingCallWarning(RuntimeWarning):
@@ -274,6 +291,7 @@ def open(url: str | os.PathLike[str] | None = None, **options: Any) -> Journal:
     ``url``: a file path, ``sqlite:///path``, or ``postgresql://...``; default
     ``$INTENTLOG_URL``, else ``./.intentlog/journal.db``. ``options`` go to :class:`Journal`.
     """
+    make_options(**options)  # bad options fail before anything is opened (or created)
     store = open_store(url)
     try:
         return Journal(store, **options)

@@ -13,6 +13,7 @@ import dataclasses
 import time
 from typing import Any
 
+from intentlog._checks import count, seconds
 from intentlog._crash import crashpoint
 from intentlog._decide import Decision, LookupFailed, decide, send_slack, strictest, task_action
 from intentlog._driver import Call, Protocol, Sleep, User
@@ -59,7 +60,12 @@ _RESTAMPS = 5  # re-stamps of a send whose intent write stalled, before giving u
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Options:
-    """A journal's settings, shared by its sync and async faces (see ``Journal``)."""
+    """A journal's settings, shared by its sync and async faces (see ``Journal``).
+
+    Checked when made: each must be in its range, or InvalidInput names it and the range.
+    Times are seconds (a timedelta is taken too), at most a year: ``lease_ttl`` > 0, the
+    waits >= 0; the counts are integers >= 1.
+    """
 
     lease_ttl: float = 30.0
     lease_wait: float = 10.0
@@ -67,6 +73,18 @@ class Options:
     max_bytes: int = 64 * 1024
     lookup_limit: int = 5
     attempts_per_run: int = 3
+
+    def __post_init__(self) -> None:
+        checked = {
+            "lease_ttl": seconds("lease_ttl", self.lease_ttl, positive=True),
+            "lease_wait": seconds("lease_wait", self.lease_wait),
+            "max_wait": seconds("max_wait", self.max_wait),
+            "max_bytes": count("max_bytes", self.max_bytes),
+            "lookup_limit": count("lookup_limit", self.lookup_limit),
+            "attempts_per_run": count("attempts_per_run", self.attempts_per_run),
+        }
+        for name, value in checked.items():
+            object.__setattr__(self, name, value)  # frozen: normalised once, here
 
 
 def p_acquire(

@@ -7,8 +7,10 @@
 from __future__ import annotations
 
 import dataclasses
+import getpass
 import json
 import os
+import platform
 from collections.abc import Iterable
 from typing import Any
 
@@ -242,6 +244,7 @@ def p_resolve(
         raise InvalidInput("a receipt only goes with outcome 'confirmed'", key=str(key))
     if receipt is not None:
         check_safe(receipt, what="receipt", max_bytes=options.max_bytes)
+    actor = default_actor() if actor is None else checked_actor(actor, key=str(key))
     to_state = targets[outcome]
     seen: Operation | None = None
     while True:
@@ -285,7 +288,7 @@ def p_resolve(
             to_state=to_state,
             note=note,
             receipt=receipt,
-            actor=actor or _default_actor(),
+            actor=actor,
         )
         stored: Operation | None = yield Call(
             "update_op", (new, None, options.lease_ttl), {"resolution": audit}
@@ -309,8 +312,37 @@ def _report(op: Operation, action: Action, reason: str) -> Recovered:
     return Recovered(op.key, op.task_id, op.effect, op.state, action, reason)
 
 
-def _default_actor() -> str:
+_ACTOR_MAX = 200
+
+
+def checked_actor(actor: object, *, key: str | None = None) -> str:
+    """``actor`` if it can name who resolved an operation in the audit log: a printable
+    string of 1 to 200 characters that does not look like a credential."""
+    if (
+        not isinstance(actor, str)
+        or not actor.strip()
+        or len(actor) > _ACTOR_MAX
+        or not actor.isprintable()
+    ):
+        raise InvalidInput(
+            f"actor must be a printable string of 1 to {_ACTOR_MAX} characters (who resolved "
+            f"it, e.g. 'alice@ops-1'), got {actor!r:.80}",
+            key=key,
+        )
+    check_safe(actor, what="actor", max_bytes=4 * _ACTOR_MAX)  # a token is not a name
+    return actor
+
+
+def default_actor() -> str:
+    """Who is resolving, when the caller does not say: ``user@host`` of this process, each
+    part as the system knows it (``uid-1000`` for a user without a name)."""
     try:
-        return os.getlogin()
-    except OSError:
-        return os.environ.get("USER", "unknown")
+        user = getpass.getuser()  # $LOGNAME, $USER, ..., else the password database
+    except (KeyError, OSError):  # no name for this uid (a container's arbitrary user)
+        user = ""
+    if not user or not user.isprintable() or len(user) > 64:
+        user = f"uid-{os.getuid()}" if hasattr(os, "getuid") else "unknown"
+    host = platform.node()
+    if not host or not host.isprintable() or len(host) > 128:
+        host = "unknown-host"
+    return f"{user}@{host}"

@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from intentlog._checks import seconds
 from intentlog._driver import run_sync
 from intentlog._effect import Effect
 from intentlog._errors import InvalidInput, LeaseLost, OutcomeUnknown, StillInFlight
@@ -79,7 +80,7 @@ class Worker:
     def __init__(self, journal: Journal, registry: Registry, *, poll: float = 0.5) -> None:
         self.journal = journal
         self.registry = registry
-        self.poll = poll
+        self.poll = seconds("poll", poll, positive=True)
         self._stop = threading.Event()
         self.completed = 0
         self.parked = 0

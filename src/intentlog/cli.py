@@ -9,7 +9,9 @@ Commands::
     intentlog gc --older-than 30d       delete completed tasks older than a duration
 
 Every command takes ``--json`` for one JSON object on stdout. The journal is ``--db URL``,
-else ``$INTENTLOG_URL``, else ``./.intentlog/journal.db``; it must already exist.
+else ``$INTENTLOG_URL``, else ``./.intentlog/journal.db``; it must already exist. ``--db`` and
+``--json`` go before or after the command (``intentlog --db X status`` or ``intentlog status
+--db X``); given on both sides, the command's own wins.
 
 Exit codes:
 
@@ -27,6 +29,7 @@ import enum
 import functools
 import importlib
 import json
+import math
 import os
 import re
 import signal
@@ -79,17 +82,51 @@ class _Group(click.Group):
             raise click.exceptions.Exit(EXIT_ERROR) from None
 
 
-_json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+class Seconds(click.FloatRange):
+    """A number of seconds in a range; nan and inf are refused (every comparison with nan is
+    false, so a range alone lets it through, and a nan wait never ends)."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
+        return number
 
 
+_JSON = "Print one JSON object."
 _DB = "Journal: a path or sqlite:///path [env INTENTLOG_URL; default ./.intentlog/journal.db]."
+
+
+def _json_either_side(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+    # A command's --json, or the group's (intentlog --json status).
+    return value or bool((ctx.obj or {}).get("json"))
+
+
+def _db_after_command(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    # A command's --db (intentlog status --db X) wins over the group's and $INTENTLOG_URL;
+    # ctx.obj is the group's, so every command and the error handler see it.
+    if value is not None:
+        ctx.ensure_object(dict)["db"] = value
+
+
+_json_option = click.option(
+    "--json", "as_json", is_flag=True, callback=_json_either_side, help=_JSON
+)
+# No envvar here: $INTENTLOG_URL is read once, by the group, so that it never overrides an
+# explicit --db given before the command.
+_db_option = click.option(
+    "--db", metavar="URL", expose_value=False, callback=_db_after_command, help=_DB
+)
 
 
 @click.group(cls=_Group)
 @click.option("--db", metavar="URL", envvar="INTENTLOG_URL", help=_DB)
+@click.option("--json", "as_json", is_flag=True, help=_JSON)
 @click.version_option(intentlog.__version__, prog_name="intentlog")
 @click.pass_context
-def cli(ctx: click.Context, db: str | None) -> None:
+def cli(ctx: click.Context, db: str | None, as_json: bool) -> None:
     """Look at an intentlog journal and settle what automation cannot.
 
     \b
@@ -100,8 +137,9 @@ def cli(ctx: click.Context, db: str | None) -> None:
     \b
     Example:
       INTENTLOG_URL=./.intentlog/journal.db intentlog status --json
+      intentlog status --db ./.intentlog/journal.db --json
     """
-    ctx.obj = {"db": db}
+    ctx.obj = {"db": db, "json": as_json}
 
 
 def _open(ctx: click.Context) -> intentlog.Journal:
@@ -191,6 +229,7 @@ def _alive(info: intentlog.TaskInfo) -> str:
 
 
 @cli.command(short_help="Counts by state, and what needs attention (exit 0/3/4).")
+@_db_option
 @_json_option
 @click.pass_context
 def status(ctx: click.Context, as_json: bool) -> None:
@@ -268,6 +307,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
 
 @cli.command(short_help="One task, its operations and their resolutions.")
 @click.argument("task_id", metavar="TASK")
+@_db_option
 @_json_option
 @click.pass_context
 def show(ctx: click.Context, task_id: str, as_json: bool) -> None:
@@ -323,6 +363,10 @@ def show(ctx: click.Context, task_id: str, as_json: bool) -> None:
 @click.option("--retry", is_flag=True, help="It did not happen; the next run sends it again.")
 @click.option("--receipt", metavar="JSON", help="The receipt (JSON), only with --confirmed.")
 @click.option("--note", metavar="TEXT", help="Why; kept in the audit log.")
+@click.option(
+    "--actor", metavar="NAME", help="Who resolves it, for the audit log [default: USER@HOST]."
+)
+@_db_option
 @_json_option
 @click.pass_context
 def resolve(
@@ -333,11 +377,13 @@ def resolve(
     retry: bool,
     receipt: str | None,
     note: str | None,
+    actor: str | None,
     as_json: bool,
 ) -> None:
     """Settle an operation by hand (exactly one of --confirmed, --failed, --retry).
 
-    The resolution is kept as an audit record (see intentlog show TASK).
+    The resolution is kept as an audit record (see intentlog show TASK), with
+    who made it: --actor, by default this process's USER@HOST.
 
     \b
     Exit codes: 0 resolved; 1 unknown key, bad --receipt, or an outcome that
@@ -363,7 +409,7 @@ def resolve(
         except ValueError as exc:
             raise _Failure(f"--receipt is not valid JSON: {exc}") from None
     with _open(ctx) as journal:
-        op = journal.resolve(key, chosen[0], receipt=parsed, note=note)
+        op = journal.resolve(key, chosen[0], receipt=parsed, note=note, actor=actor)
         info = journal.task_info(op.task_id)
     if as_json:
         _emit(
@@ -415,7 +461,8 @@ def load_effects(specs: Sequence[str]) -> list[intentlog.Effect]:
 
 @cli.command(short_help="Reconcile SUBMITTED operations; sends nothing.")
 @click.option("--effects", "specs", metavar="MODULE", multiple=True, required=True, help=_EFFECTS)
-@click.option("--wait", type=click.FloatRange(min=0), default=0.0, metavar="SECONDS", help=_WAIT)
+@click.option("--wait", type=Seconds(min=0), default=0.0, metavar="SECONDS", help=_WAIT)
+@_db_option
 @_json_option
 @click.pass_context
 def recover(ctx: click.Context, specs: tuple[str, ...], wait: float, as_json: bool) -> None:
@@ -482,6 +529,7 @@ _OLDER = "Remove tasks completed longer ago than this: 30d, 12h, 45m, 90s or sec
 
 @cli.command(short_help="Delete completed tasks older than a duration.")
 @click.option("--older-than", type=Duration(), required=True, metavar="DURATION", help=_OLDER)
+@_db_option
 @_json_option
 @click.pass_context
 def gc(ctx: click.Context, older_than: float, as_json: bool) -> None:
@@ -559,6 +607,7 @@ def load_registry(spec: str) -> intentlog.Registry:
 @click.argument("kind")
 @click.argument("task_id")
 @click.option("--input", "input_text", metavar="JSON", default="null", help="The task's input.")
+@_db_option
 @_json_option
 @click.pass_context
 def start(ctx: click.Context, kind: str, task_id: str, input_text: str, as_json: bool) -> None:
@@ -594,12 +643,13 @@ def _open_journal_for_write(ctx: click.Context) -> intentlog.Journal:
 @cli.command(short_help="Run registered tasks; stops gracefully on SIGTERM.")
 @click.option("--app", "app", metavar="MODULE:REGISTRY", required=True, help="The registry.")
 @click.option("--concurrency", type=click.IntRange(1, 256), default=1, help="Worker threads.")
-@click.option("--poll", type=click.FloatRange(min=0.01), default=0.5, metavar="SECONDS")
+@click.option("--poll", type=Seconds(min=0.01), default=0.5, metavar="SECONDS")
 @click.option(
-    "--lease-ttl", type=click.FloatRange(min=0.1), default=30.0, metavar="SECONDS",
+    "--lease-ttl", type=Seconds(min=0.1), default=30.0, metavar="SECONDS",
     help="How long a claimed task's lease lasts without renewal.",
 )  # fmt: skip
 @click.option("--exit-when-idle", is_flag=True, help="Return once nothing is runnable.")
+@_db_option
 @_json_option
 @click.pass_context
 def worker(

@@ -3,6 +3,11 @@
 Writers that arrive while a commit is in progress queue up; the next one to get the connection
 commits every queued write in one transaction, each inside its own savepoint. Every writer
 still returns only after the commit that holds its write: they share the fsync, not the risk.
+
+A driver error (in BEGIN, COMMIT, or a write's own statements) reaches its caller as the
+store's own error (``describe``), never raw; a writer's own exceptions (LeaseLost, a lost
+compare-and-set) reach it as they are. Where SQLite rolls the whole transaction back itself (a
+full disk, an I/O error), every write of the batch fails with that error: none is recorded.
 """
 
 from __future__ import annotations
@@ -13,11 +18,16 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from intentlog._errors import JournalError
+from intentlog._errors import Error, JournalError
+from intentlog.stores._sqlite_errors import DRIVER_ERRORS as _DRIVER_ERRORS
 
 __all__ = ["GroupCommit", "WriteRequest"]
 
 _T = TypeVar("_T")
+
+
+def _write_failed(exc: BaseException) -> Error:
+    return JournalError(f"journal write failed: {exc}")
 
 
 class WriteRequest:
@@ -40,8 +50,14 @@ class GroupCommit:
     the store, and a reentrant acquire would let a read run inside a write transaction.
     """
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        describe: Callable[[BaseException], Error] = _write_failed,
+    ) -> None:
+        """``describe``: the intentlog error a driver error becomes (the store's mapping)."""
         self.conn = conn
+        self.describe = describe
         self.lock = threading.Lock()
         self._queue_lock = threading.Lock()
         self._queue: list[WriteRequest] = []
@@ -80,34 +96,38 @@ class GroupCommit:
 
     def _run_alone(self, body: Callable[[sqlite3.Connection], _T]) -> _T:
         """One body in its own transaction; the same outcomes as a batch of one: the body's
-        own exception propagates (after a rollback), a failed BEGIN, COMMIT or ROLLBACK is a
-        JournalError."""
+        own exception propagates (after a rollback), a driver error anywhere (BEGIN, the
+        body's statements, COMMIT, ROLLBACK) as ``describe`` says."""
         conn = self.conn
         try:
             conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
+        except _DRIVER_ERRORS as exc:
             raise self._abort(exc) from exc
         try:
             result = body(conn)
+        except _DRIVER_ERRORS as exc:
+            raise self._abort(exc) from exc
         except BaseException:
             try:
                 conn.execute("ROLLBACK")
-            except sqlite3.Error as exc:
+            except _DRIVER_ERRORS as exc:
                 raise self._abort(exc) from exc
             raise
         try:
             conn.execute("COMMIT")
-        except sqlite3.Error as exc:
+        except _DRIVER_ERRORS as exc:
             raise self._abort(exc) from exc
         self.commits += 1
         return result
 
-    def _abort(self, exc: sqlite3.Error) -> JournalError:
+    def _abort(self, exc: BaseException) -> Error:
         """Roll back what is left of a failed write transaction; the error to raise."""
         if self.conn.in_transaction:
             with contextlib.suppress(sqlite3.Error):  # the original error says more
                 self.conn.execute("ROLLBACK")
-        return JournalError(f"journal write failed: {exc}")
+        error = self.describe(exc)
+        error.__cause__ = exc
+        return error
 
     def run_batch(self, batch: list[WriteRequest]) -> None:
         """Commit ``batch`` as one group commit, as soon as the write connection is free; each
@@ -126,7 +146,11 @@ class GroupCommit:
                 try:
                     request.result = request.body(conn)
                 except BaseException as exc:
-                    request.error = exc
+                    if isinstance(exc, _DRIVER_ERRORS) and not conn.in_transaction:
+                        # SQLite rolled the whole transaction back itself (a full disk, an
+                        # I/O error): every write of the batch is gone, so all fail with it.
+                        raise
+                    request.error = self._abort_one(exc)
                     conn.execute("ROLLBACK TO one" if len(batch) > 1 else "ROLLBACK")
                     if len(batch) == 1:
                         return
@@ -134,10 +158,18 @@ class GroupCommit:
                     conn.execute("RELEASE one")
             conn.execute("COMMIT")
             self.commits += 1
-        except sqlite3.Error as exc:
+        except _DRIVER_ERRORS as exc:
             error = self._abort(exc)
             for request in batch:
                 request.error = error
         finally:
             for request in batch:
                 request.done = True
+
+    def _abort_one(self, exc: BaseException) -> BaseException:
+        """What one write of a batch fails with: a driver error as ours, its own as it is."""
+        if not isinstance(exc, _DRIVER_ERRORS):
+            return exc
+        error = self.describe(exc)
+        error.__cause__ = exc
+        return error

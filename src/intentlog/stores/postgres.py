@@ -16,7 +16,9 @@ clock several times per effect), so the store measures the offset between the se
 returns ``time.time() + offset``. Its error is about half a round trip plus the local clock's
 drift since the last measurement: far below any lease or retention.
 
-Errors. Driver errors become ours in one place per store (``_run``). A statement whose
+Errors. Driver errors become ours in one place per store (``_run``, with the rules of
+``_failed``): a full disk on the server is JournalFull, a read-only server (a standby) or a role
+without the privileges JournalReadOnly, damaged data JournalCorrupt. A statement whose
 connection died, or that the server rolled back (a deadlock or serialization failure), is
 retried on a fresh connection, up to three attempts: every write recognises its own earlier
 attempt. If the connection keeps dying, a write raises JournalError saying it may or may not
@@ -32,7 +34,15 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
-from intentlog._errors import InvalidInput, JournalCorrupt, JournalError, SchemaTooNew
+from intentlog._errors import (
+    Error,
+    InvalidInput,
+    JournalCorrupt,
+    JournalError,
+    JournalFull,
+    JournalReadOnly,
+    SchemaTooNew,
+)
 from intentlog._model import Operation, State, TaskRecord
 from intentlog.stores._async_store import AsyncStore
 from intentlog.stores._base import Resolution, Store, TaskUpdate
@@ -101,7 +111,7 @@ class _Common(Plans):
                 self._migrate(conn)
                 self._measured_at(conn.execute(CLOCK).fetchone(), time.time(), time.time())
         except psycopg.Error as exc:
-            raise JournalError(f"cannot open the journal at {self.url}: {self._why(exc)}") from exc
+            raise self._cannot_open(exc) from exc
 
     def sql(self, text: str) -> str:
         return text.replace("{s}", self._ident)
@@ -112,6 +122,42 @@ class _Common(Plans):
         for secret in self._secrets:
             text = text.replace(secret, "***")
         return text
+
+    def _cannot_open(self, exc: psycopg.Error) -> Error:
+        return self._answer(exc) or JournalError(
+            f"cannot open the journal at {self.url}: {self._why(exc)}"
+        )
+
+    def _answer(self, exc: psycopg.Error) -> Error | None:
+        """Our error for a server answer that says what is wrong with the journal itself (a
+        full disk, a read-only server, missing privileges, damaged data); None otherwise. The
+        server rolled the statement back in each case, so nothing of it was written."""
+        state, why = exc.sqlstate or "", self._why(exc)
+        if state == "53100":  # disk_full
+            return JournalFull(
+                f"the disk of the PostgreSQL server holding the journal at {self.url} is full "
+                f"({why}): this write was not recorded, and everything recorded before it is "
+                "intact. Free space on the server, then retry."
+            )
+        if state == "25006":  # read_only_sql_transaction
+            return JournalReadOnly(
+                f"the PostgreSQL server at {self.url} accepts only reads (a standby, or "
+                f"default_transaction_read_only is on), so nothing was written ({why}). Point "
+                "the journal URL at the primary server."
+            )
+        if state == "42501":  # insufficient_privilege
+            return JournalReadOnly(
+                f"permission denied on the journal at {self.url} ({why}); nothing was written. "
+                f"Grant this role USAGE on schema {self.schema!r} and SELECT, INSERT, UPDATE, "
+                "DELETE on its tables (CREATE on the database too, for the first start)."
+            )
+        if state in ("XX001", "XX002"):  # data_corrupted, index_corrupted
+            return JournalCorrupt(
+                f"the PostgreSQL server reports damaged journal data at {self.url} ({why}). "
+                "Stop the workers; repair the table or index (or restore from a backup) "
+                "before going on."
+            )
+        return None
 
     def _migrate(self, conn: psycopg.Connection[Any]) -> None:
         cur = conn.cursor()
@@ -174,6 +220,9 @@ class _Common(Plans):
             raise InvalidInput(f"the journal cannot store a value: {self._why(exc)}") from exc
         if not isinstance(exc, psycopg.Error):
             raise exc  # ours (LeaseLost, JournalError from a plan): as it is
+        answer = self._answer(exc)
+        if answer is not None:
+            raise answer from exc
         rolled_back = isinstance(exc, psycopg.errors.TransactionRollback)
         lost = _connection_lost(exc)
         if attempt < _ATTEMPTS and (rolled_back or lost):
@@ -217,7 +266,7 @@ class PostgresStore(_Common, Store):
             self._pool.open(wait=True, timeout=timeout)
         except psycopg.Error as exc:
             self._pool.close()
-            raise JournalError(f"cannot open the journal at {self.url}: {self._why(exc)}") from exc
+            raise self._cannot_open(exc) from exc
 
     def now(self) -> float:
         if self._clock_due() and self._clock_lock.acquire(blocking=False):
@@ -394,9 +443,7 @@ class AsyncPostgresStore(_Common, AsyncStore):
             try:
                 await self._pool.open(wait=True, timeout=self._timeout)
             except psycopg.Error as exc:
-                raise JournalError(
-                    f"cannot open the journal at {self.url}: {self._why(exc)}"
-                ) from exc
+                raise self._cannot_open(exc) from exc
             self._opened = True
 
     async def _run(self, plan: Callable[[], Plan[_T]], *, write: bool, tx: bool = False) -> _T:

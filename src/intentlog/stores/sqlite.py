@@ -4,6 +4,11 @@ WAL mode with ``synchronous=FULL``, so every commit is on disk before it returns
 NORMAL would lose the last commits on power loss, and an intent that is not on disk is no
 intent). Writes open with ``BEGIN IMMEDIATE`` so two processes never deadlock upgrading a read
 lock; a busy timeout makes them queue instead of failing. Several processes may share one file.
+
+Errors. Every call (opening, each read, each write transaction) turns a driver error into ours
+in one place, ``intentlog.stores._sqlite_errors``: a damaged page is JournalCorrupt, a
+read-only file, directory or filesystem JournalReadOnly, a full disk JournalFull, each saying
+what to do.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from intentlog._errors import JournalCorrupt, JournalError, SchemaTooNew
+from intentlog._errors import Error, JournalCorrupt, SchemaTooNew
 from intentlog._model import Operation, State, TaskRecord
 from intentlog.stores._base import (
     OP_COLUMNS,
@@ -32,6 +37,7 @@ from intentlog.stores._base import (
     task_from_row,
 )
 from intentlog.stores._group_commit import GroupCommit
+from intentlog.stores._sqlite_errors import DRIVER_ERRORS, describe, describe_os_error
 
 __all__ = ["SQLiteStore", "VersionMoved"]
 
@@ -138,6 +144,7 @@ class SQLiteStore(Store):
         self.path = Path(path)
         self.url = f"sqlite://{self.path.resolve()}"
         self._read_lock = threading.Lock()
+        self._closed = False
         _check_header(self.path)
         if not self.path.exists():
             _create_private(self.path)
@@ -146,11 +153,11 @@ class SQLiteStore(Store):
             self._conn = sqlite3.connect(
                 str(self.path), timeout=busy_timeout, isolation_level=None, check_same_thread=False
             )
-        except sqlite3.Error as exc:
-            raise JournalError(f"cannot open journal {self.path}: {exc}") from exc
+        except DRIVER_ERRORS as exc:
+            raise self.error(exc) from exc
         self._conn.row_factory = sqlite3.Row
         # The write connection, shared by concurrent writers through group commit.
-        self._writer = GroupCommit(self._conn)
+        self._writer = GroupCommit(self._conn, self.error)
         self._lock = self._writer.lock
         self._commit = self._writer.commit
         self.run_batch = self._writer.run_batch
@@ -159,18 +166,24 @@ class SQLiteStore(Store):
             self._reader = sqlite3.connect(
                 str(self.path), timeout=busy_timeout, isolation_level=None, check_same_thread=False
             )
-        except BaseException:
+        except BaseException as exc:
             self._conn.close()
+            if isinstance(exc, DRIVER_ERRORS):
+                raise self.error(exc) from exc
             raise
         self._reader.row_factory = sqlite3.Row
 
+    def error(self, exc: BaseException) -> Error:
+        """The intentlog error for a driver error raised on this journal (see the module
+        docstring): the one place this store maps them."""
+        return describe(exc, self.path, closed=self._closed)
+
     def _prepare(self, busy_timeout: float) -> None:
-        try:
-            version = self._conn.execute("PRAGMA user_version").fetchone()[0]
-            app_id = self._conn.execute("PRAGMA application_id").fetchone()[0]
-            tables = self._conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
-        except sqlite3.DatabaseError as exc:
-            raise JournalCorrupt(f"{self.path} is damaged or not a SQLite file: {exc}") from exc
+        # A damaged file shows here as SQLITE_CORRUPT or SQLITE_NOTADB (JournalCorrupt), a
+        # read-only place as SQLITE_CANTOPEN or SQLITE_READONLY: the caller maps them.
+        version = self._conn.execute("PRAGMA user_version").fetchone()[0]
+        app_id = self._conn.execute("PRAGMA application_id").fetchone()[0]
+        tables = self._conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
         if app_id not in (0, APPLICATION_ID) or (app_id == 0 and tables):
             raise JournalCorrupt(f"{self.path} is a SQLite database but not an intentlog journal")
         if version > SCHEMA_VERSION:
@@ -206,7 +219,10 @@ class SQLiteStore(Store):
         # A connection of its own, so reads never wait behind a commit (WAL readers see
         # every transaction committed before they start).
         with self._read_lock:
-            return self._reader.execute(sql, tuple(params)).fetchall()
+            try:
+                return self._reader.execute(sql, tuple(params)).fetchall()
+            except DRIVER_ERRORS as exc:
+                raise self.error(exc) from exc
 
     def _read_one(self, sql: str, params: tuple[Any, ...]) -> sqlite3.Row | None:
         """A point read: on the write connection when no write holds it, else as ``_read``.
@@ -219,14 +235,17 @@ class SQLiteStore(Store):
         """
         # fetchall: the statement runs to its end, so no read transaction stays open on the
         # write connection after this returns.
-        if self._lock.acquire(blocking=False):
-            try:
-                rows = self._conn.execute(sql, params).fetchall()
-            finally:
-                self._lock.release()
-        else:
-            with self._read_lock:
-                rows = self._reader.execute(sql, params).fetchall()
+        try:
+            if self._lock.acquire(blocking=False):
+                try:
+                    rows = self._conn.execute(sql, params).fetchall()
+                finally:
+                    self._lock.release()
+            else:
+                with self._read_lock:
+                    rows = self._reader.execute(sql, params).fetchall()
+        except DRIVER_ERRORS as exc:
+            raise self.error(exc) from exc
         return rows[0] if rows else None
 
     def now(self) -> float:
@@ -234,6 +253,7 @@ class SQLiteStore(Store):
 
     def close(self) -> None:
         with self._lock, self._read_lock:
+            self._closed = True
             self._reader.close()
             self._conn.close()
 
@@ -503,18 +523,22 @@ class SQLiteStore(Store):
         # FAILED through their partial indexes, and CONFIRMED as what is left.
         with self._read_lock:
             reader = self._reader
-            reader.execute("BEGIN")
             try:
-                total = reader.execute("SELECT count(*) FROM operations").fetchone()[0]
-                open_rows = reader.execute(
-                    "SELECT state, count(*) FROM operations"
-                    " WHERE state NOT IN ('CONFIRMED', 'FAILED') GROUP BY state"
-                ).fetchall()
-                failed = reader.execute(
-                    "SELECT count(*) FROM operations WHERE state = 'FAILED'"
-                ).fetchone()[0]
-            finally:
-                reader.execute("COMMIT")
+                reader.execute("BEGIN")
+                try:
+                    total = reader.execute("SELECT count(*) FROM operations").fetchone()[0]
+                    open_rows = reader.execute(
+                        "SELECT state, count(*) FROM operations"
+                        " WHERE state NOT IN ('CONFIRMED', 'FAILED') GROUP BY state"
+                    ).fetchall()
+                    failed = reader.execute(
+                        "SELECT count(*) FROM operations WHERE state = 'FAILED'"
+                    ).fetchone()[0]
+                finally:
+                    if reader.in_transaction:
+                        reader.execute("COMMIT")
+            except DRIVER_ERRORS as exc:
+                raise self.error(exc) from exc
         counts = dict.fromkeys(State, 0)
         counts.update({State(r[0]): r[1] for r in open_rows})
         counts[State.FAILED] = failed
@@ -583,17 +607,18 @@ def _check_header(path: Path) -> None:
             head = fh.read(len(_HEADER))
     except FileNotFoundError:
         return
-    except IsADirectoryError as exc:
-        raise JournalError(f"journal path {path} is a directory") from exc
     except OSError as exc:
-        raise JournalError(f"cannot read journal {path}: {exc}") from exc
+        raise describe_os_error(exc, path, "read") from exc
     if head and head != _HEADER:
         raise JournalCorrupt(f"{path} is not a SQLite file, so not an intentlog journal")
 
 
 def _create_private(path: Path) -> None:
     """Create the journal file with mode 0600 (SQLite gives its -wal and -shm the same)."""
-    if not path.parent.exists():
-        path.parent.mkdir(parents=True, mode=0o700, exist_ok=True)
-    with contextlib.suppress(FileExistsError):  # another process won the race: fine
-        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    try:
+        if not path.parent.exists():
+            path.parent.mkdir(parents=True, mode=0o700, exist_ok=True)
+        with contextlib.suppress(FileExistsError):  # another process won the race: fine
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except OSError as exc:  # a read-only filesystem, a denied directory, a full disk
+        raise describe_os_error(exc, path, "create") from exc

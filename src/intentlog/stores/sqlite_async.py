@@ -25,6 +25,7 @@ from intentlog._model import Operation, State, TaskRecord
 from intentlog.stores._async_store import AsyncStore
 from intentlog.stores._base import Resolution, TaskUpdate
 from intentlog.stores._group_commit import WriteRequest
+from intentlog.stores._sqlite_errors import DRIVER_ERRORS
 from intentlog.stores.sqlite import SQLiteStore, VersionMoved
 
 __all__ = ["AsyncSQLiteStore"]
@@ -96,8 +97,9 @@ class AsyncSQLiteStore(AsyncStore):
             try:
                 self._store.run_batch([request for request, _, _ in batch])
             except BaseException as exc:  # run_batch sets errors itself; this is a last resort
+                error = self._store.error(exc) if isinstance(exc, DRIVER_ERRORS) else exc
                 for request, _, _ in batch:
-                    request.error = request.error or exc
+                    request.error = request.error or error
             by_loop: dict[asyncio.AbstractEventLoop, list[_Pending]] = {}
             for item in batch:
                 by_loop.setdefault(item[2], []).append(item)

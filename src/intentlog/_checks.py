@@ -1,0 +1,49 @@
+"""Checks of the journal's options and of per-call waits, where they enter.
+
+Each check names the option and its range in the InvalidInput it raises: a ``nan`` wait would
+never end, a negative one would end at once, and ``True`` is not a number of seconds.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import timedelta
+from typing import Any
+
+from intentlog._errors import InvalidInput
+
+__all__ = ["MAX_SECONDS", "count", "seconds"]
+
+#: The longest wait or lease an option may ask for: a year. Longer is a mistake (a unit taken
+#: for another), and far beyond it the clocks' timers overflow.
+MAX_SECONDS = 365 * 24 * 3600.0
+
+
+def seconds(name: str, value: Any, *, positive: bool = False, bounded: bool = True) -> float:
+    """``value`` as seconds: a finite number (not a bool) or a timedelta, >= 0 (> 0 with
+    ``positive``) and, with ``bounded``, at most :data:`MAX_SECONDS`."""
+    given = value
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    low = "> 0" if positive else ">= 0"
+    span = f"{low} and <= {MAX_SECONDS:.0f} (a year)" if bounded else low
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value < 0
+        or (positive and value == 0)
+        or (bounded and value > MAX_SECONDS)
+    ):
+        raise InvalidInput(
+            f"{name} must be a number of seconds (or a timedelta) {span}, got {given!r}",
+            option=name,
+        )
+    return float(value)
+
+
+def count(name: str, value: Any, *, minimum: int = 1) -> int:
+    """``value`` as an integer (not a bool) >= ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise InvalidInput(f"{name} must be an integer >= {minimum}, got {value!r}", option=name)
+    return int(value)
