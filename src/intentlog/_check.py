@@ -102,11 +102,13 @@ def _judge(effect: Effect, within: float) -> list[tuple[FindingKind, bool, str]]
         retention = policy.key_retention
         margin = retention_margin(policy)
         usable = retention - margin
-        if usable < within:
+        # The decision resends only while now < first send + retention - margin: a restart
+        # exactly at that instant is already too late.
+        if usable <= within:
             left = f"leaves {human(usable)}" if usable > 0 else "leaves nothing"
             why = (
                 f"keys are kept {human(retention)}; minus the margin of {human(margin)} that "
-                f"{left}, shorter than the restart interval of {human(within)}"
+                f"{left}, which does not cover a restart within {human(within)}"
             )
             if policy.can_reconcile:
                 why += ": the reconciler settles a crash in flight, but should it keep failing "
@@ -114,9 +116,11 @@ def _judge(effect: Effect, within: float) -> list[tuple[FindingKind, bool, str]]
             else:
                 why += ": a crash in flight restarted later than that ends UNRESOLVED"
             found.append(("retention", not policy.can_reconcile, why))
-    if service is not None and service.lookup is not None and not policy.can_reconcile:
+    # (With a key kept forever, resending settles every crash: a lookup would add nothing.)
+    finite = policy.key_retention
+    if service is not None and service.lookup is not None and not policy.can_reconcile and finite:
         why = f"its service can be asked by {service.lookup}, but the effect has no reconciler: "
-        why += "a crash in flight is settled only by resending inside the key's retention"
+        why += f"a crash in flight is settled only by resending, within {human(finite)}"
         found.append(("no_reconciler", False, why))
     return found
 
@@ -167,7 +171,7 @@ def log_at_start(effects: Iterable[Effect], restart_within: float, *, once_for: 
     for finding in check(effects, restart_within=restart_within):
         label = "problem" if finding.problem else "note"
         log.warning(
-            "intentlog check: %s: effect %r: %s (restart within the lease, %s)",
+            "intentlog check: %s: effect %r: %s (checked against the %s lease)",
             label,
             finding.effect,
             finding.message,
