@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
+import shlex
 import subprocess
 import sys
 import textwrap
@@ -61,8 +63,8 @@ def test_a_short_retention_without_a_lookup_is_a_problem() -> None:
     [finding] = retention(found)
     assert finding.effect == "publish" and finding.service == "nats-jetstream"
     assert finding.kind == "retention" and finding.problem and not finding.accepted
-    # 2 min minus (1 s slack + 5 s timeout + 5 % of 2 min) leaves 1m 48s.
-    assert "kept 2m" in finding.message and "leaves 1m 48s" in finding.message
+    # 2 min minus (1 s slack + 5 s timeout + 5 % of 2 min) leaves 1m48s.
+    assert "kept 2m" in finding.message and "leaves 1m48s" in finding.message
     assert "restart within 1h" in finding.message and "UNRESOLVED" in finding.message
     # JetStream can be asked (the stream holds the message): without a reconciler, a note.
     [note] = [f for f in found if f.kind == "no_reconciler"]
@@ -316,3 +318,44 @@ def test_workers_sharing_a_registry_log_once(
     logged = [r.getMessage() for r in caplog.records if r.name == "intentlog.worker"]
     assert len(logged) == 2, logged  # once for each registry
     assert all("effect 'send_mail': can neither" in m for m in logged)
+
+
+# -- docs/services.md shows real output ----------------------------------------------------
+
+
+def console_runs(text: str) -> list[tuple[list[str], list[str], int | None]]:
+    """Each ``$ intentlog ...`` of the doc's console blocks: its arguments, the output shown
+    under it and the exit code a following ``$ echo $?`` shows."""
+    runs: list[tuple[list[str], list[str], int | None]] = []
+    language = None
+    for line in text.splitlines():
+        if line.startswith("```"):
+            language = line[3:].strip() if language is None else None
+            continue
+        if language != "console":
+            continue
+        if line.startswith("$ intentlog "):
+            runs.append((shlex.split(line[len("$ intentlog ") :]), [], None))
+        elif line == "$ echo $?":
+            runs[-1] = (runs[-1][0], runs[-1][1], -1)
+        elif runs and runs[-1][2] == -1:
+            runs[-1] = (runs[-1][0], runs[-1][1], int(line))
+        elif runs:
+            runs[-1][1].append(line)
+    return runs
+
+
+def test_the_output_shown_in_docs_services_is_real(workdir: Path) -> None:
+    text = (ROOT / "docs" / "services.md").read_text()
+    for block in re.findall(r"```python\n(# file: (\w+)\.py\n.*?)```", text, re.S):
+        (workdir / f"{block[1]}.py").write_text(block[0])
+    runs = console_runs(text)
+    assert len(runs) >= 4 and all(code is not None for _, _, code in runs)
+    checked = set()
+    for args, shown, code in runs:
+        result = CliRunner().invoke(cli, args)
+        real = [line.rstrip() for line in result.output.rstrip("\n").splitlines()]
+        assert real == shown, f"intentlog {' '.join(args)}:\n{result.output}"
+        assert result.exit_code == code, f"intentlog {' '.join(args)}: exit {result.exit_code}"
+        checked.add(code)
+    assert checked == {0, 3}

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
 import intentlog
 from intentlog import profiles
+from intentlog._check import human
 from intentlog._service import FOREVER, PROCESS
 
 NATS_DEFAULT = profiles.nats_jetstream()
@@ -105,3 +107,51 @@ def test_a_profile_is_all_an_effect_needs() -> None:
     quicker = profiles.STRIPE.replace(timeout=10)
     assert quicker.timeout == 10 and quicker.key_retention == 86400
     assert profiles.STRIPE.timeout == 80  # frozen: the profile itself is unchanged
+
+
+# -- docs/services.md shows these very values ------------------------------------------------
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "services.md"
+
+
+def table_row(name: str, service: intentlog.Service) -> list[str]:
+    """The first six columns of the profile's row in docs/services.md, from the code."""
+    if service.key is None:
+        key = "none"
+    elif service.key.kind == "metadata":
+        key = f"none; a marker in the {service.key.name.removeprefix('marker in the ')}"
+    else:
+        key = f"{service.key.kind} `{service.key.name}`"
+    if service.retention is FOREVER:
+        kept = "forever"
+    elif service.retention is None:
+        kept = "not stated"
+    elif service.retention is PROCESS:
+        kept = "while its process lives"
+    else:
+        kept = human(float(service.retention))  # type: ignore[arg-type]
+    if not service.deduplicates and service.key is not None and service.key.kind != "metadata":
+        kept += " (no deduplication)"
+    if service.lookup is None:
+        ask = "none"
+    else:
+        lag = "= timeout" if service.lookup_lag is None else human(service.lookup_lag)
+        ask = f"by {service.lookup}, lag {lag}"
+    label = "nats_jetstream()" if name == "nats_jetstream" else name
+    return [f"`{label}`", key, kept, "yes" if service.locks_in_flight else "no", ask,
+            human(service.timeout)]  # fmt: skip
+
+
+def test_the_docs_table_shows_every_profile_as_the_code_has_it() -> None:
+    rows = {}
+    for line in DOC.read_text().splitlines():
+        if line.startswith("| `"):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            rows[cells[0]] = cells
+    for name, service in ALL.items():
+        label = "`nats_jetstream()`" if name == "nats_jetstream" else f"`{name}`"
+        assert label in rows, f"docs/services.md has no row for {label}"
+        assert rows[label][:6] == table_row(name, service), label
+        for url in re.findall(r"\((https://[^)\s]+)\)", rows[label][6]):
+            assert url in service.source, f"{label}: {url} is not in the profile's source"
+        assert _READ.search(service.source)

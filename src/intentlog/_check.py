@@ -140,7 +140,7 @@ def describe(effect: Effect) -> str:
 
 
 def human(value: float) -> str:
-    """A duration as ``2d 3h``, ``22h 47m 30s``, ``54s`` or ``0.5s``."""
+    """A duration as ``2d3h``, ``22h47m30s``, ``54s`` or ``0.5s``."""
     if value < 60 and value != int(value):
         return f"{value:.3g}s"
     total = round(value)
@@ -149,7 +149,7 @@ def human(value: float) -> str:
         if total >= size or (unit == "s" and not parts):
             parts.append(f"{total // size}{unit}")
             total %= size
-    return " ".join(parts)
+    return "".join(parts)
 
 
 _reported: weakref.WeakKeyDictionary[object, bool] = weakref.WeakKeyDictionary()
