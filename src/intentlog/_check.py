@@ -57,12 +57,13 @@ def check(
     """What a restart within ``restart_within`` (seconds or a timedelta) would leave unsettled.
 
     For each effect: a deduplicating effect whose key retention, minus the decision's margin,
-    is shorter than the interval (a problem, unless a reconciler can still settle the case);
+    does not outlast the interval (a problem, unless a reconciler can still settle the case);
     an effect that can neither deduplicate nor be asked (a problem: each crash in flight ends
     UNRESOLVED); an effect whose service declares a lookup but that has no reconciler (a
-    note). Effects named in ``accept`` are ones whose UNRESOLVED outcomes a person has
-    accepted: their findings are kept, as notes. Returns the findings in the effects' order;
-    an empty list means every crash in flight settles itself.
+    note, where the key's retention is finite; without a deduplicating key the reconciler is
+    named in the problem). Effects named in ``accept`` are ones whose UNRESOLVED outcomes a
+    person has accepted: their findings are kept, as notes. Returns the findings in the
+    effects' order; an empty list means every crash in flight settles itself.
     """
     within = seconds(restart_within, "restart_within", allow_zero=True)
     assert within is not None
