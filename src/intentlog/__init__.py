@@ -7,6 +7,7 @@ UNRESOLVED and never duplicates the effect automatically.
 """
 
 from intentlog._async import AsyncJournal, AsyncTask, open_async
+from intentlog._check import Finding, check
 from intentlog._decide import Decision, decide
 from intentlog._effect import Effect, effect
 from intentlog._errors import (
@@ -55,6 +56,7 @@ __all__ = [
     "Decision",
     "Effect",
     "Error",
+    "Finding",
     "Found",
     "Indeterminate",
     "InvalidInput",
@@ -89,6 +91,7 @@ __all__ = [
     "UnsafeValue",
     "Worker",
     "__version__",
+    "check",
     "decide",
     "effect",
     "open",

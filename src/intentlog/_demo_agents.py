@@ -45,11 +45,24 @@ def naive(progress_path: str, payments_url: str, order: str) -> int:
     return 0
 
 
+def demo_effects(payments_url: str, mailer_url: str) -> list[intentlog.Effect]:
+    """The agent's effects: a charge and a room reservation that the payments service both
+    deduplicates and can be asked about, and a mail that can do neither."""
+    return [
+        payment_effect(payments_url, "both", name="charge", timeout=1.0),
+        payment_effect(payments_url, "both", name="reserve", timeout=1.0),
+        payment_effect(mailer_url, "neither", name="send_mail", timeout=1.0),
+    ]
+
+
+# The same contracts for ``intentlog check --effects intentlog._demo_agents:EFFECTS``: a check
+# reads only what the effects declare and sends nothing, so no service needs to run.
+EFFECTS = demo_effects("http://127.0.0.1:8401", "http://127.0.0.1:8402")
+
+
 def with_intentlog(journal_path: str, payments_url: str, mailer_url: str, order: str) -> int:
     """Book an order in three steps, resuming at the journal's ``next_step`` after a crash."""
-    charge = payment_effect(payments_url, "both", name="charge", timeout=1.0)
-    reserve = payment_effect(payments_url, "both", name="reserve", timeout=1.0)
-    send_mail = payment_effect(mailer_url, "neither", name="send_mail", timeout=1.0)
+    charge, reserve, send_mail = demo_effects(payments_url, mailer_url)
     with intentlog.open(journal_path) as journal, journal.task(order) as task:
         step = task.next_step or "charge"
         state: dict[str, Any] = dict(task.state or {})

@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from intentlog._check import log_at_start
 from intentlog._checks import seconds
 from intentlog._driver import run_sync
 from intentlog._effect import Effect
@@ -93,7 +94,9 @@ class Worker:
         self, *, exit_when_idle: bool = False, handle_signals: bool = False, max_tasks: int = 0
     ) -> None:
         """Claim and run tasks until stopped (or, with ``exit_when_idle``, until nothing is
-        runnable; with ``max_tasks``, after that many)."""
+        runnable; with ``max_tasks``, after that many). First logs, once per registry, what
+        :func:`intentlog.check` finds for its effects against the lease time to live."""
+        log_at_start(self.registry.effects.values(), self.journal.lease_ttl, once_for=self.registry)
         with self._signals() if handle_signals else contextlib.nullcontext():
             ran = 0
             while not self._stop.is_set():

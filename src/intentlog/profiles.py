@@ -6,8 +6,11 @@ read; services change their promises, so check the source when it matters, and d
 own :class:`intentlog.Service` where yours differs. docs/services.md has the table.
 
 Where a source does not say, the profile takes the safe side: a retention not stated counts
-as not deduplicating, a lookup lag not stated lags as long as a request may take, and a
-service is not assumed to lock a key while a request runs.
+as not deduplicating, a lookup lag not stated lags as long as a request may take, a service
+is not assumed to lock a key while a request runs, and no lookup is assumed that the source
+does not describe. A ``timeout`` is the request deadline the client sets, not a promise of
+the service: the value given is a reasonable deadline (the official SDK's default where one
+is published), to be set to what your client really uses.
 """
 
 from __future__ import annotations
@@ -31,29 +34,39 @@ __all__ = [
     "nats_jetstream",
 ]
 
+_READ = "2026-12-01"  # the date every source below was read
+
 STRIPE = Service(
     "stripe",
     key=KeyPlace.header("Idempotency-Key"),
     retention=timedelta(hours=24),
     locks_in_flight=True,
-    replay=Replay(header=("Idempotent-Replayed", "true")),
     lookup="reference",
-    lookup_lag=timedelta(minutes=1),
+    lookup_lag=timedelta(hours=1),
     timeout=80,
-    source="https://docs.stripe.com/api/idempotent_requests (read 2026-12-01): keys may be "
-    "removed once at least 24 hours old; a concurrent request with the same key gets 409; "
-    "replays answer with the first result. Search by metadata lags up to a minute "
-    "(https://docs.stripe.com/search). 80 s: stripe-python's default request timeout.",
+    source=f"https://docs.stripe.com/api/idempotent_requests (read {_READ}): keys may be "
+    "removed once at least 24 hours old; a retry with the same key returns the saved status "
+    "and body; results are saved once the endpoint begins executing, and a request that "
+    "conflicts with another executing concurrently with the same key is not executed. No "
+    "replay marker header is documented. Lookup by a reference kept in metadata through "
+    f"search: https://docs.stripe.com/api/customers/search (read {_READ}): searchable in "
+    "under a minute normally, up to an hour behind during outages (the lag taken here). "
+    "80 s: the default request timeout of Stripe's official libraries (stripe-go, "
+    "stripe-ruby).",
 )
 
 PAYPAL_ORDERS = Service(
     "paypal-orders-v2",
     key=KeyPlace.header("PayPal-Request-Id"),
     retention=timedelta(hours=6),
-    lookup="status",
     timeout=60,
-    source="https://developer.paypal.com/api/rest/reference/idempotency/ (read 2026-12-01): "
-    "Orders v2 keeps PayPal-Request-Id for 6 hours and replays the first response.",
+    source=f"https://developer.paypal.com/api/orders/v2/ (Create order, read {_READ}): "
+    "PayPal-Request-Id: the server stores keys for 6 hours (up to 72 hours on request to "
+    f"PayPal). https://developer.paypal.com/api/rest/reference/idempotency/ (read {_READ}): "
+    "a repeated id returns the latest status of the first request; of two simultaneous "
+    "requests with one id PayPal processes the first and might fail the second, which is "
+    "no promise of a lock, so none is assumed. No lookup by request id is documented. "
+    "Timeout: a client deadline chosen here.",
 )
 
 ADYEN = Service(
@@ -61,38 +74,53 @@ ADYEN = Service(
     key=KeyPlace.header("Idempotency-Key"),
     retention=timedelta(days=31),
     timeout=60,
-    source="https://docs.adyen.com/development-resources/api-idempotency/ (read 2026-12-01): "
-    "keys are kept for a minimum of 31 days.",
+    source=f"https://docs.adyen.com/development-resources/api-idempotency/ (read {_READ}): "
+    "keys are valid for a minimum of 31 days after first submission, per company account; "
+    "keys are not checked across regional endpoints, so send every retry to the same "
+    "region. How a concurrent request with the same key is answered was not found in the "
+    f"public docs as of {_READ}: no lock in flight is assumed. Timeout: a client deadline "
+    "chosen here.",
 )
 
 SHOPIFY_GRAPHQL = Service(
     "shopify-graphql",
-    key=KeyPlace.body("idempotencyKey"),
+    key=KeyPlace.body("@idempotent(key:)"),
     retention=None,
     timeout=60,
-    source="https://shopify.dev/docs/api/usage/idempotent-requests (read 2026-12-01): "
-    "mutations take an @idempotent(key:) directive; no retention is published, so the key "
-    "is not counted on across a crash.",
+    source=f"https://shopify.dev/docs/api/usage/idempotent-requests (read {_READ}): "
+    "mutations that support it take an @idempotent(key: ...) directive. "
+    f"https://shopify.dev/docs/api/usage/implementing-idempotency (read {_READ}) speaks of a "
+    f"retention window, but its length was not found in the public docs as of {_READ}: the "
+    "key is not counted on across a crash. Timeout: a client deadline chosen here.",
 )
 
 GITHUB = Service(
     "github-rest",
     key=KeyPlace.metadata("marker in the body"),
     lookup="reference",
-    lookup_lag=timedelta(minutes=1),
+    lookup_lag=timedelta(minutes=10),
     timeout=10,
-    source="https://docs.github.com/en/rest (read 2026-12-01): no idempotency key; a marker "
-    "written into the body can be searched for, and search lags behind writes.",
+    source=f"https://docs.github.com/en/rest (read {_READ}): no idempotency key was found for "
+    "creating issues or comments; a marker written into the body can be searched for "
+    f"(https://docs.github.com/en/rest/search/search, read {_READ}). No lag of the search "
+    "index is published; a GitHub answer (https://github.com/orgs/community/discussions/"
+    f"52404, read {_READ}) says there is no SLO and it is typically a few minutes: 10 minutes "
+    "is a margin chosen here, not a promise. Timeout: a client deadline chosen here.",
 )
 
 SLACK = Service(
     "slack",
     key=KeyPlace.metadata("message metadata"),
     lookup="reference",
-    lookup_lag=timedelta(seconds=5),
     timeout=10,
-    source="https://api.slack.com/methods/chat.postMessage (read 2026-12-01): no idempotency "
-    "key; the key rides in message metadata and is read back from conversations.history.",
+    source=f"https://docs.slack.dev/reference/methods/chat.postMessage (read {_READ}): no "
+    "idempotency argument was found; the key rides in the message's metadata (event_type, "
+    "event_payload: "
+    f"https://docs.slack.dev/messaging/message-metadata, read {_READ}) and is read back from "
+    "conversations.history with include_all_metadata "
+    f"(https://docs.slack.dev/reference/methods/conversations.history, read {_READ}). No lag "
+    f"of the history behind a post was found in the public docs as of {_READ}: the lag is "
+    "taken as the request timeout. Timeout: a client deadline chosen here.",
 )
 
 S3_CONDITIONAL = Service(
@@ -104,8 +132,12 @@ S3_CONDITIONAL = Service(
     lookup_lag=0,
     timeout=30,
     source="https://docs.aws.amazon.com/AmazonS3/latest/userguide/conditional-writes.html "
-    "(read 2026-12-01): PutObject with If-None-Match: * fails with 412 when the object exists; "
-    "S3 reads are strongly consistent after a write, so HeadObject does not lag.",
+    f"(read {_READ}): PutObject with If-None-Match: * fails with 412 Precondition Failed when "
+    "an object with the key exists, for as long as it exists (a delete or a lifecycle rule "
+    f"ends that). https://aws.amazon.com/s3/consistency/ (read {_READ}): strong "
+    "read-after-write consistency for all reads, so HeadObject does not lag a write. "
+    "Concurrent conditional writes may answer 409 ConditionalRequestConflict; no lock in "
+    "flight is assumed. Timeout: a client deadline chosen here.",
 )
 
 SQS_FIFO = Service(
@@ -114,8 +146,10 @@ SQS_FIFO = Service(
     retention=timedelta(minutes=5),
     timeout=20,
     source="https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/"
-    "FIFO-queues-exactly-once-processing.html (read 2026-12-01): a deduplication id is "
-    "honoured for 5 minutes; messages cannot be looked up.",
+    f"FIFO-queues-exactly-once-processing.html (read {_READ}): a SendMessage retried within "
+    "the 5-minute deduplication interval introduces no duplicate; SQS keeps tracking the "
+    "id after the message was received and deleted. A sent message cannot be looked up by "
+    "its id. Timeout: a client deadline chosen here.",
 )
 
 RESEND = Service(
@@ -123,29 +157,39 @@ RESEND = Service(
     key=KeyPlace.header("Idempotency-Key"),
     retention=timedelta(hours=24),
     timeout=30,
-    source="https://resend.com/docs/dashboard/emails/idempotency-keys (read 2026-12-01): keys "
-    "expire after 24 hours.",
+    source=f"https://resend.com/docs/dashboard/emails/idempotency-keys (read {_READ}): POST "
+    "/emails and /emails/batch take an Idempotency-Key header; an email with the same key "
+    "sent in the last 24 hours is not sent again and the same response is given. How a "
+    f"concurrent same-key request is answered was not found in the public docs as of {_READ}: "
+    "no lock in flight is assumed; no lookup by key. Timeout: a client deadline chosen here.",
 )
 
 SMTP = Service(
     "smtp",
     timeout=60,
-    source="RFC 5321: no idempotency key and no lookup; a message sent in flight is unknown.",
+    source=f"RFC 5321 (https://www.rfc-editor.org/rfc/rfc5321, read {_READ}): SMTP has no "
+    "idempotency key and no way to ask whether a message was accepted; a message whose "
+    "answer was lost is unknown. Timeout: a client deadline chosen here.",
 )
 
 SES = Service(
     "ses",
     timeout=30,
     source="https://docs.aws.amazon.com/ses/latest/APIReference-V2/API_SendEmail.html "
-    "(read 2026-12-01): SendEmail takes no idempotency key and has no lookup by one.",
+    f"(read {_READ}): the SendEmail request has no idempotency key or client token, and no "
+    "message can be looked up by one of ours. Timeout: a client deadline chosen here.",
 )
 
 
 def nats_jetstream(duplicate_window: float | timedelta = 120.0, *, timeout: float = 5.0) -> Service:
-    """NATS JetStream: ``Nats-Msg-Id`` is deduplicated within the stream's duplicate window
-    (2 minutes unless the stream sets another; read it live from the stream's config).
-    Source: https://docs.nats.io/using-nats/developer/develop_jetstream/model_deep_dive
-    (read 2026-12-01)."""
+    """NATS JetStream: ``Nats-Msg-Id`` is deduplicated within the stream's duplicate window.
+
+    Pass the window the stream really has (its config's ``duplicate_window``; read it live,
+    as the NATS integration does); 2 minutes is the server's default for a stream that sets
+    none. Sources (read 2026-12-01): https://docs.nats.io/using-nats/developer/develop_jetstream/model_deep_dive
+    and the server's ``StreamDefaultDuplicatesWindow = 2 * time.Minute``
+    (https://github.com/nats-io/nats-server/blob/main/server/stream.go).
+    """
     window = seconds(duplicate_window, "duplicate_window", allow_zero=False)
     return Service(
         "nats-jetstream",
@@ -155,6 +199,9 @@ def nats_jetstream(duplicate_window: float | timedelta = 120.0, *, timeout: floa
         lookup_lag=0,
         timeout=timeout,
         source="https://docs.nats.io/using-nats/developer/develop_jetstream/model_deep_dive "
-        "(read 2026-12-01): messages with a Nats-Msg-Id seen within the duplicate window "
-        "(default 2 minutes) are dropped and acknowledged as duplicates.",
+        f"(read {_READ}): a message whose Nats-Msg-Id was seen within the stream's duplicate "
+        "window is dropped and acknowledged as a duplicate; the window defaults to 2 minutes "
+        "(StreamDefaultDuplicatesWindow in https://github.com/nats-io/nats-server/blob/main/"
+        f"server/stream.go, read {_READ}). A stored message is read back from the stream "
+        "itself, so the lookup does not lag.",
     )

@@ -1,0 +1,157 @@
+"""The shipped service profiles: each number sourced and dated, every unknown on the safe side."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+import intentlog
+from intentlog import profiles
+from intentlog._check import human
+from intentlog._service import FOREVER, PROCESS
+
+NATS_DEFAULT = profiles.nats_jetstream()
+ALL = {
+    name: (
+        getattr(profiles, name)() if callable(getattr(profiles, name)) else getattr(profiles, name)
+    )
+    for name in profiles.__all__
+}
+
+_WHERE = re.compile(r"https://[^\s)]+|\bRFC \d+")
+_READ = re.compile(r"\bread (\d{4}-\d{2}-\d{2})\)?")
+
+
+def test_every_service_in_the_module_is_public() -> None:
+    services = {n for n, v in vars(profiles).items() if isinstance(v, intentlog.Service)}
+    assert services <= set(profiles.__all__), services - set(profiles.__all__)
+    assert "nats_jetstream" in profiles.__all__
+
+
+@pytest.mark.parametrize("name", sorted(ALL))
+def test_every_profile_names_its_source_and_the_date_it_was_read(name: str) -> None:
+    service = ALL[name]
+    assert service.source.strip(), name
+    assert _WHERE.search(service.source), f"{name}: no URL or RFC in {service.source!r}"
+    dates = _READ.findall(service.source)
+    assert dates, f"{name}: no 'read YYYY-MM-DD' in {service.source!r}"
+    assert all("2020-01-01" <= d <= "2099-12-31" for d in dates), dates
+
+
+@pytest.mark.parametrize("name", sorted(ALL))
+def test_every_profile_takes_the_safe_side_of_what_it_does_not_know(name: str) -> None:
+    service = ALL[name]
+    if service.retention is None or service.retention is PROCESS or service.key is None:
+        assert not service.deduplicates  # an unstated retention never counts
+    if service.key is not None and service.key.kind == "metadata":
+        assert not service.deduplicates  # a key merely stored is no deduplication
+    if service.locks_in_flight:
+        assert service.deduplicates
+        assert "concurrent" in service.source  # the lock is claimed only where it is sourced
+    if service.lookup_lag is None:
+        # An unknown lag lags as long as a request may take (the Effect fills it in).
+        effect = intentlog.Effect("e", lambda key: None, service=service)
+        assert effect.lookup_lag == effect.timeout
+    if "not found in the public docs" in service.source:
+        assert "as of 20" in service.source  # says when it was looked for
+
+
+def test_the_sourced_numbers() -> None:
+    day = timedelta(days=1).total_seconds()
+    assert profiles.STRIPE.key_retention == day
+    assert profiles.STRIPE.locks_in_flight
+    assert profiles.STRIPE.key is not None and profiles.STRIPE.key.name == "Idempotency-Key"
+    assert profiles.STRIPE.lookup_lag == 3600  # search: "up to an hour behind during outages"
+    assert profiles.STRIPE.replay is None  # no replay marker header is documented
+    assert profiles.PAYPAL_ORDERS.key_retention == 6 * 3600
+    assert profiles.PAYPAL_ORDERS.key is not None
+    assert profiles.PAYPAL_ORDERS.key.name == "PayPal-Request-Id"
+    assert not profiles.PAYPAL_ORDERS.locks_in_flight  # "might fail the second": no lock
+    assert profiles.PAYPAL_ORDERS.lookup is None  # no lookup by request id is documented
+    assert profiles.ADYEN.key_retention == 31 * day
+    assert not profiles.ADYEN.locks_in_flight  # its concurrent behaviour is not published
+    assert profiles.SQS_FIFO.key_retention == 300
+    assert profiles.SQS_FIFO.lookup is None
+    assert profiles.RESEND.key_retention == day
+    assert NATS_DEFAULT.key_retention == 120
+    assert profiles.S3_CONDITIONAL.retention is FOREVER
+    assert profiles.S3_CONDITIONAL.lookup == "key" and profiles.S3_CONDITIONAL.lookup_lag == 0
+    assert profiles.S3_CONDITIONAL.replay is not None
+    assert profiles.S3_CONDITIONAL.replay.statuses == (412,)
+
+
+def test_services_without_a_key_or_a_stated_retention_do_not_deduplicate() -> None:
+    for service in (profiles.SMTP, profiles.SES, profiles.GITHUB, profiles.SLACK):
+        assert not service.deduplicates, service.name
+    assert profiles.SHOPIFY_GRAPHQL.retention is None  # the window's length is not published
+    assert not profiles.SHOPIFY_GRAPHQL.deduplicates
+    assert profiles.SMTP.lookup is None and profiles.SES.lookup is None
+    assert profiles.GITHUB.lookup == "reference" and profiles.SLACK.lookup == "reference"
+
+
+def test_nats_window_is_the_streams_and_is_validated() -> None:
+    assert profiles.nats_jetstream(timedelta(seconds=2)).key_retention == 2
+    assert profiles.nats_jetstream(3600, timeout=2).timeout == 2
+    for bad in (0, -1, float("nan"), "2m"):
+        with pytest.raises(intentlog.InvalidInput, match="duplicate_window"):
+            profiles.nats_jetstream(bad)  # type: ignore[arg-type]
+
+
+def test_a_profile_is_all_an_effect_needs() -> None:
+    charge = intentlog.Effect("charge", lambda key, amount: {"id": key}, service=profiles.STRIPE)
+    assert charge.policy.idempotent and charge.policy.locks_in_flight
+    assert charge.policy.key_retention == 86400 and charge.timeout == 80
+    quicker = profiles.STRIPE.replace(timeout=10)
+    assert quicker.timeout == 10 and quicker.key_retention == 86400
+    assert profiles.STRIPE.timeout == 80  # frozen: the profile itself is unchanged
+
+
+# -- docs/services.md shows these very values ------------------------------------------------
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "services.md"
+
+
+def table_row(name: str, service: intentlog.Service) -> list[str]:
+    """The first six columns of the profile's row in docs/services.md, from the code."""
+    if service.key is None:
+        key = "none"
+    elif service.key.kind == "metadata":
+        key = f"none; a marker in the {service.key.name.removeprefix('marker in the ')}"
+    else:
+        key = f"{service.key.kind} `{service.key.name}`"
+    if service.retention is FOREVER:
+        kept = "forever"
+    elif service.retention is None:
+        kept = "not stated"
+    elif service.retention is PROCESS:
+        kept = "while its process lives"
+    else:
+        kept = human(float(service.retention))  # type: ignore[arg-type]
+    if not service.deduplicates and service.key is not None and service.key.kind != "metadata":
+        kept += " (no deduplication)"
+    if service.lookup is None:
+        ask = "none"
+    else:
+        lag = "= timeout" if service.lookup_lag is None else human(service.lookup_lag)
+        ask = f"by {service.lookup}, lag {lag}"
+    label = "nats_jetstream()" if name == "nats_jetstream" else name
+    return [f"`{label}`", key, kept, "yes" if service.locks_in_flight else "no", ask,
+            human(service.timeout)]  # fmt: skip
+
+
+def test_the_docs_table_shows_every_profile_as_the_code_has_it() -> None:
+    rows = {}
+    for line in DOC.read_text().splitlines():
+        if line.startswith("| `"):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            rows[cells[0]] = cells
+    for name, service in ALL.items():
+        label = "`nats_jetstream()`" if name == "nats_jetstream" else f"`{name}`"
+        assert label in rows, f"docs/services.md has no row for {label}"
+        assert rows[label][:6] == table_row(name, service), label
+        for url in re.findall(r"\((https://[^)\s]+)\)", rows[label][6]):
+            assert url in service.source, f"{label}: {url} is not in the profile's source"
+        assert _READ.search(service.source)
