@@ -19,8 +19,8 @@ fingerprints the raw body bytes, as middlewares do:
   exists, then it is applied and recorded.
 
 The service's own record, in the SQLite file DB: ``requests`` (every request: key, raw body,
-the status answered, NULL while executing) and ``applied`` (every charge applied). The status
-is recorded before the answer is written, so a request whose client died is recorded too.
+the status and body answered, NULL while executing) and ``applied`` (every charge applied).
+The answer is recorded before it is written, so a request whose client died is recorded too.
 
 The worker runs one ``charge`` (``http_effect``) in task ``order-1``, built from the config:
 ``{"url", "args": [[name, value], ...] (sent in this order), "service": {...} | null,
@@ -58,7 +58,7 @@ class Record:
         with self.conn() as conn:
             conn.executescript(
                 "CREATE TABLE IF NOT EXISTS requests (seq INTEGER PRIMARY KEY, key TEXT,"
-                " body BLOB NOT NULL, status INTEGER);"
+                " body BLOB NOT NULL, status INTEGER, answer TEXT);"
                 "CREATE TABLE IF NOT EXISTS applied (seq INTEGER PRIMARY KEY, key TEXT NOT NULL,"
                 " answer TEXT NOT NULL);"
             )
@@ -78,9 +78,12 @@ class Record:
             assert cursor.lastrowid is not None
             return cursor.lastrowid
 
-    def answered(self, seq: int, status: int) -> None:
+    def answered(self, seq: int, status: int, answer: Any) -> None:
         with self.conn() as conn:
-            conn.execute("UPDATE requests SET status = ? WHERE seq = ?", (status, seq))
+            conn.execute(
+                "UPDATE requests SET status = ?, answer = ? WHERE seq = ?",
+                (status, json.dumps(answer), seq),
+            )
 
     def apply(self, key: str, body: dict[str, Any]) -> dict[str, Any]:
         with self.conn() as conn:
@@ -97,6 +100,12 @@ class Record:
         with self.conn() as conn:
             rows = conn.execute("SELECT key, body, status FROM requests ORDER BY seq")
             return [(k, bytes(b), s) for k, b, s in rows]
+
+    def answers(self) -> list[tuple[int | None, Any]]:
+        """Every request's status and answer body, in the order received."""
+        with self.conn() as conn:
+            rows = conn.execute("SELECT status, answer FROM requests ORDER BY seq")
+            return [(s, None if a is None else json.loads(a)) for s, a in rows]
 
     def applied(self) -> list[tuple[str, dict[str, Any]]]:
         with self.conn() as conn:
@@ -124,7 +133,7 @@ def handler(
             pass
 
         def answer(self, seq: int, status: int, body: Any, headers: dict[str, str]) -> None:
-            record.answered(seq, status)  # before writing: the client may be gone
+            record.answered(seq, status, body)  # before writing: the client may be gone
             data = json.dumps(body).encode()
             with contextlib.suppress(OSError):
                 self.send_response(status)

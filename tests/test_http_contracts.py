@@ -15,6 +15,7 @@ and the service's own record as the ground truth.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -120,9 +121,12 @@ def worker(
     )
 
 
-def killed(proc: subprocess.Popen[str]) -> None:
+def killed(proc: subprocess.Popen[str], api: Api) -> None:
+    """The worker died by SIGKILL, and its request reached the service (it was written
+    whole before the kill)."""
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == -signal.SIGKILL, err
+    api.wait(lambda: len(api.record.requests()) >= 1, "received the first request")
 
 
 def finished(proc: subprocess.Popen[str]) -> Any:
@@ -153,7 +157,7 @@ def test_a_restart_with_reordered_arguments_sends_the_same_bytes(
     journal = tmp_path / "j.db"
     first = [("amount", 500), ("currency", "chf"), ("meta", {"order": "o-1", "cart": [2, 1]})]
     killed(worker(journal, api, first, crash=True, idempotent=True, key_retention=3600,
-                  timeout=1))  # fmt: skip
+                  timeout=1), api)  # fmt: skip
     api.settle()  # the first request was applied before the restart sends anything
     again = [("meta", {"cart": [2, 1], "order": "o-1"}), ("currency", "chf"), ("amount", 500)]
     receipt = finished(worker(journal, api, again, idempotent=True, key_retention=3600,
@@ -181,12 +185,14 @@ def test_slow_service_without_an_in_flight_lock_is_not_resent_while_executing(
     journal = tmp_path / "j.db"
     args = [("amount", 700)]
     killed(worker(journal, api, args, crash=True, idempotent=True, key_retention=3600,
-                  timeout=5))  # fmt: skip
+                  timeout=5), api)  # fmt: skip
     receipt = finished(worker(journal, api, args, idempotent=True, key_retention=3600,
                               timeout=5))  # fmt: skip
     api.settle(2)
-    ((_, answer),) = api.record.applied()  # one application
-    assert [status for _, _, status in api.for_key()] == [200, 200]  # applied, then replayed
+    applied = api.record.applied()
+    assert len(applied) == 1, f"applied {len(applied)} times"
+    ((_, answer),) = applied
+    assert api.record.answers() == [(200, answer)] * 2  # applied, then replayed
     assert receipt == only_op(journal).receipt == answer
 
 
@@ -200,15 +206,16 @@ def test_service_that_locks_in_flight_may_be_resent_at_once(
     journal = tmp_path / "j.db"
     service = slow_api(locks_in_flight=True, replay={"header": ["Idempotent-Replayed", "true"]},
                        timeout=10)  # fmt: skip
-    killed(worker(journal, api, [("amount", 900)], crash=True, service=service))
+    killed(worker(journal, api, [("amount", 900)], crash=True, service=service), api)
     restart = worker(journal, api, [("amount", 900)], service=service)
     api.wait(lambda: any(s == 409 for _, _, s in api.for_key()), "answered 409")
     api.gate.touch()  # the first request now completes
     receipt = finished(restart)
     api.settle(3)
     ((_, answer),) = api.record.applied()
-    statuses = [status for _, _, status in api.for_key()]
-    assert statuses[0] == 200 and statuses[-1] == 200 and set(statuses[1:-1]) == {409}
+    (first, *in_flight, replay) = api.record.answers()
+    assert first == (200, answer) and replay == (200, answer)  # replayed with the header
+    assert in_flight and all(s == 409 and "id" not in a for s, a in in_flight), in_flight
     op = only_op(journal)
     assert op.state is intentlog.State.CONFIRMED and receipt == op.receipt == answer
     assert op.policy.locks_in_flight and op.policy.service == "charges-api"
@@ -223,7 +230,7 @@ def test_a_409_replay_with_the_original_body_confirms(
     api = start_api("--replay", "409")  # a completed key is answered 409 + the first body
     journal = tmp_path / "j.db"
     service = slow_api(replay={"statuses": [409]}, timeout=1)
-    killed(worker(journal, api, [("amount", 300)], crash=True, service=service))
+    killed(worker(journal, api, [("amount", 300)], crash=True, service=service), api)
     api.settle()
     receipt = finished(worker(journal, api, [("amount", 300)], service=service))
     ((_, answer),) = api.record.applied()
@@ -239,19 +246,49 @@ def test_a_409_in_flight_and_a_409_replay_are_told_apart(
     api = start_api("--lock", "--replay", "409", hold=True)
     journal = tmp_path / "j.db"
     service = slow_api(locks_in_flight=True, replay={"statuses": [409]}, timeout=10)
-    killed(worker(journal, api, [("amount", 400)], crash=True, service=service))
+    killed(worker(journal, api, [("amount", 400)], crash=True, service=service), api)
     restart = worker(journal, api, [("amount", 400)], service=service)
     api.wait(lambda: any(s == 409 for _, _, s in api.for_key()), "answered 409")
     api.gate.touch()
     receipt = finished(restart)
     api.settle(3)
     ((_, answer),) = api.record.applied()
-    requests = api.for_key()
-    replays = [body for _, body, status in requests if status == 409]
-    assert requests[0][2] == 200 and all(status == 409 for _, _, status in requests[1:])
-    assert len(replays) >= 2  # at least one in flight, then the replay, which ended it
+    (first, *in_flight, replay) = api.record.answers()
+    assert first == (200, answer) and replay == (409, answer)  # the replay ended it
+    assert in_flight and all(s == 409 and "id" not in a for s, a in in_flight), in_flight
     op = only_op(journal)
     assert op.state is intentlog.State.CONFIRMED and receipt == op.receipt == answer
+
+
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+def test_a_replay_confirms_in_process_sync_and_async(
+    tmp_path: Path, start_api: Callable[..., Api], is_async: bool
+) -> None:
+    # Another journal sends the same key with the same body: the service answers 409 with
+    # the first answer, which is this operation's confirmation, at the first request.
+    api = start_api("--replay", "409")
+    service = intentlog.Service(
+        "charges-api", key=intentlog.KeyPlace.header("Idempotency-Key"), retention=3600,
+        replay=intentlog.Replay(statuses=(409,)), timeout=2,
+    )  # fmt: skip
+    build = async_http_effect if is_async else http_effect
+    charge = build("charge", "POST", api.url + "/charges", receipt_fields=RECEIPT_FIELDS,
+                   service=service)  # fmt: skip
+
+    async def run_async(path: Path) -> Any:
+        async with intentlog.open_async(path) as journal, journal.task("o") as task:
+            return await task.run(charge, key="order-1-charge", amount=8)
+
+    def run(path: Path) -> Any:
+        if is_async:
+            return asyncio.run(run_async(path))
+        with intentlog.open(path) as journal, journal.task("o") as task:
+            return task.run(charge, key="order-1-charge", amount=8)
+
+    first, again = run(tmp_path / "a.db"), run(tmp_path / "b.db")
+    assert first == again == api.record.applied()[0][1]
+    assert [status for _, _, status in api.for_key()] == [200, 409]
+    assert only_op(tmp_path / "b.db").state is intentlog.State.CONFIRMED
 
 
 # -- the service contract on an HTTP effect ------------------------------------------------
