@@ -260,20 +260,24 @@ def test_a_409_in_flight_and_a_409_replay_are_told_apart(
     assert op.state is intentlog.State.CONFIRMED and receipt == op.receipt == answer
 
 
+@pytest.mark.parametrize("declared", ["service", "keywords"])
 @pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
 def test_a_replay_confirms_in_process_sync_and_async(
-    tmp_path: Path, start_api: Callable[..., Api], is_async: bool
+    tmp_path: Path, start_api: Callable[..., Api], is_async: bool, declared: str
 ) -> None:
     # Another journal sends the same key with the same body: the service answers 409 with
     # the first answer, which is this operation's confirmation, at the first request.
     api = start_api("--replay", "409")
-    service = intentlog.Service(
-        "charges-api", key=intentlog.KeyPlace.header("Idempotency-Key"), retention=3600,
-        replay=intentlog.Replay(statuses=(409,)), timeout=2,
+    replay = intentlog.Replay(statuses=(409,))
+    options: dict[str, Any] = (
+        {"service": intentlog.Service("charges-api", key=intentlog.KeyPlace.header(
+            "Idempotency-Key"), retention=3600, replay=replay, timeout=2)}
+        if declared == "service"
+        else {"idempotent": True, "key_retention": 3600, "replay": replay, "timeout": 2}
     )  # fmt: skip
     build = async_http_effect if is_async else http_effect
     charge = build("charge", "POST", api.url + "/charges", receipt_fields=RECEIPT_FIELDS,
-                   service=service)  # fmt: skip
+                   **options)  # fmt: skip
 
     async def run_async(path: Path) -> Any:
         async with intentlog.open_async(path) as journal, journal.task("o") as task:
