@@ -1,12 +1,16 @@
 """HTTP APIs as effects, with httpx: :func:`http_effect` (sync) and :func:`async_http_effect`.
 
-``pip install 'intentlog[http]'``. Both share one mapping of answers to outcomes
-(:meth:`_Spec.receipt_of_answer`, :meth:`_Spec.lookup_result`) and one protocol for the
-in-progress wait (:meth:`_Spec.p_submit`), written as generators that yield the HTTP exchanges
-they need; a small sync runner and a small async runner perform them. Anything that does not
-prove "applied" or "not applied" raises :class:`AmbiguousResponse`, never Rejected, so the
-decision settles it. Credentials belong in the client (``client=httpx.Client(headers=...)``):
-no request or answer header ever reaches the journal or an error message.
+``pip install 'intentlog[http]'``. What the service promises (where it takes the key, for
+how long, whether it locks a key in flight, how a replay looks) comes from an
+:class:`intentlog.Service` (``service=profiles.STRIPE``) or from keywords. Bodies are sent as
+canonical JSON, so a call made again sends the same bytes. Both share one mapping of answers
+to outcomes (:meth:`_Spec.receipt_of_answer`, :meth:`_Spec.lookup_result`) and one protocol
+for the in-progress wait (:meth:`_Spec.p_submit`), written as generators that yield the HTTP
+exchanges they need; a small sync runner and a small async runner perform them. Anything
+that does not prove "applied" or "not applied" raises :class:`AmbiguousResponse`, never
+Rejected, so the decision settles it. Credentials belong in the client
+(``client=httpx.Client(headers=...)``): no request or answer header ever reaches the journal
+or an error message.
 """
 
 from __future__ import annotations
