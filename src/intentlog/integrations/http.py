@@ -1,12 +1,16 @@
 """HTTP APIs as effects, with httpx: :func:`http_effect` (sync) and :func:`async_http_effect`.
 
-``pip install 'intentlog[http]'``. Both share one mapping of answers to outcomes
-(:meth:`_Spec.receipt_of_answer`, :meth:`_Spec.lookup_result`) and one protocol for the
-in-progress wait (:meth:`_Spec.p_submit`), written as generators that yield the HTTP exchanges
-they need; a small sync runner and a small async runner perform them. Anything that does not
-prove "applied" or "not applied" raises :class:`AmbiguousResponse`, never Rejected, so the
-decision settles it. Credentials belong in the client (``client=httpx.Client(headers=...)``):
-no request or answer header ever reaches the journal or an error message.
+``pip install 'intentlog[http]'``. What the service promises (where it takes the key, for
+how long, whether it locks a key in flight, how a replay looks) comes from an
+:class:`intentlog.Service` (``service=profiles.STRIPE``) or from keywords. Bodies are sent as
+canonical JSON, so a call made again sends the same bytes. Both share one mapping of answers
+to outcomes (:meth:`_Spec.receipt_of_answer`, :meth:`_Spec.lookup_result`) and one protocol
+for the in-progress wait (:meth:`_Spec.p_submit`), written as generators that yield the HTTP
+exchanges they need; a small sync runner and a small async runner perform them. Anything
+that does not prove "applied" or "not applied" raises :class:`AmbiguousResponse`, never
+Rejected, so the decision settles it. Credentials belong in the client
+(``client=httpx.Client(headers=...)``): no request or answer header ever reaches the journal
+or an error message.
 """
 
 from __future__ import annotations
@@ -25,8 +29,9 @@ from intentlog._crash import crashpoint
 from intentlog._effect import Effect
 from intentlog._errors import InvalidInput, KeyConflict, Rejected
 from intentlog._hygiene import scrub_text
+from intentlog._keys import canonical_json
 from intentlog._model import Found, Indeterminate, LookupResult, NotFound
-from intentlog._service import Seconds
+from intentlog._service import KeyPlace, Replay, Seconds, Service
 from intentlog._service import seconds as _seconds
 from intentlog.integrations import AmbiguousResponse, _call_body, _require
 
@@ -99,6 +104,7 @@ class _Answer:
     status: int
     body: bytes
     truncated: bool
+    replayed: bool = False  # the service's replay header marked it as a repeated answer
 
 
 _Protocol = Generator[_Send | _Pause, Any, T]
@@ -119,12 +125,43 @@ class _Spec:
     not_applied: frozenset[int]
     in_progress: frozenset[int]
     key_reused: frozenset[int]
-    key_header: str
+    key: KeyPlace | None  # None: the service takes no key (a {key} in the URL still works)
+    replay: Replay
+
+    def request(self, key: str, body: Any) -> _Send:
+        """The submit request for ``key``: the key where the service takes it, and the body
+        as canonical JSON (sorted keys, no spaces), the same text the key is derived from.
+        So a call made again with its arguments in another order sends the same bytes under
+        the same key, as services that fingerprint the raw body require of a retry."""
+        url = _with_key(self.url, key)
+        headers = {"Content-Type": "application/json"}
+        place = self.key
+        if place is not None and place.kind == "header":
+            headers[place.name] = key
+        elif place is not None and place.kind == "query":
+            split = urllib.parse.urlsplit(url)
+            pair = urllib.parse.urlencode({place.name: key})
+            url = split._replace(query=f"{split.query}&{pair}" if split.query else pair).geturl()
+        elif place is not None and place.kind == "body":
+            # Refused before anything is sent, so "not applied" is the truth: FAILED.
+            if not isinstance(body, dict):
+                raise Rejected(
+                    f"effect {self.name!r} puts the key in the body field {place.name!r}, so its "
+                    f"body must be a JSON object, not {type(body).__name__}; nothing was sent",
+                    key=key,
+                )
+            if place.name in body:
+                raise Rejected(
+                    f"effect {self.name!r}: the body already has a field {place.name!r}, where "
+                    "the service takes the key; nothing was sent",
+                    key=key,
+                )
+            body = {**body, place.name: key}
+        content = canonical_json(body, what=f"the body of effect {self.name!r}").encode()
+        return _Send(self.method, url, content, headers, True)
 
     def p_submit(self, key: str, body: Any) -> _Protocol[Receipt]:
-        content = json.dumps(body, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-        headers = {self.key_header: key, "Content-Type": "application/json"}
-        send = _Send(self.method, _with_key(self.url, key), content.encode(), headers, True)
+        send = self.request(key, body)
         give_up: float | None = None
         pause = 0.05
         while True:
@@ -170,19 +207,21 @@ class _Spec:
         return self.lookup_result(answer)
 
     def receipt_of_answer(self, key: str, answer: _Answer) -> Receipt | None:
-        """The receipt in a submit's answer, None for "in progress"; raises otherwise."""
+        """The receipt in a submit's answer, None for "in progress"; raises otherwise.
+
+        An answer with a replay status (the service's ``Replay.statuses``) whose body holds
+        every receipt field is the original answer again, and so the confirmation. Without
+        them the status means what it means otherwise: for one that is both a replay and "in
+        progress" (409 at some services), in progress. An answer marked by the replay header
+        is a finished one, so never "in progress"; a replayed refusal is still a refusal.
+        """
         status = answer.status
         where = f"{self.method} {_where(_with_key(self.url, key))}"
+        if 200 <= status < 300 or status in self.replay.statuses:
+            receipt, problem = self.receipt_in(answer)
+            if receipt is not None:
+                return receipt
         if 200 <= status < 300:
-            problem: str | None
-            if answer.truncated:
-                problem = f"a body over {_MAX_ANSWER} bytes"
-            else:
-                data, problem = _parse(answer.body)
-                if problem is None:
-                    receipt, problem = self.receipt_of(data)
-                    if receipt is not None:
-                        return receipt
             raise AmbiguousResponse(
                 f"{where} answered {status} with {problem}; it may have been applied, so the "
                 "operation stays SUBMITTED and is reconciled",
@@ -190,7 +229,7 @@ class _Spec:
                 key=key,
             )
         detail = _detail(answer.body)
-        if status in self.in_progress:
+        if status in self.in_progress and not answer.replayed:
             return None
         if status in self.key_reused:
             raise KeyConflict(
@@ -208,6 +247,16 @@ class _Spec:
             status=status,
             key=key,
         )
+
+    def receipt_in(self, answer: _Answer) -> tuple[Receipt | None, str]:
+        """The receipt fields of an answer's body, or what is wrong with it."""
+        if answer.truncated:
+            return None, f"a body over {_MAX_ANSWER} bytes"
+        data, problem = _parse(answer.body)
+        if problem is not None:
+            return None, problem
+        receipt, problem = self.receipt_of(data)
+        return receipt, problem or ""
 
     def lookup_result(self, answer: _Answer) -> LookupResult:
         if answer.status == 404:
@@ -285,6 +334,7 @@ class _Exchange:
 
     def __init__(self, step: _Send, spec: _Spec) -> None:
         self.step, self.name, self.fired = step, spec.name, False
+        self.replay_header = spec.replay.header
         self.chunks: list[bytes] = []
         self.size = 0
         trace = {"trace": self.trace} if step.mark_sent else None
@@ -311,8 +361,12 @@ class _Exchange:
         self.size += len(chunk)
         return self.size > _MAX_ANSWER
 
-    def answer(self, status: int) -> _Answer:
-        return _Answer(status, b"".join(self.chunks), self.size > _MAX_ANSWER)
+    def answer(self, status: int, headers: httpx.Headers) -> _Answer:
+        replayed = False
+        if self.replay_header is not None:
+            name, value = self.replay_header
+            replayed = headers.get(name, "").strip().lower() == value.lower()
+        return _Answer(status, b"".join(self.chunks), self.size > _MAX_ANSWER, replayed)
 
     def failed(self, exc: Exception) -> AmbiguousResponse:
         return AmbiguousResponse(
@@ -343,7 +397,7 @@ def _drive_sync(protocol: _Protocol[T], client: httpx.Client, spec: _Spec) -> T:
                         break
             finally:
                 response.close()
-            value = ex.answer(response.status_code)
+            value = ex.answer(response.status_code, response.headers)
         except _httpx().HTTPError as exc:
             error = ex.failed(exc)
 
@@ -372,7 +426,7 @@ async def _drive_async(protocol: _Protocol[T], client: httpx.AsyncClient, spec: 
                         break
             finally:
                 await response.aclose()
-            value = ex.answer(response.status_code)
+            value = ex.answer(response.status_code, response.headers)
         except _httpx().HTTPError as exc:
             error = ex.failed(exc)
 
@@ -399,11 +453,78 @@ async def _async_client(client: httpx.AsyncClient | None) -> AsyncIterator[httpx
 # -- the builders ---------------------------------------------------------------------------
 
 
+@dataclasses.dataclass(frozen=True)
+class _Contract:
+    """What an HTTP effect declares about its service: from a Service, or from keywords."""
+
+    key: KeyPlace | None
+    replay: Replay
+    deduplicates: bool
+    timeout: float
+    effect: dict[str, Any]  # the keywords for Effect(...)
+
+
+def _contract(
+    name: str, url: str, service: Service | None, *, idempotent: bool | None,
+    key_retention: Seconds | None, timeout: Seconds | None, lookup_lag: Seconds | None,
+    locks_in_flight: bool | None, replay: Replay | None, key_header: str | None,
+) -> _Contract:  # fmt: skip
+    if replay is not None and not isinstance(replay, Replay):
+        raise InvalidInput(f"effect {name!r}: replay must be a Replay(...), got {replay!r}")
+    if service is None:
+        header = "Idempotency-Key" if key_header is None else key_header
+        if not isinstance(header, str) or not _TOKEN.match(header):
+            raise InvalidInput(f"effect {name!r}: key_header {header!r} is no header name")
+        seconds = _seconds(timeout, "timeout", allow_zero=False) or 30.0
+        return _Contract(
+            KeyPlace.header(header), replay or Replay(), bool(idempotent), seconds,
+            dict(idempotent=bool(idempotent), key_retention=key_retention, timeout=seconds,
+                 lookup_lag=0.0 if lookup_lag is None else lookup_lag,
+                 locks_in_flight=False if locks_in_flight is None else locks_in_flight),
+        )  # fmt: skip
+    if not isinstance(service, Service):
+        raise InvalidInput(f"effect {name!r}: service must be an intentlog.Service, got "
+                           f"{service!r}")  # fmt: skip
+    given = [
+        what
+        for what, value in (
+            ("idempotent", idempotent),
+            ("key_retention", key_retention),
+            ("lookup_lag", lookup_lag),
+            ("locks_in_flight", locks_in_flight),
+            ("replay", replay),
+            ("key_header", key_header),
+        )
+        if value is not None
+    ]
+    if given:
+        raise InvalidInput(
+            f"effect {name!r}: {', '.join(given)} come from service {service.name!r}; declare "
+            "them there (service.replace(...)), not on the effect"
+        )
+    place = service.key
+    if place is not None and place.kind in ("message_id", "metadata"):
+        raise InvalidInput(
+            f"effect {name!r}: service {service.name!r} takes the key as {place.kind} "
+            f"({place.name!r}), which an HTTP request has no place for; name the header, body "
+            "field or query parameter that carries it: service.replace(key=KeyPlace.body(...))"
+        )
+    if place is not None and place.kind == "resource" and "{key}" not in url:
+        raise InvalidInput(
+            f"effect {name!r}: service {service.name!r} takes the key as the resource's name, "
+            "so the URL needs a {key} placeholder"
+        )
+    seconds = _seconds(timeout, "timeout", allow_zero=False) or service.timeout
+    return _Contract(
+        place, service.replay or Replay(), service.deduplicates, seconds,
+        dict(service=service, timeout=seconds),
+    )  # fmt: skip
+
+
 def _spec(
     name: str, method: str, url: str, receipt_fields: Sequence[str], lookup: Lookup | None,
-    idempotent: bool, timeout: Seconds, in_progress_wait: Seconds | None,
-    not_applied: Sequence[int], in_progress: Sequence[int], key_reused: Sequence[int],
-    key_header: str,
+    contract: _Contract, in_progress_wait: Seconds | None, not_applied: Sequence[int],
+    in_progress: Sequence[int], key_reused: Sequence[int],
 ) -> _Spec:  # fmt: skip
     if not isinstance(method, str) or method.upper() not in _METHODS:
         raise InvalidInput(f"effect {name!r}: method must be one of {_METHODS}, got {method!r}")
@@ -414,8 +535,6 @@ def _spec(
         raise InvalidInput(f"effect {name!r}: receipt_fields must be field names (strings)")
     if lookup is not None and not isinstance(lookup, Lookup):
         raise InvalidInput(f"effect {name!r}: lookup must be Lookup.by_key(...), got {lookup!r}")
-    if not isinstance(key_header, str) or not _TOKEN.match(key_header):
-        raise InvalidInput(f"effect {name!r}: key_header {key_header!r} is no header name")
     sets: dict[str, frozenset[int]] = {}
     for what, statuses in (
         ("not_applied", not_applied),
@@ -431,46 +550,67 @@ def _spec(
     ):
         raise InvalidInput(f"effect {name!r}: a status may be in one of not_applied, "
                            "in_progress and key_reused only")  # fmt: skip
-    seconds = _seconds(timeout, "timeout", allow_zero=False) or 30.0
+    # A replay status may also mean "in progress" (told apart by the receipt fields in the
+    # body), never "not applied": a refusal that could be a success is no refusal.
+    if both := sorted(sets["not_applied"] & set(contract.replay.statuses)):
+        raise InvalidInput(f"effect {name!r}: status(es) {both} are replay statuses and in "
+                           "not_applied; leave them out of not_applied")  # fmt: skip
     wait = _seconds(in_progress_wait, "in_progress_wait", allow_zero=True)
     return _Spec(
-        name, method.upper(), url, tuple(receipt_fields), lookup, bool(idempotent), seconds,
-        seconds if wait is None else wait, sets["not_applied"], sets["in_progress"],
-        sets["key_reused"], key_header,
+        name, method.upper(), url, tuple(receipt_fields), lookup, contract.deduplicates,
+        contract.timeout, contract.timeout if wait is None else wait, sets["not_applied"],
+        sets["in_progress"], sets["key_reused"], contract.key, contract.replay,
     )  # fmt: skip
 
 
 def http_effect(
     name: str, method: str, url: str, *, receipt_fields: Sequence[str],
-    lookup: Lookup | None = None, idempotent: bool = False,
-    key_retention: Seconds | None = None, timeout: Seconds = 30.0, lookup_lag: Seconds = 0.0,
+    service: Service | None = None, lookup: Lookup | None = None,
+    idempotent: bool | None = None, key_retention: Seconds | None = None,
+    timeout: Seconds | None = None, lookup_lag: Seconds | None = None,
+    locks_in_flight: bool | None = None, replay: Replay | None = None,
     not_applied: Sequence[int] = NOT_APPLIED, in_progress: Sequence[int] = (409,),
-    key_reused: Sequence[int] = (422,), key_header: str = "Idempotency-Key",
+    key_reused: Sequence[int] = (422,), key_header: str | None = None,
     in_progress_wait: Seconds | None = None, client: httpx.Client | None = None,
     lazy_receipt: bool = False,
 ) -> Effect:  # fmt: skip
     """An Effect that sends ``method url`` with the call's keyword arguments as a JSON body
-    (``task.run(effect, json=value)`` sends ``value`` itself) and the key in ``key_header``.
+    (``task.run(effect, json=value)`` sends ``value`` itself) and the operation key where the
+    service takes it.
 
-    ``receipt_fields`` are what the receipt keeps, and what a 2xx answer must hold to count
-    as an answer. ``lookup`` makes it reconcilable; ``idempotent`` and ``key_retention`` say
-    the service deduplicates the key and for how long; ``lookup_lag`` how far its lookup may
-    lag a commit. ``timeout`` bounds every phase of each request (httpx's timeout) and is the
-    deadline the decision counts with. Statuses in ``not_applied`` raise Rejected (FAILED),
-    in ``key_reused`` KeyConflict; an ``in_progress`` answer is waited on, for up to
-    ``in_progress_wait`` seconds (default: ``timeout``), by lookup or by resending the same
-    key. Everything else that is not a 2xx with the receipt fields raises AmbiguousResponse.
+    ``service`` (an :class:`intentlog.Service`, such as ``intentlog.profiles.STRIPE``)
+    declares where the key goes (a header, a body field, a query parameter, or the resource
+    named by ``{key}`` in the URL), how long the service keeps it, whether it locks a key in
+    flight, how a replay looks, how far its lookup lags and the request timeout; ``timeout``
+    may override its deadline, and the other keywords below that it declares may not be
+    given with it (InvalidInput names them). Without a service, the keywords declare it:
+    ``idempotent`` and ``key_retention`` say the service deduplicates the key and for how
+    long, ``locks_in_flight`` that it refuses a same-key request while the first one runs,
+    ``lookup_lag`` how far its lookup lags a commit, ``replay`` how a replayed answer looks,
+    and ``key_header`` (default ``Idempotency-Key``) carries the key.
 
-    ``client``: an httpx.Client to reuse (its headers carry credentials, its pool
-    connections); the effect never closes it. Without one, each call opens and closes its own.
-    Guarantee: the after_send crash point is passed once the request is written and before
-    any of the answer is read.
+    ``receipt_fields`` are what the receipt keeps, and what a 2xx answer (or a replay) must
+    hold to count as an answer. ``lookup`` makes it reconcilable. ``timeout`` bounds every
+    phase of each request (httpx's timeout) and is the deadline the decision counts with.
+    Statuses in ``not_applied`` raise Rejected (FAILED), in ``key_reused`` KeyConflict; an
+    ``in_progress`` answer is waited on, for up to ``in_progress_wait`` seconds (default:
+    ``timeout``), by lookup or by resending the same key. Everything else that is not a 2xx
+    or a replay with the receipt fields raises AmbiguousResponse.
+
+    The body is sent as canonical JSON (sorted keys, no spaces), so the same call sends the
+    same bytes whatever the order of its arguments. ``client``: an httpx.Client to reuse
+    (its headers carry credentials, its pool connections); the effect never closes it.
+    Without one, each call opens and closes its own. Guarantee: the after_send crash point
+    is passed once the request is written and before any of the answer is read.
     """
     httpx = _httpx()
     if client is not None and not isinstance(client, httpx.Client):
         raise InvalidInput(f"effect {name!r}: client must be an httpx.Client, got {client!r}")
-    spec = _spec(name, method, url, receipt_fields, lookup, idempotent, timeout,
-                 in_progress_wait, not_applied, in_progress, key_reused, key_header)  # fmt: skip
+    contract = _contract(name, url, service, idempotent=idempotent, key_retention=key_retention,
+                         timeout=timeout, lookup_lag=lookup_lag, locks_in_flight=locks_in_flight,
+                         replay=replay, key_header=key_header)  # fmt: skip
+    spec = _spec(name, method, url, receipt_fields, lookup, contract, in_progress_wait,
+                 not_applied, in_progress, key_reused)  # fmt: skip
 
     def submit(key: str, /, **fields: Any) -> Receipt:
         with _sync_client(client) as c:
@@ -480,15 +620,17 @@ def http_effect(
         with _sync_client(client) as c:
             return _drive_sync(spec.p_lookup(key), c, spec)
 
-    return _effect(spec, submit, reconcile, key_retention, lookup_lag, lazy_receipt)
+    return _effect(spec, contract, submit, reconcile, lazy_receipt)
 
 
 def async_http_effect(
     name: str, method: str, url: str, *, receipt_fields: Sequence[str],
-    lookup: Lookup | None = None, idempotent: bool = False,
-    key_retention: Seconds | None = None, timeout: Seconds = 30.0, lookup_lag: Seconds = 0.0,
+    service: Service | None = None, lookup: Lookup | None = None,
+    idempotent: bool | None = None, key_retention: Seconds | None = None,
+    timeout: Seconds | None = None, lookup_lag: Seconds | None = None,
+    locks_in_flight: bool | None = None, replay: Replay | None = None,
     not_applied: Sequence[int] = NOT_APPLIED, in_progress: Sequence[int] = (409,),
-    key_reused: Sequence[int] = (422,), key_header: str = "Idempotency-Key",
+    key_reused: Sequence[int] = (422,), key_header: str | None = None,
     in_progress_wait: Seconds | None = None, client: httpx.AsyncClient | None = None,
     lazy_receipt: bool = False,
 ) -> Effect:  # fmt: skip
@@ -497,8 +639,11 @@ def async_http_effect(
     httpx = _httpx()
     if client is not None and not isinstance(client, httpx.AsyncClient):
         raise InvalidInput(f"effect {name!r}: client must be an httpx.AsyncClient, got {client!r}")
-    spec = _spec(name, method, url, receipt_fields, lookup, idempotent, timeout,
-                 in_progress_wait, not_applied, in_progress, key_reused, key_header)  # fmt: skip
+    contract = _contract(name, url, service, idempotent=idempotent, key_retention=key_retention,
+                         timeout=timeout, lookup_lag=lookup_lag, locks_in_flight=locks_in_flight,
+                         replay=replay, key_header=key_header)  # fmt: skip
+    spec = _spec(name, method, url, receipt_fields, lookup, contract, in_progress_wait,
+                 not_applied, in_progress, key_reused)  # fmt: skip
 
     async def submit(key: str, /, **fields: Any) -> Receipt:
         async with _async_client(client) as c:
@@ -508,21 +653,18 @@ def async_http_effect(
         async with _async_client(client) as c:
             return await _drive_async(spec.p_lookup(key), c, spec)
 
-    return _effect(spec, submit, reconcile, key_retention, lookup_lag, lazy_receipt)
+    return _effect(spec, contract, submit, reconcile, lazy_receipt)
 
 
 def _effect(
-    spec: _Spec, submit: Callable[..., Any], reconcile: Callable[[str], Any],
-    key_retention: Seconds | None, lookup_lag: Seconds, lazy_receipt: bool,
+    spec: _Spec, contract: _Contract, submit: Callable[..., Any],
+    reconcile: Callable[[str], Any], lazy_receipt: bool,
 ) -> Effect:  # fmt: skip
     return Effect(
         spec.name,
         submit,
         reconcile=reconcile if spec.lookup is not None else None,
-        idempotent=spec.idempotent,
-        key_retention=key_retention,
-        timeout=spec.timeout,
-        lookup_lag=lookup_lag,
         receipt=list(spec.fields),
         lazy_receipt=lazy_receipt,
+        **contract.effect,
     )
