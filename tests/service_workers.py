@@ -35,18 +35,24 @@ def build(kind: str, config: dict[str, Any]) -> intentlog.Effect:
     if kind == "s3":
         from intentlog.integrations.aws import s3_put_effect
 
-        return s3_put_effect(aws_client("s3", config), config["bucket"], name="store",
-                             object_key="receipts/{key}.json")  # fmt: skip
+        return s3_put_effect(
+            aws_client("s3", config),
+            config["bucket"],
+            name="store",
+            object_key="receipts/{key}.json",
+        )
     if kind == "sqs":
         from intentlog.integrations.aws import sqs_fifo_effect
 
-        return sqs_fifo_effect(aws_client("sqs", config), config["queue"], name="enqueue",
-                               group_id="orders")  # fmt: skip
+        return sqs_fifo_effect(
+            aws_client("sqs", config), config["queue"], name="enqueue", group_id="orders"
+        )
     if kind == "smtp":
         from intentlog.integrations.smtp import smtp_effect
 
-        return smtp_effect(config["host"], config["port"], name="mail",
-                           sender="shop@example.com", timeout=5)  # fmt: skip
+        return smtp_effect(
+            config["host"], config["port"], name="mail", sender="shop@example.com", timeout=5
+        )
     raise SystemExit(f"unknown worker {kind!r}")
 
 
@@ -67,9 +73,14 @@ async def run_nats(journal_path: str, config: dict[str, Any]) -> tuple[Any, Any]
     nc = await nats.connect(config["url"], connect_timeout=3, max_reconnect_attempts=0)
     try:
         # Built here, so the stream's duplicate window is read as it is now.
-        effect = await publish_effect(nc, config["subject"], name="announce",
-                                      stream=config["stream"], lookup=None,
-                                      timeout=config["timeout"])  # fmt: skip
+        effect = await publish_effect(
+            nc,
+            config["subject"],
+            name="announce",
+            stream=config["stream"],
+            lookup=None,
+            timeout=config["timeout"],
+        )
         print(json.dumps({"policy": dataclasses.asdict(effect.policy)}), flush=True)
         async with (
             intentlog.open_async(journal_path, max_wait=30.0) as journal,

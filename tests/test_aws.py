@@ -56,9 +56,13 @@ def client(url: str, kind: str, **config: Any) -> Any:
 
     settings = {"connect_timeout": 1, "read_timeout": 2, "retries": {"total_max_attempts": 1}}
     return boto3.client(
-        kind, endpoint_url=url, region_name="us-east-1", aws_access_key_id="testing",
-        aws_secret_access_key="testing", config=Config(**{**settings, **config}),
-    )  # fmt: skip
+        kind,
+        endpoint_url=url,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        config=Config(**{**settings, **config}),
+    )
 
 
 @pytest.fixture
@@ -91,9 +95,12 @@ def received(url: str, queue: str) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     while True:
         batch = sqs.receive_message(
-            QueueUrl=queue, MaxNumberOfMessages=10, WaitTimeSeconds=0, VisibilityTimeout=600,
+            QueueUrl=queue,
+            MaxNumberOfMessages=10,
+            WaitTimeSeconds=0,
+            VisibilityTimeout=600,
             AttributeNames=["MessageDeduplicationId"],
-        ).get("Messages", [])  # fmt: skip
+        ).get("Messages", [])
         if not batch:
             return out
         out += batch
@@ -108,8 +115,11 @@ def worker(
         env["INTENTLOG_CRASH"] = crash
     return subprocess.run(
         [sys.executable, str(HERE / "service_workers.py"), kind, str(journal), json.dumps(config)],
-        env=env, capture_output=True, text=True, timeout=90,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
 
 
 def outcome(run: subprocess.CompletedProcess[str]) -> Any:
@@ -251,8 +261,12 @@ def test_s3_killed_before_sending_writes_once(tmp_path: Path, moto_url: str, buc
 def test_sqs_send_receipt_and_dedup(tmp_path: Path, moto_url: str, queue: str) -> None:
     from intentlog.integrations.aws import sqs_fifo_effect
 
-    effect = sqs_fifo_effect(client(moto_url, "sqs"), queue, name="enqueue",
-                             group_id=lambda body: f"order-{body['order']}")  # fmt: skip
+    effect = sqs_fifo_effect(
+        client(moto_url, "sqs"),
+        queue,
+        name="enqueue",
+        group_id=lambda body: f"order-{body['order']}",
+    )
     assert effect.service is profiles.SQS_FIFO and effect.key_retention == 300.0
     assert effect.reconcile is None and effect.timeout == 3.0
     with intentlog.open(tmp_path / "j.db") as journal, journal.task("t") as task:
@@ -269,8 +283,9 @@ def test_sqs_send_receipt_and_dedup(tmp_path: Path, moto_url: str, queue: str) -
 def test_sqs_refusals(tmp_path: Path, moto_url: str) -> None:
     from intentlog.integrations.aws import sqs_fifo_effect
 
-    effect = sqs_fifo_effect(client(moto_url, "sqs"), moto_url + "/123456789012/gone.fifo",
-                             name="enqueue", group_id="g")  # fmt: skip
+    effect = sqs_fifo_effect(
+        client(moto_url, "sqs"), moto_url + "/123456789012/gone.fifo", name="enqueue", group_id="g"
+    )
     with (
         intentlog.open(tmp_path / "j.db") as journal,
         journal.task("t") as task,
