@@ -326,3 +326,12 @@ def test_missing_boto3_names_the_extra() -> None:
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert run.returncode == 1 and "pip install 'intentlog[aws]'" in run.stderr
+
+
+def test_docs_aws_section_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, moto_url: str
+) -> None:
+    from integration_workflows import run_doc_section
+
+    monkeypatch.chdir(tmp_path)
+    assert run_doc_section("AWS: S3 conditional writes and SQS FIFO") == 1

@@ -337,3 +337,12 @@ def test_killed_before_sending(tmp_path: Path, smtp_server: Server, point: str, 
         assert restarted.returncode == 3
         assert only_op(journal).state is intentlog.State.UNRESOLVED
     assert len(smtp_server.recorder.wait_for(mails, timeout=5)) == mails
+
+
+def test_docs_smtp_section_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, smtp_server: Server
+) -> None:
+    from integration_workflows import run_doc_section
+
+    monkeypatch.chdir(tmp_path)
+    assert run_doc_section("SMTP") == 1
