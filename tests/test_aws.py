@@ -296,10 +296,13 @@ def test_sqs_refusals(tmp_path: Path, moto_url: str) -> None:
         effect.submit("k" * 129, order=1)  # refused before anything is sent
 
 
-def test_sqs_killed_after_commit_resends_same_id(tmp_path: Path, moto_url: str, queue: str) -> None:
+@pytest.mark.parametrize("point", ["after_send", "after_remote_commit"])
+def test_sqs_killed_in_flight_resends_same_id(
+    tmp_path: Path, moto_url: str, queue: str, point: str
+) -> None:
     config = {"endpoint": moto_url, "queue": queue}
     journal = tmp_path / "j.db"
-    killed = worker("sqs", journal, config, crash="after_remote_commit:enqueue")
+    killed = worker("sqs", journal, config, crash=f"{point}:enqueue")
     assert killed.returncode == -signal.SIGKILL
     first = only_op(journal)
     assert first.state is intentlog.State.SUBMITTED

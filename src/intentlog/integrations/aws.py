@@ -49,7 +49,8 @@ from intentlog.integrations import AmbiguousResponse, _call_body, _require
 __all__ = ["AmbiguousResponse", "s3_put_effect", "sqs_fifo_effect"]
 
 METADATA_KEY = "intentlog-key"  # x-amz-meta-intentlog-key: which operation wrote the object
-_DEFAULT_ATTEMPTS = 5  # botocore's legacy mode, the most a client makes when none is set
+# Attempts per call when the client's configuration sets no number: botocore's defaults.
+_DEFAULT_ATTEMPTS = {"legacy": 5, "standard": 3, "adaptive": 3}
 _BACKOFF_CAP = 20.0  # botocore's largest pause between two attempts (standard mode)
 # 4xx answers that do not prove "not applied" for the call as a whole: a timeout or a throttle
 # is worth resending with the same key, and S3's 409 is a concurrent request on the object.
@@ -171,7 +172,7 @@ def client_deadline(client: Any) -> float:
     elif "max_attempts" in retries:
         attempts = int(retries["max_attempts"]) + 1  # botocore counts retries there
     else:
-        attempts = _DEFAULT_ATTEMPTS
+        attempts = _DEFAULT_ATTEMPTS.get(str(retries.get("mode")), 5)
     attempts = max(attempts, 1)
     return float(attempts * (connect + read) + (attempts - 1) * _BACKOFF_CAP)
 
