@@ -217,6 +217,10 @@ def test_bad_settings_are_refused(moto_url: str) -> None:
     ]:
         with pytest.raises(intentlog.InvalidInput, match=message):
             s3_put_effect(s3, "b-1", name="store", **kwargs)
+    with pytest.raises(intentlog.InvalidInput, match=r"need a boto3 s3 client .* for sqs"):
+        s3_put_effect(sqs, "b-1", name="store")
+    with pytest.raises(intentlog.InvalidInput, match="need a boto3 sqs client"):
+        sqs_fifo_effect(object(), moto_url + "/1/q.fifo", name="q", group_id="g")
     with pytest.raises(intentlog.InvalidInput, match="not a FIFO queue"):
         sqs_fifo_effect(sqs, moto_url + "/123456789012/plain", name="q", group_id="g")
     with pytest.raises(intentlog.InvalidInput, match="group_id"):

@@ -177,7 +177,18 @@ def client_deadline(client: Any) -> float:
     return float(attempts * (connect + read) + (attempts - 1) * _BACKOFF_CAP)
 
 
-def _timeout(client: Any, timeout: Seconds | None, name: str) -> float:
+def _timeout(client: Any, service: str, timeout: Seconds | None, name: str) -> float:
+    """The effect's request deadline; InvalidInput unless ``client`` is a boto3 client of
+    ``service`` whose deadline ``timeout`` (if given) covers."""
+    try:
+        actual = client.meta.service_model.service_name
+    except AttributeError:
+        actual = None
+    if actual != service:
+        raise InvalidInput(
+            f"effect {name!r}: need a boto3 {service} client (boto3.client({service!r})), got "
+            f"{type(client).__name__}{f' for {actual}' if actual else ''}"
+        )
     deadline = client_deadline(client)
     if timeout is None:
         return deadline
@@ -240,7 +251,7 @@ def s3_put_effect(
         )
     if not isinstance(content_type, str) or not content_type:
         raise InvalidInput(f"effect {name!r}: content_type must be a MIME type")
-    effective = _timeout(client, timeout, name)
+    effective = _timeout(client, "s3", timeout, name)
     _hook(client, "s3", "PutObject")
     target = _Bucket(client, bucket, object_key, name)
 
@@ -372,7 +383,7 @@ def sqs_fifo_effect(
                                f"punctuation characters, got {group_id!r}")  # fmt: skip
     elif not callable(group_id):
         raise InvalidInput(f"effect {name!r}: group_id must be a string or a function")
-    effective = _timeout(client, timeout, name)
+    effective = _timeout(client, "sqs", timeout, name)
     service = profiles.SQS_FIFO
     room = _policy_room(service, effective)
     if room <= 0:
