@@ -77,8 +77,9 @@ class _Call:
     sends: int = 0
 
 
-_CURRENT: contextvars.ContextVar[_Call | None] = contextvars.ContextVar("intentlog_aws_call",
-                                                                        default=None)  # fmt: skip
+_CURRENT: contextvars.ContextVar[_Call | None] = contextvars.ContextVar(
+    "intentlog_aws_call", default=None
+)
 
 
 def _on_send(**_: Any) -> None:
@@ -100,10 +101,16 @@ def _hook(client: Any, service: str, operation: str) -> None:
     """Count and mark our calls of ``operation`` on ``client``; once per client (the unique
     ids make a second registration a no-op), and a no-op for the client's other callers."""
     events = client.meta.events
-    events.register(f"before-send.{service}.{operation}", _on_send,
-                    unique_id=f"intentlog-send-{service}-{operation}")  # fmt: skip
-    events.register(f"before-parse.{service}.{operation}", _on_answer,
-                    unique_id=f"intentlog-answer-{service}-{operation}")  # fmt: skip
+    events.register(
+        f"before-send.{service}.{operation}",
+        _on_send,
+        unique_id=f"intentlog-send-{service}-{operation}",
+    )
+    events.register(
+        f"before-parse.{service}.{operation}",
+        _on_answer,
+        unique_id=f"intentlog-answer-{service}-{operation}",
+    )
 
 
 def _call(client: Any, operation: str, effect: str, **params: Any) -> tuple[Any, _Call]:
@@ -144,14 +151,17 @@ def _outcome(failed: _Failed, what: str, key: str) -> Exception:
         # Refused before any request left the process (parameters, credentials, region).
         return Rejected(f"{what}: not sent ({detail})", key=key)
     refused = (
-        status is not None and 400 <= status < 500 and status not in _NOT_REFUSALS
+        status is not None
+        and 400 <= status < 500
+        and status not in _NOT_REFUSALS
         and code not in _THROTTLES
-    )  # fmt: skip
+    )
     if refused and sends == 1:
         return Rejected(f"{what} refused ({status} {code}): {detail}", key=key, status=status)
     doubt = "" if sends == 1 else f" after {sends} attempts, an earlier one may have landed"
-    return AmbiguousResponse(f"{what} failed{doubt} ({detail}); it may have been applied",
-                             key=key, status=status)  # fmt: skip
+    return AmbiguousResponse(
+        f"{what} failed{doubt} ({detail}); it may have been applied", key=key, status=status
+    )
 
 
 def client_deadline(client: Any) -> float:
@@ -287,9 +297,16 @@ class _Bucket:
         what = f"PutObject s3://{self.bucket}/{where}"
         try:
             answer, _ = _call(
-                self.client, "put_object", self.name, Bucket=self.bucket, Key=where, Body=body,
-                ContentType=content_type, IfNoneMatch="*", Metadata={METADATA_KEY: key},
-            )  # fmt: skip
+                self.client,
+                "put_object",
+                self.name,
+                Bucket=self.bucket,
+                Key=where,
+                Body=body,
+                ContentType=content_type,
+                IfNoneMatch="*",
+                Metadata={METADATA_KEY: key},
+            )
         except _Failed as failed:
             status, _code = _status(failed.error)
             if status != 412:
@@ -320,8 +337,9 @@ class _Bucket:
             head = self.client.head_object(Bucket=self.bucket, Key=where)
         except Exception as exc:
             status, _ = _status(exc)
-            headers = getattr(exc, "response", {}).get("ResponseMetadata", {}).get(
-                "HTTPHeaders", {})  # fmt: skip
+            headers = (
+                getattr(exc, "response", {}).get("ResponseMetadata", {}).get("HTTPHeaders", {})
+            )
             if status == 404 and str(headers.get("x-amz-delete-marker", "")).lower() == "true":
                 gone = f"s3://{self.bucket}/{where} was written and deleted since"
                 return Indeterminate(gone), False
@@ -379,8 +397,10 @@ def sqs_fifo_effect(
         )
     if isinstance(group_id, str):
         if not _SQS_ID.match(group_id):
-            raise InvalidInput(f"effect {name!r}: group_id must be 1-128 alphanumeric or "
-                               f"punctuation characters, got {group_id!r}")  # fmt: skip
+            raise InvalidInput(
+                f"effect {name!r}: group_id must be 1-128 alphanumeric or "
+                f"punctuation characters, got {group_id!r}"
+            )
     elif not callable(group_id):
         raise InvalidInput(f"effect {name!r}: group_id must be a string or a function")
     effective = _timeout(client, "sqs", timeout, name)
@@ -408,15 +428,19 @@ def sqs_fifo_effect(
                 )
         try:
             answer, _ = _call(
-                client, "send_message", name, QueueUrl=queue_url, MessageBody=body,
-                MessageDeduplicationId=key, MessageGroupId=group,
-            )  # fmt: skip
+                client,
+                "send_message",
+                name,
+                QueueUrl=queue_url,
+                MessageBody=body,
+                MessageDeduplicationId=key,
+                MessageGroupId=group,
+            )
         except _Failed as failed:
             raise _outcome(failed, what, key) from failed.error
         if not isinstance(answer.get("MessageId"), str):
             raise AmbiguousResponse(f"{what}: the answer has no MessageId", key=key)
-        return {"message_id": answer["MessageId"],
-                "sequence_number": answer.get("SequenceNumber")}  # fmt: skip
+        return {"message_id": answer["MessageId"], "sequence_number": answer.get("SequenceNumber")}
 
     return Effect(
         name,

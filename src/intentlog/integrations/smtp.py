@@ -110,9 +110,15 @@ def smtp_effect(
         )
     wait = _seconds(timeout, f"effect {name!r}: timeout", allow_zero=False)
     server = _Server(
-        name, host, port, tls, ssl_context, username, password,
+        name,
+        host,
+        port,
+        tls,
+        ssl_context,
+        username,
+        password,
         wait if wait is not None else profiles.SMTP.timeout,
-    )  # fmt: skip
+    )
 
     def submit(
         key: str,
@@ -128,15 +134,18 @@ def smtp_effect(
     ) -> dict[str, Any]:
         mid = message_id(key, domain)
         try:
-            message, recipients = _compose(sender, mid, key, to, subject, text, html, cc, bcc,
-                                           reply_to)  # fmt: skip
+            message, recipients = _compose(
+                sender, mid, key, to, subject, text, html, cc, bcc, reply_to
+            )
         except (TypeError, ValueError) as exc:
-            raise Rejected(f"effect {name!r}: cannot compose the mail ({exc}); nothing was sent",
-                           key=key) from None  # fmt: skip
+            raise Rejected(
+                f"effect {name!r}: cannot compose the mail ({exc}); nothing was sent", key=key
+            ) from None
         return server.send(key, address, recipients, message, mid)
 
-    return Effect(name, submit, service=profiles.SMTP, timeout=server.timeout,
-                  store_args=store_args)  # fmt: skip
+    return Effect(
+        name, submit, service=profiles.SMTP, timeout=server.timeout, store_args=store_args
+    )
 
 
 def _address(value: object) -> str | None:
@@ -260,8 +269,7 @@ class _Server:
         try:
             if self.tls == "implicit":
                 context = self.context or ssl.create_default_context()
-                smtp = smtplib.SMTP_SSL(self.host, self.port, timeout=self.timeout,
-                                        context=context)  # fmt: skip
+                smtp = smtplib.SMTP_SSL(self.host, self.port, timeout=self.timeout, context=context)
             else:
                 smtp = smtplib.SMTP(self.host, self.port, timeout=self.timeout)
             smtp.ehlo_or_helo_if_needed()
