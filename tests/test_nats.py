@@ -394,3 +394,124 @@ def test_docs_nats_section_runs(
     monkeypatch.chdir(tmp_path)
     assert run_doc_section("NATS JetStream") >= 1
     capsys.readouterr()
+
+
+# -- the stream's window changed while the worker was down (judged by the stricter) ----------
+
+
+def changed_window(stream: Stream, window: float) -> None:
+    async def update() -> None:
+        async with connected() as nc:
+            js = nc.jetstream()
+            config = (await js.stream_info(stream.name)).config
+            config.duplicate_window = window
+            await js.update_stream(config)
+            assert (await js.stream_info(stream.name)).config.duplicate_window == window
+
+    asyncio.run(update())
+
+
+def worker(tmp_path: Path, stream: Stream, crash: str | None) -> subprocess.CompletedProcess[str]:
+    """A worker that builds its effect anew (reading the window as it is now) and prints the
+    contract it read before it runs the task."""
+    env = {**os.environ, "PYTHONPATH": str(HERE)}
+    env.pop("INTENTLOG_CRASH", None)
+    if crash:
+        env["INTENTLOG_CRASH"] = crash
+    config = {"url": NATS_URL, "stream": stream.name, "subject": stream.subject, "timeout": 0.5}
+    return subprocess.run(
+        [sys.executable, str(HERE / "service_workers.py"), "nats", str(tmp_path / "j.db"),
+         json.dumps(config)],
+        env=env, capture_output=True, text=True, timeout=90,
+    )  # fmt: skip
+
+
+def live_policy(run: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    return dict(json.loads(run.stdout.splitlines()[0])["policy"])
+
+
+def cli_status(tmp_path: Path) -> tuple[int, dict[str, Any]]:
+    run = subprocess.run(
+        [sys.executable, "-m", "intentlog.cli", "--db", str(tmp_path / "j.db"), "status",
+         "--json"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    return run.returncode, json.loads(run.stdout)
+
+
+def views(tmp_path: Path) -> tuple[intentlog.Pending, dict[str, Any], int]:
+    """The one pending operation as pending() sees it, and as `intentlog status` does."""
+    with intentlog.open(tmp_path / "j.db") as journal:
+        (pending,) = journal.pending()
+    code, status = cli_status(tmp_path)
+    (item,) = status["pending"]
+    assert item["key"] == pending.key
+    return pending, item, code
+
+
+def wait_until(moment: float) -> None:
+    """Sleep until the (SQLite store's) clock has passed ``moment``."""
+    while time.time() <= moment:
+        time.sleep(max(moment - time.time(), 0.01))
+
+
+def test_window_raised_while_down_is_judged_by_the_recorded_one(
+    tmp_path: Path, make_stream: Callable[..., Stream]
+) -> None:
+    stream = make_stream(window=2.0)
+    assert worker(tmp_path, stream, "after_remote_commit:announce").returncode == -9
+    (op,) = _operations(tmp_path / "j.db")
+    assert op.state is intentlog.State.SUBMITTED and op.policy.key_retention == 2.0
+    assert op.first_submitted_at is not None
+    wait_until(op.first_submitted_at + 2.5)  # the stream has forgotten the id by now
+    changed_window(stream, 60.0)
+    # pending() and the CLI judge by the recorded 2 s: past it, nothing can be resent.
+    pending, item, code = views(tmp_path)
+    assert pending.next_action is intentlog.Action.ESCALATE and "retention" in pending.reason
+    assert (item["next_action"], code) == ("ESCALATE", 3)
+    restarted = worker(tmp_path, stream, None)
+    assert live_policy(restarted)["key_retention"] == 60.0  # the worker read the raised window
+    assert restarted.returncode == 3, restarted.stdout + restarted.stderr  # and still escalated
+    pending, item, code = views(tmp_path)
+    assert pending.state is intentlog.State.UNRESOLVED
+    assert pending.next_action is intentlog.Action.ESCALATE and "retention" in pending.reason
+    assert (item["state"], item["next_action"], code) == ("UNRESOLVED", "ESCALATE", 3)
+    (op,) = _operations(tmp_path / "j.db")
+    assert op.attempts == 1 and op.policy.key_retention == 2.0  # never loosened
+    assert len(asyncio.run(messages(stream))) == 1
+
+
+def test_window_lowered_while_down_is_judged_by_the_live_one(
+    tmp_path: Path, make_stream: Callable[..., Stream]
+) -> None:
+    stream = make_stream(window=60.0)
+    assert worker(tmp_path, stream, "after_remote_commit:announce").returncode == -9
+    (op,) = _operations(tmp_path / "j.db")
+    assert op.policy.key_retention == 60.0 and op.first_submitted_at is not None
+    changed_window(stream, 1.0)
+    wait_until(op.first_submitted_at + 1.5)  # past the lowered window: the id is forgotten
+    restarted = worker(tmp_path, stream, None)
+    assert live_policy(restarted)["key_retention"] == 1.0
+    assert restarted.returncode == 3, restarted.stdout + restarted.stderr
+    pending, item, code = views(tmp_path)
+    assert pending.state is intentlog.State.UNRESOLVED and "retention" in pending.reason
+    assert (item["state"], item["next_action"], code) == ("UNRESOLVED", "ESCALATE", 3)
+    assert len(asyncio.run(messages(stream))) == 1
+
+
+def test_effect_declares_the_jetstream_contract(make_stream: Callable[..., Stream]) -> None:
+    from intentlog import profiles
+
+    stream = make_stream(window=42.0)
+
+    async def go(effect: intentlog.Effect, js: Any) -> None:
+        assert effect.service == profiles.nats_jetstream(42.0, timeout=1.0)
+        assert effect.policy.service == "nats-jetstream" and effect.policy.key_retention == 42.0
+
+    asyncio.run(effect_and(stream, go))
+
+    async def without_lookup(effect: intentlog.Effect, js: Any) -> None:
+        assert effect.service is not None and effect.service.lookup is None
+        assert effect.reconcile is None and effect.key_retention == 42.0
+
+    asyncio.run(effect_and(stream, without_lookup, lookup=None, lookup_lag=0.5))

@@ -2,8 +2,9 @@
 
 ``pip install 'intentlog[nats]'``. A publish carries the operation key as ``Nats-Msg-Id``;
 the stream drops a second message with the same id inside its duplicate window, and answers
-it with the first message's sequence. So the effect is declared ``idempotent`` with
-``key_retention`` = the stream's ``duplicate_window``: a lost ack is settled by publishing the
+it with the first message's sequence. So the effect declares the service contract
+:func:`intentlog.profiles.nats_jetstream` with the stream's ``duplicate_window`` as the key's
+retention, read when the effect is built: a lost ack is settled by publishing the
 same key again inside the window, and past the window the operation becomes UNRESOLVED
 instead of a second message, unless a lookup can find the message.
 
@@ -34,6 +35,7 @@ import json
 import re
 from typing import TYPE_CHECKING, Any
 
+from intentlog import profiles
 from intentlog._crash import crashpoint
 from intentlog._effect import Effect
 from intentlog._errors import InvalidInput, Rejected
@@ -73,7 +75,8 @@ async def publish_effect(
     The receipt is ``{"stream", "seq", "duplicate"}``; ``duplicate`` is True when an earlier
     attempt had already stored the message (the stream said so, or a lookup found it).
     ``stream`` defaults to the stream that takes ``subject``; its ``duplicate_window`` is read
-    now and becomes the key's retention (re-create the effect if you change the window). The
+    now and becomes the key's retention (re-create the effect if you change the window; an
+    operation first published under another window is judged by the smaller of the two). The
     publish names the stream (``Nats-Expected-Stream``), so no other stream stores it.
     ``timeout`` bounds the wait for the stream's ack; ``lookup_lag`` is 0 because lookups read
     from the stream leader, which acks only what it stored.
@@ -122,14 +125,19 @@ async def publish_effect(
     async def reconcile(key: str) -> LookupResult:
         return await target.find(js, key)
 
+    # The contract is the stream's as read now. An operation is judged by the stricter of
+    # what was recorded at its first publish and this, so a window changed since (an effect
+    # built anew after a restart) can narrow what a restart may do, never widen it.
+    service = profiles.nats_jetstream(window, timeout=wait).replace(
+        lookup="reference" if lookup is not None else None,
+        lookup_lag=_seconds(lookup_lag, "lookup_lag", allow_zero=True),
+    )
     return Effect(
         name,
         submit,
         reconcile=reconcile if lookup is not None else None,
-        idempotent=True,
-        key_retention=window,
+        service=service,
         timeout=wait,
-        lookup_lag=lookup_lag,
         lazy_receipt=lazy_receipt,
     )
 
