@@ -18,7 +18,7 @@ import os
 from collections.abc import Generator, Iterable
 from typing import Any, TypeVar
 
-from intentlog._checks import count, seconds
+from intentlog._validate import count, seconds
 from intentlog._driver import Protocol, p_call, run_async
 from intentlog._effect import Effect, Seconds
 from intentlog._journal import Journal, make_options, open_store, task_wait

@@ -11,7 +11,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar, overload
 
-from intentlog._checks import seconds
+from intentlog._validate import seconds
 from intentlog._decide import DEFAULT_LOOKUP_LIMIT
 from intentlog._driver import Protocol, run_sync
 from intentlog._effect import Effect, Seconds

@@ -13,7 +13,7 @@ import dataclasses
 import time
 from typing import Any
 
-from intentlog._checks import count, seconds
+from intentlog._validate import count, seconds
 from intentlog._crash import crashpoint
 from intentlog._decide import Decision, LookupFailed, decide, send_slack, strictest, task_action
 from intentlog._driver import Call, Protocol, Sleep, User

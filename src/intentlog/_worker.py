@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from intentlog._check import log_at_start
-from intentlog._checks import seconds
+from intentlog._validate import seconds
 from intentlog._driver import run_sync
 from intentlog._effect import Effect
 from intentlog._errors import InvalidInput, LeaseLost, OutcomeUnknown, StillInFlight
