@@ -18,7 +18,6 @@ import os
 from collections.abc import Generator, Iterable
 from typing import Any, TypeVar
 
-from intentlog._validate import count, seconds
 from intentlog._driver import Protocol, p_call, run_async
 from intentlog._effect import Effect, Seconds
 from intentlog._journal import Journal, make_options, open_store, task_wait
@@ -27,6 +26,7 @@ from intentlog._lease import AsyncRenewer, Renewer
 from intentlog._model import JSON, Action, Operation, State, TaskRecord
 from intentlog._protocol import Options, TaskCore, p_acquire
 from intentlog._task import TaskView
+from intentlog._validate import count, seconds
 from intentlog._verbs import (
     Pending,
     Recovered,

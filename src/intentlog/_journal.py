@@ -11,7 +11,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar, overload
 
-from intentlog._validate import seconds
 from intentlog._decide import DEFAULT_LOOKUP_LIMIT
 from intentlog._driver import Protocol, run_sync
 from intentlog._effect import Effect, Seconds
@@ -22,6 +21,7 @@ from intentlog._lease import Renewer
 from intentlog._model import JSON, Operation, State, TaskRecord
 from intentlog._protocol import Options, TaskCore, p_acquire
 from intentlog._task import Task
+from intentlog._validate import seconds
 from intentlog._verbs import (
     Pending,
     Recovered,

@@ -13,7 +13,6 @@ import dataclasses
 import time
 from typing import Any
 
-from intentlog._validate import count, seconds
 from intentlog._crash import crashpoint
 from intentlog._decide import Decision, LookupFailed, decide, send_slack, strictest, task_action
 from intentlog._driver import Call, Protocol, Sleep, User
@@ -49,6 +48,7 @@ from intentlog._model import (
     TaskRecord,
 )
 from intentlog._owner import holder_is_dead, new_owner
+from intentlog._validate import count, seconds
 from intentlog.stores._async_store import AsyncStore
 from intentlog.stores._base import Store, TaskUpdate
 

@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from intentlog._check import log_at_start
-from intentlog._validate import seconds
 from intentlog._driver import run_sync
 from intentlog._effect import Effect
 from intentlog._errors import InvalidInput, LeaseLost, OutcomeUnknown, StillInFlight
@@ -25,6 +24,7 @@ from intentlog._model import JSON, State, TaskRecord
 from intentlog._owner import new_owner
 from intentlog._protocol import TaskCore
 from intentlog._task import Task
+from intentlog._validate import seconds
 from intentlog._verbs import p_recover_one
 from intentlog.stores._base import TaskUpdate
 
