@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import math
 import re
 from datetime import timedelta
 from typing import Literal
 
 from intentlog._errors import InvalidInput
+from intentlog._validate import seconds as checked_seconds
 
 __all__ = ["FOREVER", "PROCESS", "KeyPlace", "Replay", "Retention", "Seconds", "Service"]
 
@@ -50,13 +50,7 @@ def seconds(value: Seconds | None, what: str, *, allow_zero: bool) -> float | No
     anything that is not a finite, non-negative (or positive) number or timedelta."""
     if value is None:
         return None
-    if isinstance(value, timedelta):
-        value = value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InvalidInput(f"{what} must be a number of seconds or a timedelta, got {value!r}")
-    if value < 0 or (value == 0 and not allow_zero):
-        raise InvalidInput(f"{what} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
-    return float(value)
+    return checked_seconds(what, value, positive=not allow_zero, bounded=False)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
