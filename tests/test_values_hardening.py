@@ -5,6 +5,8 @@ reference service's own record counting what was applied."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -544,3 +546,51 @@ def test_the_async_journal_keeps_bad_receipts_and_hostile_refusals(journal_url: 
             assert states == [State.CONFIRMED, State.CONFIRMED, State.FAILED]
 
     asyncio.run(main())
+
+
+# -- names that no store can keep as text -------------------------------------------------
+
+UNSTORABLE_NAMES = ["bad\ud800name", "nul\x00name", "tab\tname", " padded", ""]
+
+
+@pytest.mark.parametrize("name", UNSTORABLE_NAMES)
+def test_an_effect_name_that_cannot_be_stored_is_refused(name: str) -> None:
+    with pytest.raises(intentlog.InvalidInput, match="effect name"):
+        intentlog.Effect(name, lambda key: {"id": 1})
+
+
+@pytest.mark.parametrize("kind", UNSTORABLE_NAMES)
+def test_a_task_kind_that_cannot_be_stored_is_refused(journal_url: str, kind: str) -> None:
+    with intentlog.open(journal_url) as journal:
+        with pytest.raises(intentlog.InvalidInput, match="task kind"):
+            journal.start(kind, "order-9", {"n": 1})
+        assert journal.tasks() == []  # nothing was written
+
+
+@pytest.mark.parametrize("step", ["ship\ud800", "ship\x00", "ship\n"])
+def test_a_next_step_that_cannot_be_stored_is_refused(journal_url: str, step: str) -> None:
+    with intentlog.open(journal_url) as journal:
+        with journal.task("order-1") as task:
+            task.checkpoint(next_step="pack")
+            with pytest.raises(intentlog.InvalidInput, match="next_step"):
+                task.checkpoint(next_step=step)
+        assert journal.task_info("order-1").record.next_step == "pack"
+
+
+@pytest.mark.parametrize("option", ["--receipt", "--input"])
+def test_the_cli_refuses_json_nested_beyond_the_parser(tmp_path: Path, option: str) -> None:
+    deep = "[" * 20_000 + "]" * 20_000  # far beyond the JSON parser's recursion
+    db = str(tmp_path / "journal.db")
+    with intentlog.open(db):
+        pass
+    args = (
+        ["resolve", "some-key", "--confirmed", "--receipt", deep]
+        if option == "--receipt"
+        else ["start", "order", "order-1", "--input", deep]
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "intentlog.cli", "--db", db, *args],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    assert f"{option} is nested too deeply" in proc.stderr and "Traceback" not in proc.stderr

@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, overload
 
 from intentlog._errors import InvalidInput
+from intentlog._keys import validate_label
 from intentlog._model import LookupResult, Policy
 from intentlog._service import Seconds, Service
 from intentlog._service import seconds as _seconds
@@ -63,10 +64,7 @@ class Effect:
         store_args: bool = False,
         lazy_receipt: bool = False,
     ) -> None:
-        if not isinstance(name, str) or not name.strip() or len(name) > 100:
-            raise InvalidInput(
-                f"effect name must be a non-empty string of at most 100 chars: {name!r}"
-            )
+        validate_label(name, "effect name", 100)
         if not callable(submit):
             raise InvalidInput(f"submit of effect {name!r} must be callable, got {submit!r}")
         if reconcile is not None and not callable(reconcile):

@@ -126,14 +126,20 @@ def validate_key(key: object) -> str:
 
 def validate_task_id(task_id: object) -> str:
     """Return ``task_id`` if it is a usable task id, else raise InvalidInput."""
-    if not isinstance(task_id, str) or not task_id.strip():
-        raise InvalidInput(f"task id must be a non-empty string, got {task_id!r}")
-    if len(task_id) > MAX_TASK_ID_LENGTH:
-        raise InvalidInput(
-            f"task id is {len(task_id)} characters long; at most {MAX_TASK_ID_LENGTH} allowed"
-        )
-    if any((ch.isspace() and ch != " ") or not ch.isprintable() for ch in task_id):
-        raise InvalidInput(f"task id {task_id!r} contains control or non-printable characters")
-    if task_id != task_id.strip():
-        raise InvalidInput(f"task id {task_id!r} has leading or trailing spaces")
-    return task_id
+    return validate_label(task_id, "task id", MAX_TASK_ID_LENGTH)
+
+
+def validate_label(value: object, what: str, max_length: int) -> str:
+    """Return ``value`` if it is a usable name (a task id, an effect name, a task kind, a
+    next step): a non-empty string of at most ``max_length`` printable characters, spaces
+    only inside. Printable excludes control characters, NUL and lone surrogates, which no
+    store can keep as text; else raise InvalidInput naming ``what``."""
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidInput(f"{what} must be a non-empty string, got {value!r}")
+    if len(value) > max_length:
+        raise InvalidInput(f"{what} is {len(value)} characters long; at most {max_length} allowed")
+    if any((ch.isspace() and ch != " ") or not ch.isprintable() for ch in value):
+        raise InvalidInput(f"{what} {value!r} contains control or non-printable characters")
+    if value != value.strip():
+        raise InvalidInput(f"{what} {value!r} has leading or trailing spaces")
+    return value

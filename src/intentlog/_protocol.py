@@ -160,7 +160,10 @@ class TaskCore:
         if next_step is not None and (
             not isinstance(next_step, str)
             or len(next_step) > 200
-            or any(ord(ch) < 32 or ord(ch) == 127 for ch in next_step)
+            # NUL, control characters and lone surrogates: no store keeps them as text
+            or any(
+                ord(ch) < 32 or ord(ch) == 127 or 0xD800 <= ord(ch) <= 0xDFFF for ch in next_step
+            )
         ):
             raise InvalidInput(
                 f"next_step must be a string of at most 200 printable chars: {next_step!r}"

@@ -19,7 +19,7 @@ from intentlog._driver import Call, Protocol
 from intentlog._effect import Effect
 from intentlog._errors import InvalidInput, KeyConflict, TaskBusy, UnknownOperation
 from intentlog._hygiene import check_safe, check_text
-from intentlog._keys import validate_task_id
+from intentlog._keys import validate_label, validate_task_id
 from intentlog._model import JSON, Action, LookupResult, Operation, State, TaskRecord
 from intentlog._owner import holder_is_dead
 from intentlog._protocol import Options, TaskCore, judged_by, p_acquire
@@ -88,8 +88,7 @@ class TaskInfo:
 def p_start(options: Options, kind: str, task_id: str, input: JSON) -> Protocol[bool]:
     """See :meth:`intentlog.Journal.start`."""
     task_id = validate_task_id(task_id)
-    if not isinstance(kind, str) or not kind.strip() or len(kind) > 100:
-        raise InvalidInput(f"task kind must be a non-empty string of <= 100 chars: {kind!r}")
+    validate_label(kind, "task kind", 100)
     input_json = check_safe(input, what="input", max_bytes=options.max_bytes)
     if (yield Call("create_task", (task_id, kind, input_json))) is not None:
         return True

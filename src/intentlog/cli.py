@@ -408,6 +408,8 @@ def resolve(
             parsed = json.loads(receipt)
         except ValueError as exc:
             raise _Failure(f"--receipt is not valid JSON: {exc}") from None
+        except RecursionError:  # the journal's depth bound refuses far less already
+            raise _Failure("--receipt is nested too deeply") from None
     with _open(ctx) as journal:
         op = journal.resolve(key, chosen[0], receipt=parsed, note=note, actor=actor)
         info = journal.task_info(op.task_id)
@@ -723,6 +725,8 @@ def start(ctx: click.Context, kind: str, task_id: str, input_text: str, as_json:
         value = json.loads(input_text)
     except ValueError as exc:
         raise _Failure(f"--input is not valid JSON: {exc}") from None
+    except RecursionError:  # the journal's depth bound refuses far less already
+        raise _Failure("--input is nested too deeply") from None
     with _open_journal_for_write(ctx) as journal:
         created = journal.start(kind, task_id, value)
     if as_json:
