@@ -311,7 +311,7 @@ def test_a_profile_url_and_credentials_are_all_a_user_writes(
     policy = only_op(tmp_path / "j.db").policy
     assert (policy.service, policy.idempotent, policy.key_retention) == ("stripe", True, 86400)
     assert policy.locks_in_flight and policy.timeout == 80
-    assert charge.lookup_lag == 60 and charge.reconcile is None  # no Lookup was given
+    assert charge.lookup_lag == profiles.STRIPE.lookup_lag and charge.reconcile is None  # no Lookup
 
 
 @pytest.mark.parametrize("place", ["body", "query"])
