@@ -7,6 +7,8 @@ Commands::
     intentlog resolve KEY --confirmed|--failed|--retry [--receipt JSON] [--note TEXT]
     intentlog recover --effects MODULE  reconcile SUBMITTED operations with their services
     intentlog gc --older-than 30d       delete completed tasks older than a duration
+    intentlog check --effects MODULE --restart-within 1h
+                                        effects whose service cannot settle a crash in flight
 
 Every command takes ``--json`` for one JSON object on stdout. The journal is ``--db URL``,
 else ``$INTENTLOG_URL``, else ``./.intentlog/journal.db``; it must already exist. ``--db`` and

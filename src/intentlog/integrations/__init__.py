@@ -1,5 +1,7 @@
 """Ready-made effects for common services: ``intentlog.integrations.http`` (HTTP APIs, with
-httpx) and ``intentlog.integrations.nats`` (NATS JetStream, with nats-py).
+httpx), ``intentlog.integrations.nats`` (NATS JetStream, with nats-py),
+``intentlog.integrations.aws`` (S3 conditional puts and SQS FIFO sends, with boto3) and
+``intentlog.integrations.smtp`` (mail, with smtplib).
 
 Each builder declares what its service can do (deduplicate on the key, for how long; be asked
 about a key) so the decision can settle a lost answer without a duplicate. Importing this
