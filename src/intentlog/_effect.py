@@ -9,7 +9,7 @@ from typing import Any, overload
 from intentlog._errors import InvalidInput
 from intentlog._keys import validate_label
 from intentlog._model import LookupResult, Policy
-from intentlog._service import Seconds, Service
+from intentlog._service import Seconds, Service, refuse_overrides
 from intentlog._service import seconds as _seconds
 
 __all__ = ["Effect", "Seconds", "effect"]
@@ -82,13 +82,9 @@ class Effect:
                     ("lookup_lag", lookup_lag),
                     ("locks_in_flight", locks_in_flight),
                 )
-                if value not in (False, None, 0.0)
+                if value not in (False, None, 0.0)  # the keywords' defaults
             ]
-            if given:
-                raise InvalidInput(
-                    f"effect {name!r}: {', '.join(given)} come from service {service.name!r}; "
-                    "declare them there (service.replace(...)), not on the effect"
-                )
+            refuse_overrides(name, service, given)
             if timeout is None:
                 timeout = service.timeout
             idempotent = service.deduplicates

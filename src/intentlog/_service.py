@@ -23,7 +23,16 @@ from typing import Literal
 from intentlog._errors import InvalidInput
 from intentlog._validate import seconds as checked_seconds
 
-__all__ = ["FOREVER", "PROCESS", "KeyPlace", "Replay", "Retention", "Seconds", "Service"]
+__all__ = [
+    "FOREVER",
+    "PROCESS",
+    "KeyPlace",
+    "Replay",
+    "Retention",
+    "Seconds",
+    "Service",
+    "refuse_overrides",
+]
 
 Seconds = float | int | timedelta
 
@@ -231,3 +240,13 @@ class Service:
             how = "does not deduplicate across a crash"
         ask = f"; can be asked by {self.lookup}" if self.lookup else "; cannot be asked"
         return f"{self.name}: {how}{ask}"
+
+
+def refuse_overrides(effect: str, service: Service, given: list[str]) -> None:
+    """Raise InvalidInput when an effect built on ``service`` was also given settings the
+    service declares (``given``: their names): one value per promise, in one place."""
+    if given:
+        raise InvalidInput(
+            f"effect {effect!r}: {', '.join(given)} come from service {service.name!r}; "
+            "declare them there (service.replace(...)), not on the effect"
+        )

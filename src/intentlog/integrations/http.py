@@ -31,7 +31,7 @@ from intentlog._errors import InvalidInput, KeyConflict, Rejected
 from intentlog._hygiene import scrub_text
 from intentlog._keys import canonical_json
 from intentlog._model import Found, Indeterminate, LookupResult, NotFound
-from intentlog._service import KeyPlace, Replay, Seconds, Service
+from intentlog._service import KeyPlace, Replay, Seconds, Service, refuse_overrides
 from intentlog._service import seconds as _seconds
 from intentlog.integrations import AmbiguousResponse, _call_body, _require
 
@@ -497,11 +497,7 @@ def _contract(
         )
         if value is not None
     ]
-    if given:
-        raise InvalidInput(
-            f"effect {name!r}: {', '.join(given)} come from service {service.name!r}; declare "
-            "them there (service.replace(...)), not on the effect"
-        )
+    refuse_overrides(name, service, given)
     place = service.key
     if place is not None and place.kind in ("message_id", "metadata"):
         raise InvalidInput(
