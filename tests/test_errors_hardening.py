@@ -135,6 +135,8 @@ def _corrupt(call: Callable[[], Any], what: str) -> None:
 def test_every_journal_call_on_a_damaged_journal_is_journal_corrupt(damaged: Path) -> None:
     before = digest(damaged)
     effect = Service().effect()
+    registry = intentlog.Registry()  # a worker with a kind to claim: its claim reads the journal
+    registry.task("kind")(lambda task, input: None)
     with intentlog.open(damaged) as journal:
         calls: dict[str, Callable[[], Any]] = {
             "task": lambda: journal.task("order-1"),
@@ -152,7 +154,7 @@ def test_every_journal_call_on_a_damaged_journal_is_journal_corrupt(damaged: Pat
             "resolve": lambda: journal.resolve("charge-x", "failed"),
             "resolutions": journal.resolutions,
             "gc": lambda: journal.gc(0),
-            "worker": lambda: intentlog.Worker(journal, intentlog.Registry()).run_once(),
+            "worker": lambda: intentlog.Worker(journal, registry).run_once(),
         }
         for what, call in calls.items():
             _corrupt(call, what)
@@ -169,7 +171,7 @@ def test_every_store_primitive_on_a_damaged_journal_is_journal_corrupt(damaged: 
             "claim_task": lambda: store.claim_task("new", "me", 30, None),
             "write_task": lambda: store.write_task("order-1", 1, 30, TaskUpdate(release=True)),
             "create_task": lambda: store.create_task("new", "kind", "null"),
-            "claim_next": lambda: store.claim_next("me", 30),
+            "claim_next": lambda: store.claim_next("me", 30, ["kind"]),
             "list_tasks": store.list_tasks,
             "delete_completed": lambda: store.delete_completed(now),
             "get_op": lambda: store.get_op("k"),
@@ -229,7 +231,7 @@ def test_the_async_journal_on_a_damaged_journal_is_journal_corrupt(damaged: Path
                 "claim_task": lambda: store.claim_task("new", "me", 30, None),
                 "write_task": lambda: store.write_task("order-1", 1, 30, TaskUpdate(release=True)),
                 "create_task": lambda: store.create_task("new", "kind", "null"),
-                "claim_next": lambda: store.claim_next("me", 30),
+                "claim_next": lambda: store.claim_next("me", 30, ["kind"]),
                 "list_tasks": store.list_tasks,
                 "delete_completed": lambda: store.delete_completed(store.now()),
                 "get_op": lambda: store.get_op("k"),

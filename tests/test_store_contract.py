@@ -192,3 +192,54 @@ def test_fenced_writes_carry_other_operations_of_the_task(store: Store) -> None:
     assert after is not None
     assert after.state is State.SUBMITTED
     assert store.get_op("k3") is None
+
+
+def test_claim_next_claims_only_the_kinds_asked_for(store: Store) -> None:
+    for task_id, kind in (("a-1", "a"), ("b-1", "b"), ("a-2", "a")):
+        assert store.create_task(task_id, kind, '{"n": 1}') is not None
+    untouched = store.get_task("b-1")
+    assert untouched is not None
+    claimed = [store.claim_next("w1", TTL, ["a"]) for _ in range(2)]
+    assert {c.task_id for c in claimed if c is not None} == {"a-1", "a-2"}
+    for record in claimed:
+        assert record is not None
+        assert (record.kind, record.owner, record.epoch) == ("a", "w1", 1)
+        assert record.lease_expires == pytest.approx(store.now() + TTL, abs=2)
+    assert store.claim_next("w1", TTL, ["a"]) is None  # b-1 is runnable, but not an "a"
+    assert store.claim_next("w1", TTL, []) is None  # no kinds: nothing to claim
+    assert store.get_task("b-1") == untouched  # not claimed, not released, not touched
+    other = store.claim_next("w2", TTL, ["c", "b"])
+    assert other is not None and (other.task_id, other.owner, other.epoch) == ("b-1", "w2", 1)
+
+
+def test_concurrent_claim_next_hands_each_task_to_exactly_one_claimer(store: Store) -> None:
+    wanted = {f"a-{i}" for i in range(30)} | {f"c-{i}" for i in range(10)}
+    for task_id in sorted(wanted):
+        store.create_task(task_id, task_id[0], "null")
+    for i in range(10):
+        store.create_task(f"b-{i}", "b", "null")  # runnable, but no claimer runs "b"
+    claims: list[tuple[str, str]] = []
+    errors: list[BaseException] = []
+    start = threading.Barrier(8)
+
+    def claimer(name: str) -> None:
+        try:
+            start.wait()
+            while (record := store.claim_next(name, TTL, ["a", "c"])) is not None:
+                claims.append((record.task_id, name))
+        except BaseException as exc:  # reported below: a thread's failure must fail the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=claimer, args=(f"w{i}",)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert sorted(task_id for task_id, _ in claims) == sorted(wanted)  # each exactly once
+    for task_id, name in claims:
+        record = store.get_task(task_id)
+        assert record is not None and (record.owner, record.epoch) == (name, 1)
+    for i in range(10):
+        record = store.get_task(f"b-{i}")
+        assert record is not None and (record.owner, record.epoch) == (None, 0)

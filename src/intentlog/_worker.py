@@ -1,9 +1,10 @@
 """Workers: registered task functions, run by whichever worker claims the task.
 
-A worker claims a runnable task (new, or whose lease expired), renews its lease while it runs,
-reconciles the task's SUBMITTED operations first, then calls the task function, which resumes
-at the task's ``next_step``. A task that stops on an UNRESOLVED operation is parked until a
-person resolves it; a task whose function raises is retried later with backoff.
+A worker claims a runnable task of a kind it registered (new, or whose lease expired), renews
+its lease while it runs, reconciles the task's SUBMITTED operations first, then calls the task
+function, which resumes at the task's ``next_step``. A task that stops on an UNRESOLVED
+operation is parked until a person resolves it; a task whose function raises is retried later
+with backoff.
 """
 
 from __future__ import annotations
@@ -122,9 +123,13 @@ class Worker:
                 signal.signal(sig, handler)
 
     def run_once(self) -> bool:
-        """Claim one runnable task and run it; False if nothing was runnable."""
+        """Claim one runnable task of a kind registered here and run it; False if nothing
+        such was runnable. A task of another kind (another application's, or a newer
+        version's during a rolling deploy) is never claimed, so it never fails or backs
+        off here: it waits, untouched, for a worker that has its function."""
         owner = new_owner()
-        record = self.journal.store.claim_next(owner, self.journal.lease_ttl)
+        kinds = tuple(self.registry.functions)  # read each time: tasks may be added later
+        record = self.journal.store.claim_next(owner, self.journal.lease_ttl, kinds)
         if record is None:
             return False
         self._run(record, owner)
@@ -136,7 +141,7 @@ class Worker:
         task = Task(core, journal._renewer)
         fn = self.registry.functions.get(record.kind or "")
         try:
-            if fn is None:
+            if fn is None:  # not expected: the claim asks only for registered kinds
                 raise InvalidInput(f"no task function registered for kind {record.kind!r}")
             for op in journal.store.list_ops(task_id=record.task_id, states=[State.SUBMITTED]):
                 effect = self.registry.effects.get(op.effect)

@@ -10,7 +10,7 @@ either kind of store (``intentlog._driver``).
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
 from intentlog._model import Operation, State, TaskRecord
 from intentlog.stores._base import Resolution, Store, TaskUpdate
@@ -60,7 +60,9 @@ class AsyncStore(abc.ABC):
     async def create_task(self, task_id: str, kind: str, input_json: str) -> TaskRecord | None: ...
 
     @abc.abstractmethod
-    async def claim_next(self, owner: str, ttl: float) -> TaskRecord | None: ...
+    async def claim_next(
+        self, owner: str, ttl: float, kinds: Collection[str]
+    ) -> TaskRecord | None: ...
 
     @abc.abstractmethod
     async def list_tasks(self, *, include_completed: bool = True) -> list[TaskRecord]: ...

@@ -20,7 +20,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 from intentlog._errors import LeaseLost
@@ -325,13 +325,16 @@ class Store(abc.ABC):
         new record, or None if a task with this id already exists (nothing changed)."""
 
     @abc.abstractmethod
-    def claim_next(self, owner: str, ttl: float) -> TaskRecord | None:
-        """Claim one runnable task for a worker, atomically: a task with a ``kind``, not
-        completed, ``not_before`` passed, unleased or with an expired lease, and with no
-        UNRESOLVED operation (such a task is parked until a person resolves it). Its epoch
-        rises by one (a compare-and-set, like ``claim_task``). Concurrent callers never get
-        the same task (PostgreSQL: ``FOR UPDATE SKIP LOCKED``; SQLite: one writer). Returns
-        the claimed record, or None if nothing is runnable now."""
+    def claim_next(self, owner: str, ttl: float, kinds: Collection[str]) -> TaskRecord | None:
+        """Claim one runnable task for a worker, atomically: a task whose ``kind`` is one of
+        ``kinds`` (the task functions the worker has), not completed, ``not_before`` passed,
+        unleased or with an expired lease, and with no UNRESOLVED operation (such a task is
+        parked until a person resolves it); the one due first. Its epoch rises by one (a
+        compare-and-set, like ``claim_task``). A task of another kind is not touched at all:
+        the filter is part of the claim, never a claim and a release. Concurrent callers
+        never get the same task (PostgreSQL: ``FOR UPDATE SKIP LOCKED``; SQLite: one writer).
+        Returns the claimed record, or None if nothing is runnable now (always, for no
+        ``kinds``)."""
 
     @abc.abstractmethod
     def list_tasks(self, *, include_completed: bool = True) -> list[TaskRecord]:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Generator, Iterable, Sequence
+from collections.abc import Collection, Generator, Iterable, Sequence
 from typing import Any, NamedTuple, TypeVar
 from urllib.parse import unquote, urlsplit
 
@@ -45,7 +45,7 @@ from intentlog.stores._base import (
 
 __all__ = ["DEFAULT_SCHEMA", "SCHEMA_VERSION", "Plans", "Q", "Result", "parse_url"]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 DEFAULT_SCHEMA = "intentlog"
 LOCK_KEY = 0x494C4F47  # "ILOG": with the schema name's hash, the migration advisory lock
 URL_OPTIONS = ("schema", "pool_max_size")  # ours: stripped before libpq sees the URL
@@ -103,6 +103,12 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE {s}.operations ADD COLUMN locks_in_flight BOOLEAN NOT NULL DEFAULT false,
         ADD COLUMN service TEXT
+    """,
+    # 4: a worker claims only its own kinds: one seek per kind, in due order, whatever the
+    # other kinds' backlog (tasks_runnable stays for workers of the previous version)
+    """
+    CREATE INDEX tasks_claim ON {s}.tasks (kind, not_before, seq)
+        WHERE NOT completed AND kind IS NOT NULL
     """,
 )
 assert len(MIGRATIONS) == SCHEMA_VERSION
@@ -239,19 +245,28 @@ class Plans:
         rows = (yield Q(sql, (task_id, now, now, kind, input_json))).rows
         return task_from_row(rows[0]) if rows else None
 
-    def p_claim_next(self, owner: str, ttl: float) -> Plan[TaskRecord | None]:
+    def p_claim_next(
+        self, owner: str, ttl: float, kinds: Collection[str]
+    ) -> Plan[TaskRecord | None]:
         now = self.now()
-        # SKIP LOCKED: concurrent workers each lock a different candidate instead of queueing
-        # on the same row; the outer UPDATE raises the epoch of the one this worker locked.
+        # For each wanted kind, its first runnable task in due order: one seek in the partial
+        # index tasks_claim (kind, not_before, seq), whose WHERE is repeated here so the
+        # planner may use it. SKIP LOCKED: concurrent workers each lock a different candidate
+        # instead of queueing on the same row (a worker locks one per kind for the length of
+        # this one statement); the outer UPDATE raises the epoch of the one due first. The
+        # kinds are one array parameter: one statement text for every worker.
         sql = (
             "UPDATE {s}.tasks SET epoch = epoch + 1, owner = %s, lease_expires = %s,"
-            " updated_at = %s WHERE task_id = (SELECT task_id FROM {s}.tasks t"
-            " WHERE NOT completed AND kind IS NOT NULL AND not_before <= %s"
-            " AND (owner IS NULL OR lease_expires <= %s) AND NOT EXISTS (SELECT 1 FROM"
-            " {s}.operations o WHERE o.task_id = t.task_id AND o.state = 'UNRESOLVED')"
-            " ORDER BY not_before, seq LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING *"
+            " updated_at = %s WHERE task_id = (SELECT c.task_id"
+            " FROM unnest(%s::text[]) AS w (kind) CROSS JOIN LATERAL (SELECT task_id,"
+            " not_before, seq FROM {s}.tasks t WHERE NOT completed AND kind IS NOT NULL"
+            " AND kind = w.kind AND not_before <= %s AND (owner IS NULL OR lease_expires <= %s)"
+            " AND NOT EXISTS (SELECT 1 FROM {s}.operations o WHERE o.task_id = t.task_id"
+            " AND o.state = 'UNRESOLVED') ORDER BY not_before, seq LIMIT 1"
+            " FOR UPDATE SKIP LOCKED) AS c ORDER BY c.not_before, c.seq LIMIT 1) RETURNING *"
         )
-        rows = (yield Q(sql, (owner, now + ttl, now, now, now))).rows
+        params = (owner, now + ttl, now, sorted(set(kinds)), now, now)
+        rows = (yield Q(sql, params)).rows
         return task_from_row(rows[0]) if rows else None
 
     def p_list_tasks(self, include_completed: bool) -> Plan[list[TaskRecord]]:

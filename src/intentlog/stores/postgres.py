@@ -31,7 +31,7 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any, TypeVar
 
 from intentlog._errors import (
@@ -340,8 +340,10 @@ class PostgresStore(_Common, Store):
     def create_task(self, task_id: str, kind: str, input_json: str) -> TaskRecord | None:
         return self._run(lambda: self.p_create_task(task_id, kind, input_json), write=True)
 
-    def claim_next(self, owner: str, ttl: float) -> TaskRecord | None:
-        return self._run(lambda: self.p_claim_next(owner, ttl), write=True)
+    def claim_next(self, owner: str, ttl: float, kinds: Collection[str]) -> TaskRecord | None:
+        if not kinds:
+            return None
+        return self._run(lambda: self.p_claim_next(owner, ttl, kinds), write=True)
 
     def list_tasks(self, *, include_completed: bool = True) -> list[TaskRecord]:
         return self._run(lambda: self.p_list_tasks(include_completed), write=False)
@@ -502,8 +504,10 @@ class AsyncPostgresStore(_Common, AsyncStore):
     async def create_task(self, task_id: str, kind: str, input_json: str) -> TaskRecord | None:
         return await self._run(lambda: self.p_create_task(task_id, kind, input_json), write=True)
 
-    async def claim_next(self, owner: str, ttl: float) -> TaskRecord | None:
-        return await self._run(lambda: self.p_claim_next(owner, ttl), write=True)
+    async def claim_next(self, owner: str, ttl: float, kinds: Collection[str]) -> TaskRecord | None:
+        if not kinds:
+            return None
+        return await self._run(lambda: self.p_claim_next(owner, ttl, kinds), write=True)
 
     async def list_tasks(self, *, include_completed: bool = True) -> list[TaskRecord]:
         return await self._run(lambda: self.p_list_tasks(include_completed), write=False)

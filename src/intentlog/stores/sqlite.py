@@ -19,7 +19,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -42,7 +42,7 @@ from intentlog.stores._sqlite_errors import DRIVER_ERRORS, describe, describe_os
 __all__ = ["SQLiteStore", "VersionMoved"]
 
 APPLICATION_ID = 0x494C4F47  # "ILOG": tells our files from other SQLite databases
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 _HEADER = b"SQLite format 3\x00"
 
 # Each entry migrates from version index to index + 1. Append only; never edit a released one.
@@ -119,6 +119,11 @@ _MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE operations ADD COLUMN locks_in_flight INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE operations ADD COLUMN service TEXT;
+    """,
+    # 5: a worker claims only its own kinds: one seek per kind, in due order, whatever the
+    # other kinds' backlog (tasks_runnable stays for workers of the previous version)
+    """
+    CREATE INDEX tasks_claim ON tasks (kind, not_before) WHERE completed = 0 AND kind IS NOT NULL;
     """,
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION
@@ -368,21 +373,27 @@ class SQLiteStore(Store):
 
         return body
 
-    def claim_next(self, owner: str, ttl: float) -> TaskRecord | None:
-        return self._commit(self.w_claim_next(owner, ttl))
+    def claim_next(self, owner: str, ttl: float, kinds: Collection[str]) -> TaskRecord | None:
+        if not kinds:
+            return None
+        return self._commit(self.w_claim_next(owner, ttl, kinds))
 
     def w_claim_next(
-        self, owner: str, ttl: float
+        self, owner: str, ttl: float, kinds: Collection[str]
     ) -> Callable[[sqlite3.Connection], TaskRecord | None]:
         """The write transaction of :meth:`claim_next`, for a committer to run."""
         now = self.now()
+        wanted = sorted(set(kinds))
 
         def body(conn: sqlite3.Connection) -> TaskRecord | None:
             # One writer at a time (BEGIN IMMEDIATE): the read and the claim are atomic, so
-            # no two workers get one task; SQLite needs no SKIP LOCKED.
-            row = conn.execute(_RUNNABLE, (now, now)).fetchone()
-            if row is None:
+            # no two workers get one task; SQLite needs no SKIP LOCKED. Each kind's first
+            # runnable task is one seek in tasks_claim; the one due first of those wins.
+            found = [conn.execute(_RUNNABLE, (kind, now, now)).fetchone() for kind in wanted]
+            candidates = [r for r in found if r is not None]
+            if not candidates:
                 return None
+            row = min(candidates, key=lambda r: (r["not_before"], r["rowid"]))
             conn.execute(
                 "UPDATE tasks SET epoch = epoch + 1, owner = ?, lease_expires = ?, updated_at = ?"
                 " WHERE task_id = ? AND epoch = ?",
@@ -552,11 +563,14 @@ class SQLiteStore(Store):
 
 
 _OPEN = frozenset(State) - {State.CONFIRMED, State.FAILED}
+# The first runnable task of one kind, due first, then oldest (rowid: creation order). The
+# partial index tasks_claim (its WHERE repeated here, so the planner may use it) holds
+# (kind, not_before, rowid): one seek, then a walk past the leased and parked tasks only.
 _RUNNABLE = (
-    "SELECT task_id, epoch FROM tasks t WHERE completed = 0 AND kind IS NOT NULL"
-    " AND not_before <= ? AND (owner IS NULL OR lease_expires <= ?)"
-    " AND NOT EXISTS (SELECT 1 FROM operations o WHERE o.task_id = t.task_id"
-    " AND o.state = 'UNRESOLVED') ORDER BY not_before, created_at LIMIT 1"
+    "SELECT task_id, epoch, not_before, rowid FROM tasks t WHERE completed = 0"
+    " AND kind IS NOT NULL AND kind = ? AND not_before <= ?"
+    " AND (owner IS NULL OR lease_expires <= ?) AND NOT EXISTS (SELECT 1 FROM operations o"
+    " WHERE o.task_id = t.task_id AND o.state = 'UNRESOLVED') ORDER BY not_before, rowid LIMIT 1"
 )
 # An operation's identity never changes after its insert, so an update leaves those columns
 # alone: SQLite rewrites an index entry whenever the UPDATE names one of its columns, even

@@ -17,7 +17,7 @@ import concurrent.futures
 import contextlib
 import os
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any, TypeVar
 
 from intentlog._errors import JournalError
@@ -138,8 +138,10 @@ class AsyncSQLiteStore(AsyncStore):
     async def create_task(self, task_id: str, kind: str, input_json: str) -> TaskRecord | None:
         return await self._write(self._store.w_create_task(task_id, kind, input_json))
 
-    async def claim_next(self, owner: str, ttl: float) -> TaskRecord | None:
-        return await self._write(self._store.w_claim_next(owner, ttl))
+    async def claim_next(self, owner: str, ttl: float, kinds: Collection[str]) -> TaskRecord | None:
+        if not kinds:
+            return None
+        return await self._write(self._store.w_claim_next(owner, ttl, kinds))
 
     async def list_tasks(self, *, include_completed: bool = True) -> list[TaskRecord]:
         return await self._read(self._store.list_tasks, include_completed=include_completed)
