@@ -47,7 +47,7 @@ class ServiceInfo:
     mode: str
     retention: float | None = None
     lookup_lag: float = 0.0
-    timeout: float = 0.5
+    timeout: float = 1.0
 
     def payment_effect(self, name: str = "charge", *, lazy_receipt: bool = False) -> Effect:
         """An Effect for this service that declares exactly what its mode can do.
@@ -342,7 +342,10 @@ def crash_matrix(
     points: Iterable[str] = CRASH_POINTS,
     retention: float | None = None,
     lookup_lag: float = 0.0,
-    timeout: float = 0.5,
+    # Long enough that a loopback request does not time out on a loaded machine (a timeout
+    # is an ambiguous answer, and in mode "neither" that is a person's question), short enough
+    # that a restart does not wait long for an in-flight window to pass.
+    timeout: float = 1.0,
     max_restarts: int = 6,
     child_timeout: float = 60.0,
     workdir: str | os.PathLike[str] | None = None,
