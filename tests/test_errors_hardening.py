@@ -161,26 +161,30 @@ def test_every_journal_call_on_a_damaged_journal_is_journal_corrupt(damaged: Pat
     assert digest(damaged) == before  # refused, and left as it was
 
 
+def primitive_calls(store: Any, op: intentlog.Operation) -> dict[str, Callable[[], Any]]:
+    """Every store primitive, called once (a sync store's result, or an async store's
+    coroutine)."""
+    return {
+        "get_task": lambda: store.get_task("order-1"),
+        "claim_task": lambda: store.claim_task("new", "me", 30, None),
+        "write_task": lambda: store.write_task("order-1", 1, 30, TaskUpdate(release=True)),
+        "create_task": lambda: store.create_task("new", "kind", "null"),
+        "claim_next": lambda: store.claim_next("me", 30, ["kind"]),
+        "list_tasks": store.list_tasks,
+        "delete_completed": lambda: store.delete_completed(store.now()),
+        "get_op": lambda: store.get_op("k"),
+        "insert_op": lambda: store.insert_op(op, 1, 30),
+        "update_op": lambda: store.update_op(op, None, 30),
+        "list_ops": store.list_ops,
+        "count_ops": store.count_ops,
+        "resolutions": store.resolutions,
+    }
+
+
 def test_every_store_primitive_on_a_damaged_journal_is_journal_corrupt(damaged: Path) -> None:
     store = SQLiteStore(damaged)
     try:
-        now = store.now()
-        op = operation("k", now)
-        calls: dict[str, Callable[[], Any]] = {
-            "get_task": lambda: store.get_task("order-1"),
-            "claim_task": lambda: store.claim_task("new", "me", 30, None),
-            "write_task": lambda: store.write_task("order-1", 1, 30, TaskUpdate(release=True)),
-            "create_task": lambda: store.create_task("new", "kind", "null"),
-            "claim_next": lambda: store.claim_next("me", 30, ["kind"]),
-            "list_tasks": store.list_tasks,
-            "delete_completed": lambda: store.delete_completed(now),
-            "get_op": lambda: store.get_op("k"),
-            "insert_op": lambda: store.insert_op(op, 1, 30),
-            "update_op": lambda: store.update_op(op, None, 30),
-            "list_ops": store.list_ops,
-            "count_ops": store.count_ops,
-            "resolutions": store.resolutions,
-        }
+        calls = primitive_calls(store, operation("k", store.now()))
         for what, call in calls.items():
             _corrupt(call, f"SQLiteStore.{what}")
     finally:
@@ -225,22 +229,7 @@ def test_the_async_journal_on_a_damaged_journal_is_journal_corrupt(damaged: Path
 
     async def primitives() -> None:
         try:
-            op = operation("k", store.now())
-            calls: dict[str, Callable[[], Any]] = {
-                "get_task": lambda: store.get_task("order-1"),
-                "claim_task": lambda: store.claim_task("new", "me", 30, None),
-                "write_task": lambda: store.write_task("order-1", 1, 30, TaskUpdate(release=True)),
-                "create_task": lambda: store.create_task("new", "kind", "null"),
-                "claim_next": lambda: store.claim_next("me", 30, ["kind"]),
-                "list_tasks": store.list_tasks,
-                "delete_completed": lambda: store.delete_completed(store.now()),
-                "get_op": lambda: store.get_op("k"),
-                "insert_op": lambda: store.insert_op(op, 1, 30),
-                "update_op": lambda: store.update_op(op, None, 30),
-                "list_ops": store.list_ops,
-                "count_ops": store.count_ops,
-                "resolutions": store.resolutions,
-            }
+            calls = primitive_calls(store, operation("k", store.now()))
             for what, call in calls.items():
                 with pytest.raises(intentlog.JournalCorrupt) as info:
                     await call()

@@ -138,19 +138,20 @@ def only_op(journal: Path) -> intentlog.Operation:
         return op
 
 
+ORDER_MAIL: dict[str, Any] = {
+    "to": ["a@example.org", "B <b@example.org>"],
+    "cc": "c@example.org",
+    "bcc": ["d@example.org"],
+    "subject": "Order 7 shipped",
+    "text": "Your order is on its way.\n.\nA line with a dot.",
+    "html": "<p>Shipped</p>",
+}
+
+
 def test_mail_receipt_and_key_in_headers(tmp_path: Path, smtp_server: Server) -> None:
     effect = mailer(smtp_server)
     assert effect.service is profiles.SMTP and not effect.idempotent and effect.reconcile is None
-    receipt = send(
-        tmp_path / "j.db",
-        effect,
-        to=["a@example.org", "B <b@example.org>"],
-        cc="c@example.org",
-        bcc=["d@example.org"],
-        subject="Order 7 shipped",
-        text="Your order is on its way.\n.\nA line with a dot.",
-        html="<p>Shipped</p>",
-    )
+    receipt = send(tmp_path / "j.db", effect, **ORDER_MAIL)
     op = only_op(tmp_path / "j.db")
     assert (
         receipt
@@ -166,19 +167,7 @@ def test_mail_receipt_and_key_in_headers(tmp_path: Path, smtp_server: Server) ->
     plain = mail.message.get_body(("plain",))
     assert plain is not None and "\r\n.\r\nA line with a dot." in plain.get_content()
     # The same call again: the stored receipt, no second mail.
-    assert (
-        send(
-            tmp_path / "j.db",
-            effect,
-            to=["a@example.org", "B <b@example.org>"],
-            cc="c@example.org",
-            bcc=["d@example.org"],
-            subject="Order 7 shipped",
-            text="Your order is on its way.\n.\nA line with a dot.",
-            html="<p>Shipped</p>",
-        )
-        == receipt
-    )
+    assert send(tmp_path / "j.db", effect, **ORDER_MAIL) == receipt
     assert len(smtp_server.recorder.mails) == 1
 
 
