@@ -9,6 +9,8 @@ Commands::
     intentlog gc --older-than 30d       delete completed tasks older than a duration
     intentlog check --effects MODULE --restart-within 1h
                                         effects whose service cannot settle a crash in flight
+    intentlog mcp [--tools FILE] [--task ID] -- COMMAND...
+                                        a journaling proxy in front of an MCP server
 
 Every command takes ``--json`` for one JSON object on stdout. The journal is ``--db URL``,
 else ``$INTENTLOG_URL``, else ``./.intentlog/journal.db``; it must already exist. ``--db`` and
@@ -823,6 +825,16 @@ def worker(
         _emit(totals)
     else:
         click.echo(", ".join(f"{n} {what}" for what, n in totals.items()))
+
+
+def _add_mcp() -> None:
+    # Its own module: the proxy's code is imported only when the command runs.
+    from intentlog.proxy._cli import mcp_command
+
+    cli.add_command(mcp_command)
+
+
+_add_mcp()
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -1,0 +1,343 @@
+"""The bridge: relays one MCP session between an agent and an upstream server.
+
+Every message passes through as the JSON object it was (requests, responses, errors and
+notifications in both directions, including progress, list-changed, logging, sampling,
+elicitation, roots and cancellation), with its own id: the proxy advertises nothing of its
+own and negotiates nothing. The one exception is ``tools/call`` of a tool that is journaled
+(see :mod:`intentlog.proxy._policy`): that call is handed to :class:`~intentlog.proxy._calls.Calls`,
+which journals the intent, sends the proxy's own request upstream, records the receipt and
+answers the agent. The proxy's own requests (that send, a lookup, ``tools/list``) carry ids
+of their own (``intentlog-<nonce>-<n>``), so their responses never reach the agent.
+
+A journaled call is shielded from the agent: a ``notifications/cancelled`` for it is not
+passed on, the upstream's answer is still awaited and its receipt recorded; only the
+response to the agent is dropped. The agent may send the call again; it joins the one in
+flight, or gets the recorded result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import uuid
+from typing import Any
+
+from intentlog._crash import crashpoint
+from intentlog.proxy._wire import (
+    INTERNAL_ERROR,
+    End,
+    Incoming,
+    Message,
+    RequestId,
+    error_reply,
+    is_notification,
+    is_request,
+    is_response,
+)
+
+__all__ = ["Bridge", "UpstreamError", "UpstreamGone"]
+
+log = logging.getLogger("intentlog.proxy")
+_ENVELOPE = "io.modelcontextprotocol/"  # per-request protocol fields of newer revisions
+
+
+class UpstreamError(Exception):
+    """The upstream answered one of the proxy's requests with a JSON-RPC error."""
+
+    def __init__(self, error: Any) -> None:
+        error = error if isinstance(error, dict) else {}
+        code = error.get("code")
+        self.code = code if isinstance(code, int) and not isinstance(code, bool) else None
+        message = error.get("message")
+        self.text = message if isinstance(message, str) else "an error without a message"
+        self.data = error.get("data")
+        super().__init__(f"upstream error {self.code}: {self.text}")
+
+
+class UpstreamGone(ConnectionError):
+    """The upstream closed (or died) before it answered."""
+
+
+class Bridge:
+    """One session: the agent's end, the upstream's end, and the journaled calls."""
+
+    def __init__(self, agent: End, upstream: End, upstream_note: Any = None) -> None:
+        self.agent = agent
+        self.upstream = upstream
+        self.calls: Any = None  # set by the owner: a Calls, or None to journal nothing
+        self._note = upstream_note  # a callable giving " (exit code N)" once known
+        self._nonce = uuid.uuid4().hex[:12]
+        self._ids = itertools.count(1)
+        self._own: dict[RequestId, asyncio.Future[Message]] = {}
+        self._forwarded: dict[RequestId, Incoming] = {}
+        self._journaled: dict[RequestId, Incoming] = {}
+        self._progress: dict[Any, RequestId] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._gone: str | None = None
+        self._tools: dict[str, dict[str, Any]] | None = None
+        self._tools_fetch: asyncio.Future[dict[str, dict[str, Any]]] | None = None
+        self.envelope: dict[str, Any] = {}
+        self.agent_closed = asyncio.Event()
+
+    # -- running ---------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Relay until the agent leaves; then let journaled calls in flight finish."""
+        upstream = asyncio.create_task(self._from_upstream())
+        try:
+            await self._from_agent()
+        finally:
+            self.agent_closed.set()
+            if self.calls is not None:
+                await self.calls.drain()
+            if self._tasks:
+                await asyncio.gather(*self._tasks, return_exceptions=True)
+            upstream.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await upstream
+
+    def _spawn(self, work: Any) -> None:
+        task = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _from_agent(self) -> None:
+        while (incoming := await self.agent.receive()) is not None:
+            message = incoming.message
+            if is_request(message):
+                self._remember_envelope(message)
+                if message.get("method") == "tools/call" and self.calls is not None:
+                    self._spawn(self._tools_call(incoming))
+                else:
+                    await self._forward(incoming)
+            elif is_notification(message):
+                if message.get("method") == "notifications/cancelled":
+                    await self._cancelled(incoming)
+                elif self._gone is None:
+                    await self._to_upstream(message)
+            else:  # a response to one of the upstream's own requests (sampling, roots, ...)
+                if self._gone is None:
+                    await self._to_upstream(message)
+
+    async def _from_upstream(self) -> None:
+        while (incoming := await self.upstream.receive()) is not None:
+            message = incoming.message
+            if is_response(message):
+                request_id = message.get("id")
+                own = self._own.pop(request_id, None) if _hashable(request_id) else None
+                if own is not None:
+                    if not own.done():
+                        own.set_result(message)
+                    continue
+                if _hashable(request_id):
+                    self._forwarded.pop(request_id, None)
+                await self._to_agent(message)
+            elif is_request(message):
+                await self._to_agent(message, related=self._latest_request())
+            else:
+                method = message.get("method")
+                related = None
+                if method == "notifications/tools/list_changed":
+                    self._tools = None  # read again when next needed
+                elif method == "notifications/progress":
+                    params = message.get("params")
+                    token = params.get("progressToken") if isinstance(params, dict) else None
+                    related = self._progress.get(token) if _hashable(token) else None
+                await self._to_agent(message, related=related)
+        self._upstream_closed()
+
+    def _upstream_closed(self) -> None:
+        note = self._note() if callable(self._note) else ""
+        self._gone = f"the upstream server closed the session{note}"
+        log.warning("%s", self._gone)
+        for future in self._own.values():
+            if not future.done():
+                future.set_exception(UpstreamGone(self._gone))
+        self._own.clear()
+        pending, self._forwarded = self._forwarded, {}
+        for request_id in pending:
+            self._spawn(self._to_agent(self._gone_reply(request_id)))
+
+    def _gone_reply(self, request_id: RequestId) -> Message:
+        return error_reply(
+            request_id,
+            INTERNAL_ERROR,
+            f"intentlog mcp: {self._gone}; this request was not answered",
+        )
+
+    # -- moving messages -------------------------------------------------------------------
+
+    async def _forward(self, incoming: Incoming) -> None:
+        """Pass an agent's request upstream, unchanged."""
+        message = incoming.message
+        request_id = message["id"]
+        if self._gone is not None:
+            await self._to_agent(self._gone_reply(request_id))
+            return
+        if _hashable(request_id):
+            self._forwarded[request_id] = incoming
+            token = _progress_token(message)
+            if token is not None:
+                self._progress[token] = request_id
+        try:
+            await self.upstream.send(message)
+        except ConnectionError:
+            self._forwarded.pop(request_id, None)
+            await self._to_agent(self._gone_reply(request_id))
+
+    async def _to_upstream(self, message: Message) -> None:
+        with contextlib.suppress(ConnectionError):
+            await self.upstream.send(message)
+
+    async def _to_agent(self, message: Message, *, related: RequestId | None = None) -> None:
+        try:
+            await self.agent.send(message, related=related)
+        except (ConnectionError, RuntimeError) as exc:  # the agent left
+            log.debug("could not reach the agent: %s", exc)
+
+    async def _cancelled(self, incoming: Incoming) -> None:
+        params = incoming.message.get("params")
+        request_id = params.get("requestId") if isinstance(params, dict) else None
+        if _hashable(request_id) and request_id in self._journaled:
+            # Shielded: the call goes on and its receipt is recorded; only its answer is
+            # dropped, so a cancel can never turn a call that lands into an UNRESOLVED one.
+            self.agent.unanswered(self._journaled.pop(request_id))
+            return
+        if _hashable(request_id) and request_id in self._forwarded:
+            self.agent.unanswered(self._forwarded.pop(request_id))
+        if self._gone is None:
+            await self._to_upstream(incoming.message)
+
+    def _latest_request(self) -> RequestId | None:
+        """The agent request a server-initiated request most likely belongs to (a stdio
+        server does not say): the latest one still open."""
+        for table in (self._journaled, self._forwarded):
+            if table:
+                return next(reversed(table))
+        return None
+
+    def _remember_envelope(self, message: Message) -> None:
+        params = message.get("params")
+        meta = params.get("_meta") if isinstance(params, dict) else None
+        if isinstance(meta, dict):
+            envelope = {k: v for k, v in meta.items() if k.startswith(_ENVELOPE)}
+            if envelope:
+                self.envelope = envelope
+
+    # -- journaled tools/call --------------------------------------------------------------
+
+    async def _tools_call(self, incoming: Incoming) -> None:
+        message = incoming.message
+        request_id = message["id"]
+        params = message.get("params")
+        name = params.get("name") if isinstance(params, dict) else None
+        try:
+            policy = await self.calls.policy(name) if isinstance(name, str) else None
+        except (UpstreamError, UpstreamGone, TimeoutError) as exc:
+            log.warning("could not read the upstream's tools to judge %r: %s", name, exc)
+            policy = self.calls.fallback_policy(name)
+        if policy is None or not policy.journaled:
+            await self._forward(incoming)
+            return
+        if not _hashable(request_id):
+            await self._to_agent(error_reply(None, -32600, "intentlog mcp: invalid request id"))
+            return
+        self._journaled[request_id] = incoming
+        token = _progress_token(message)
+        if token is not None:
+            self._progress[token] = request_id
+        reply = await self.calls.call(request_id, params, policy)
+        if self._journaled.pop(request_id, None) is not None:  # not cancelled meanwhile
+            await self._to_agent(reply)
+
+    # -- the proxy's own requests upstream -------------------------------------------------
+
+    async def request(
+        self, method: str, params: dict[str, Any], *, timeout: float, effect: str | None = None
+    ) -> dict[str, Any]:
+        """Send a request of the proxy's own upstream and await its result.
+
+        ``effect``: the request is that effect's send, so the ``after_send`` crash point
+        is passed once it is written. Raises UpstreamError for an error answer, UpstreamGone
+        when the upstream closed first, TimeoutError after ``timeout`` seconds.
+        """
+        if self._gone is not None:
+            raise UpstreamGone(self._gone)
+        request_id = f"intentlog-{self._nonce}-{next(self._ids)}"
+        future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+        self._own[request_id] = future
+        message = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+        try:
+            try:
+                await self.upstream.send(message)
+            except ConnectionError as exc:
+                raise UpstreamGone(self._gone or f"the upstream server is gone: {exc}") from exc
+            if effect is not None:
+                crashpoint("after_send", effect)
+            answer = await asyncio.wait_for(asyncio.shield(future), timeout)
+        except TimeoutError:
+            if effect is None:  # a lookup or a listing: tell the server to stop working on it
+                cancel = {"requestId": request_id, "reason": "timed out"}
+                await self._to_upstream(
+                    {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": cancel}
+                )
+            raise
+        finally:
+            self._own.pop(request_id, None)
+        if "error" in answer:
+            raise UpstreamError(answer["error"])
+        result = answer.get("result")
+        if not isinstance(result, dict):
+            raise UpstreamError(
+                {"code": INTERNAL_ERROR, "message": "a result that is not an object"}
+            )
+        return result
+
+    def own_meta(self) -> dict[str, Any]:
+        """The ``_meta`` the proxy's own requests carry: the protocol envelope the agent's
+        requests carry (empty in revisions that negotiate once, at initialize)."""
+        return dict(self.envelope)
+
+    async def tool(self, name: str, *, timeout: float) -> dict[str, Any] | None:
+        """The upstream's definition of tool ``name`` (from ``tools/list``, read once and
+        again after the server says the list changed), or None if it lists no such tool."""
+        tools = self._tools
+        if tools is None:
+            if self._tools_fetch is None or self._tools_fetch.done():
+                self._tools_fetch = asyncio.ensure_future(self._list_tools(timeout))
+            tools = await asyncio.shield(self._tools_fetch)
+            self._tools = tools
+        return tools.get(name)
+
+    async def _list_tools(self, timeout: float) -> dict[str, dict[str, Any]]:
+        tools: dict[str, dict[str, Any]] = {}
+        cursor: Any = None
+        for _ in range(1000):  # a bound on pages: a server that loops its cursor
+            params: dict[str, Any] = {}
+            meta = self.own_meta()
+            if meta:
+                params["_meta"] = meta
+            if cursor is not None:
+                params["cursor"] = cursor
+            result = await self.request("tools/list", params, timeout=timeout)
+            listed = result.get("tools")
+            for tool in listed if isinstance(listed, list) else []:
+                if isinstance(tool, dict) and isinstance(tool.get("name"), str):
+                    tools[tool["name"]] = tool
+            cursor = result.get("nextCursor")
+            if not cursor:
+                break
+        return tools
+
+
+def _hashable(value: Any) -> bool:
+    return isinstance(value, int | str) and not isinstance(value, bool)
+
+
+def _progress_token(message: Message) -> Any:
+    params = message.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    token = meta.get("progressToken") if isinstance(meta, dict) else None
+    return token if _hashable(token) else None

@@ -1,0 +1,504 @@
+"""Journaled tool calls: intent, send, receipt, and the answer the agent gets.
+
+Each journaled tool is an :class:`intentlog.Effect` whose submit is the proxy's own
+``tools/call`` upstream and whose reconcile, where the tools file names a lookup, is a call
+of that read tool. A call runs as ``task.run(effect, arguments=...)`` on the task the call
+belongs to, so the decision, the fencing, the crash points and the hygiene are the
+library's own; this module adds what a tool call needs around it:
+
+- The key: from ``_meta["intentlog/key"]``, else from the value the agent gave the tool's
+  key argument, else derived from the task, the tool and the canonical arguments.
+- One flight per call: the same call arriving while it is in flight (a client that retried,
+  or cancelled and sent it again) waits for that one and gets its answer.
+- Definite failures: a JSON-RPC error that means the request was refused before it ran
+  (invalid request, unknown method, invalid params), and an ``isError`` result unless the
+  tool is configured ``on_error = "unknown"``, are recorded FAILED. The same call made again
+  is a new attempt with a key of its own (``<key>.2``, ``<key>.3``, ...): the first one
+  definitely did not apply, so sending it again cannot duplicate it.
+- State-changing calls of one task are sent one at a time (the task's lease admits one
+  writer); reads pass through without waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import dataclasses
+import logging
+import time
+from typing import Any, Protocol
+
+from intentlog._async import AsyncJournal, AsyncTask
+from intentlog._effect import Effect
+from intentlog._errors import (
+    Error,
+    InvalidInput,
+    JournalError,
+    KeyConflict,
+    LeaseLost,
+    OutcomeUnknown,
+    Rejected,
+    StillInFlight,
+)
+from intentlog._keys import canonical_json, derive_key, validate_key, validate_task_id
+from intentlog._model import Found, Indeterminate, LookupResult, NotFound
+from intentlog.proxy._bridge import UpstreamError, UpstreamGone
+from intentlog.proxy._policy import ProxyFile, ToolPolicy, default_policy
+from intentlog.proxy._results import attach, error_result, receipt_of, replay_of, text_of
+from intentlog.proxy._wire import INTERNAL_ERROR, INVALID_PARAMS, Message, RequestId, error_reply
+
+__all__ = ["KEY_META", "TASK_META", "Calls", "TaskHandles"]
+
+log = logging.getLogger("intentlog.proxy")
+TASK_META = "intentlog/task"
+KEY_META = "intentlog/key"
+# JSON-RPC errors that mean the request was refused before any tool code ran.
+_REFUSED_CODES = frozenset({-32700, -32600, -32601, -32602})
+_MAX_ATTEMPTS = 100
+
+
+class Upstream(Protocol):
+    """What the journaled calls need of the session (the bridge provides it)."""
+
+    async def request(
+        self, method: str, params: dict[str, Any], *, timeout: float, effect: str | None = None
+    ) -> dict[str, Any]: ...
+
+    async def tool(self, name: str, *, timeout: float) -> dict[str, Any] | None: ...
+
+    def own_meta(self) -> dict[str, Any]: ...
+
+
+@dataclasses.dataclass(slots=True)
+class _Call:
+    """One run of a journaled call, seen by its effect's submit and reconcile."""
+
+    arguments: dict[str, Any]
+    meta: dict[str, Any]
+    sent: bool = False
+    live: dict[str, Any] | None = None  # the upstream's own result, when this run sent it
+    refusal: Message | None = None  # the upstream's definite refusal, as the agent gets it
+
+
+_CURRENT: contextvars.ContextVar[_Call] = contextvars.ContextVar("intentlog_proxy_call")
+
+
+class _Ambiguous(Exception):
+    """The upstream's answer does not settle whether the call applied."""
+
+
+class TaskHandles:
+    """The leased task handles of one proxy process, shared by its sessions: a task's
+    lease is held from its first journaled call until the proxy stops (renewed meanwhile),
+    and its calls are sent one at a time."""
+
+    def __init__(self, journal: AsyncJournal) -> None:
+        self.journal = journal
+        self._handles: dict[str, AsyncTask] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    def lock(self, task_id: str) -> asyncio.Lock:
+        return self._locks.setdefault(task_id, asyncio.Lock())
+
+    async def get(self, task_id: str) -> AsyncTask:
+        handle = self._handles.get(task_id)
+        if handle is None:
+            handle = await self.journal.task(task_id)
+            self._handles[task_id] = handle
+        return handle
+
+    def forget(self, task_id: str) -> None:
+        self._handles.pop(task_id, None)
+
+    async def aclose(self) -> None:
+        """Release every lease (a lease not released expires instead)."""
+        for handle in list(self._handles.values()):
+            try:
+                await handle.close()
+            except Error as exc:
+                log.warning("could not release task %r: %s", handle.id, exc)
+        self._handles.clear()
+
+
+class Calls:
+    """The journaled calls of one session (see the module's docstring)."""
+
+    def __init__(
+        self,
+        journal: AsyncJournal,
+        upstream: Upstream,
+        tools: ProxyFile,
+        *,
+        handles: TaskHandles,
+        task: str | None,
+        db: str,
+    ) -> None:
+        self.journal = journal
+        self.upstream = upstream
+        self.file = tools
+        self.task = task
+        self.db = db
+        self.handles = handles
+        self._effects: dict[str, tuple[ToolPolicy, Effect]] = {}
+        self._flights: dict[tuple[str, str], asyncio.Task[tuple[Message, bool]]] = {}
+
+    # -- policy ----------------------------------------------------------------------------
+
+    async def policy(self, tool: str) -> ToolPolicy:
+        """How calls of ``tool`` are treated: the tools file's entry, else the annotations
+        the upstream lists for it, else a side effect that can do neither."""
+        configured = self.file.tools.get(tool)
+        if configured is not None:
+            return configured
+        definition = await self.upstream.tool(tool, timeout=self.file.timeout)
+        annotations = definition.get("annotations") if definition else None
+        return default_policy(tool, annotations, timeout=self.file.timeout)
+
+    def fallback_policy(self, tool: Any) -> ToolPolicy | None:
+        """The policy when the upstream's tool list cannot be read: journaled, neither."""
+        if not isinstance(tool, str):
+            return None
+        return default_policy(tool, None, timeout=self.file.timeout)
+
+    def effect_name(self, tool: str) -> str:
+        name = f"{self.file.namespace}.{tool}" if self.file.namespace else tool
+        if len(name) > 100:  # an effect name's bound; MCP allows 128 characters
+            import hashlib
+
+            name = f"{name[:83]}~{hashlib.sha256(name.encode()).hexdigest()[:16]}"
+        return name
+
+    def _effect(self, policy: ToolPolicy) -> Effect:
+        cached = self._effects.get(policy.tool)
+        if cached is not None and cached[0] is policy:
+            return cached[1]
+        name = self.effect_name(policy.tool)
+        effect = Effect(
+            name,
+            self._submitter(policy, name),
+            self._reconciler(policy) if policy.lookup is not None else None,
+            idempotent=policy.deduplicates,
+            key_retention=policy.retention if policy.deduplicates else None,
+            timeout=policy.timeout,
+            # An unstated lag is taken as long as a request may take (the safe side).
+            lookup_lag=policy.lookup_lag if policy.lookup_lag is not None else policy.timeout,
+            locks_in_flight=policy.locks_in_flight,
+            receipt=lambda result: receipt_of(
+                result,
+                tool=name,
+                max_bytes=self.journal.options.max_bytes,
+                via="lookup" if isinstance(result, _Looked) else "send",
+            ),
+        )
+        self._effects[policy.tool] = (policy, effect)
+        return effect
+
+    def _submitter(self, policy: ToolPolicy, name: str) -> Any:
+        upstream = self.upstream
+
+        async def submit(key: str, arguments: dict[str, Any]) -> dict[str, Any]:
+            call = _CURRENT.get()
+            sent = dict(arguments)
+            if policy.key_argument is not None:
+                sent[policy.key_argument] = key
+            params: dict[str, Any] = {"name": policy.tool, "arguments": sent}
+            if call.meta:
+                params["_meta"] = call.meta
+            call.sent = True
+            try:
+                result = await upstream.request(
+                    "tools/call", params, timeout=policy.timeout, effect=name
+                )
+            except UpstreamError as exc:
+                if exc.code in _REFUSED_CODES:
+                    call.refusal = _error_message(exc)
+                    raise Rejected(f"the server refused the call: {exc.text}") from exc
+                raise _Ambiguous(f"the server answered error {exc.code}: {exc.text}") from exc
+            if result.get("isError") is True:
+                if policy.on_error == "failed":
+                    call.refusal = {"result": result}
+                    raise Rejected(f"the tool reported an error: {text_of(result)[:500]}")
+                raise _Ambiguous(f"the tool reported an error: {text_of(result)[:500]}")
+            call.live = result
+            return result
+
+        return submit
+
+    def _reconciler(self, policy: ToolPolicy) -> Any:
+        lookup = policy.lookup
+        assert lookup is not None
+        upstream = self.upstream
+
+        async def reconcile(key: str) -> LookupResult:
+            call = _CURRENT.get(None)
+            arguments = lookup.render(key, call.arguments if call is not None else {})
+            params: dict[str, Any] = {"name": lookup.tool, "arguments": arguments}
+            meta = upstream.own_meta()
+            if meta:
+                params["_meta"] = meta
+            result = await upstream.request("tools/call", params, timeout=policy.timeout)
+            if result.get("isError") is True:
+                text = text_of(result)
+                if lookup.not_found_error is not None and lookup.not_found_error.search(text):
+                    return NotFound()
+                return Indeterminate(f"the lookup {lookup.tool!r} answered an error: {text[:200]}")
+            value = _at_path(_structured(result), lookup.found)
+            if value in (None, "", [], {}):
+                return NotFound()
+            found = _Looked(
+                {
+                    "content": [{"type": "text", "text": _json(value)}],
+                    **({"structuredContent": value} if isinstance(value, dict) else {}),
+                }
+            )
+            return Found(found)
+
+        return reconcile
+
+    # -- calls -----------------------------------------------------------------------------
+
+    async def call(
+        self, request_id: RequestId, params: dict[str, Any], policy: ToolPolicy
+    ) -> Message:
+        """Journal and perform one ``tools/call``; the JSON-RPC response for the agent."""
+        try:
+            task_id, key, arguments, meta = self._read(params, policy)
+        except InvalidInput as exc:
+            return error_reply(request_id, INVALID_PARAMS, f"intentlog mcp: {exc}")
+        flight = (task_id, key or _args_key(policy.tool, arguments))
+        running = self._flights.get(flight)
+        joined = running is not None
+        if running is None:
+            running = asyncio.ensure_future(self._perform(task_id, key, arguments, meta, policy))
+            self._flights[flight] = running
+            running.add_done_callback(lambda _: self._flights.pop(flight, None))
+        # Shielded: an agent's cancel, or the session ending, never interrupts a send.
+        reply, fresh = await asyncio.shield(running)
+        if joined and fresh and "result" in reply:
+            reply = {**reply, "result": _mark_joined(reply["result"])}
+        return {"jsonrpc": "2.0", "id": request_id, **reply}
+
+    async def drain(self) -> None:
+        """Wait for the calls in flight (their receipts must be recorded)."""
+        while self._flights:
+            await asyncio.gather(*list(self._flights.values()), return_exceptions=True)
+
+    def _read(
+        self, params: dict[str, Any], policy: ToolPolicy
+    ) -> tuple[str, str | None, dict[str, Any], dict[str, Any]]:
+        arguments = params.get("arguments", {})
+        if arguments is None:
+            arguments = {}
+        if not isinstance(arguments, dict):
+            raise InvalidInput(
+                f"arguments of {policy.tool!r} must be an object, got {type(arguments).__name__}"
+            )
+        meta = params.get("_meta", {})
+        if meta is None:
+            meta = {}
+        if not isinstance(meta, dict):
+            raise InvalidInput(f"_meta must be an object, got {type(meta).__name__}")
+        task = meta.get(TASK_META, self.task)
+        if task is None:
+            raise InvalidInput(
+                f"no task for this call of {policy.tool!r}: start the proxy with --task ID, set "
+                f"INTENTLOG_TASK, or send _meta {{{TASK_META!r}: ID}} with the call"
+            )
+        task_id = validate_task_id(task)
+        key = meta.get(KEY_META)
+        if key is None and policy.key_argument is not None:
+            key = arguments.get(policy.key_argument)  # the agent chose the key itself
+        if key is not None:
+            key = validate_key(key)
+        forwarded = {k: v for k, v in meta.items() if k not in (TASK_META, KEY_META)}
+        if policy.key_argument is not None and policy.key_argument in arguments:
+            arguments = {k: v for k, v in arguments.items() if k != policy.key_argument}
+        return task_id, key, arguments, forwarded
+
+    async def _perform(
+        self,
+        task_id: str,
+        key: str | None,
+        arguments: dict[str, Any],
+        meta: dict[str, Any],
+        policy: ToolPolicy,
+    ) -> tuple[Message, bool]:
+        """The reply (without its id) and whether this run sent the request."""
+        effect = self._effect(policy)
+        try:
+            canonical = canonical_json(
+                {"arguments": arguments}, what=f"arguments of {policy.tool!r}"
+            )
+        except InvalidInput as exc:
+            return error_reply(None, INVALID_PARAMS, f"intentlog mcp: {exc}"), False
+        base = key if key is not None else derive_key(task_id, effect.name, canonical)
+        async with self.handles.lock(task_id):
+            try:
+                return await self._attempts(task_id, base, arguments, meta, policy, effect)
+            except LeaseLost as exc:
+                self.handles.forget(task_id)
+                return error_reply(None, INTERNAL_ERROR, f"intentlog mcp: {exc}"), False
+            except JournalError as exc:
+                return error_reply(None, INTERNAL_ERROR, f"intentlog mcp: journal: {exc}"), False
+
+    async def _attempts(
+        self,
+        task_id: str,
+        base: str,
+        arguments: dict[str, Any],
+        meta: dict[str, Any],
+        policy: ToolPolicy,
+        effect: Effect,
+    ) -> tuple[Message, bool]:
+        handle = await self.handles.get(task_id)
+        for attempt in range(1, _MAX_ATTEMPTS + 1):
+            key = base if attempt == 1 else f"{base}.{attempt}"
+            call = _Call(arguments, meta)
+            token = _CURRENT.set(call)
+            try:
+                receipt = await handle.run(effect, arguments=arguments, key=key)
+            except Rejected as exc:
+                if not call.sent:  # an earlier attempt's failure: this one is new
+                    continue
+                refusal = call.refusal or {"result": error_result(str(exc))}
+                return _with_meta(refusal, key=key, state="FAILED", replay=False), True
+            except KeyConflict as exc:
+                return error_reply(None, INVALID_PARAMS, f"intentlog mcp: {exc}"), False
+            except OutcomeUnknown as exc:
+                return {"result": self._unresolved(key, task_id, policy, str(exc))}, call.sent
+            except StillInFlight as exc:
+                return {"result": self._in_flight(key, task_id, policy, exc)}, call.sent
+            except (UpstreamGone, TimeoutError, _Ambiguous) as exc:  # attempts ran out
+                return {"result": self._in_flight(key, task_id, policy, exc)}, call.sent
+            finally:
+                _CURRENT.reset(token)
+            if call.live is not None:
+                return {"result": attach(call.live, key=key, state="CONFIRMED", replay=False)}, True
+            tool = await self._definition(policy.tool)
+            return {"result": replay_of(receipt, key=key, tool=tool)}, False
+        return error_reply(
+            None, INTERNAL_ERROR, f"intentlog mcp: {base}: {_MAX_ATTEMPTS} attempts failed"
+        ), False
+
+    async def _definition(self, tool: str) -> dict[str, Any] | None:
+        try:
+            return await self.upstream.tool(tool, timeout=self.file.timeout)
+        except (UpstreamError, UpstreamGone, TimeoutError):
+            return None
+
+    def _resolve_hint(self, key: str) -> str:
+        return (
+            f"intentlog --db {self.db} resolve {key} --confirmed --receipt '<JSON>' "
+            f"| --failed | --retry"
+        )
+
+    def _unresolved(self, key: str, task_id: str, policy: ToolPolicy, why: str) -> dict[str, Any]:
+        text = (
+            f"Do not retry this call. Whether {policy.tool!r} was applied is unknown (operation "
+            f"{key} of task {task_id!r} is UNRESOLVED): the proxy stopped while the request was "
+            "in flight, and this tool can neither deduplicate a resend nor be asked. A person "
+            "must check and decide; once they have, making this same call again returns "
+            f"their resolution. To resolve: {self._resolve_hint(key)}"
+        )
+        structured = {
+            "state": "UNRESOLVED",
+            "next_action": "ESCALATE",
+            "key": key,
+            "task_id": task_id,
+            "tool": policy.tool,
+            "reason": why[:500],
+            "resolve": self._resolve_hint(key),
+        }
+        return attach(error_result(text, structured), key=key, state="UNRESOLVED", replay=False)
+
+    def _in_flight(
+        self, key: str, task_id: str, policy: ToolPolicy, exc: BaseException
+    ) -> dict[str, Any]:
+        not_before = getattr(exc, "not_before", None)
+        wait = (
+            max(0.0, not_before - self.journal.store.now())
+            if isinstance(not_before, float)
+            else None
+        )
+        when = f" in about {wait:.0f} s" if wait is not None else " later"
+        text = (
+            f"Do not start this action another way. The call of {policy.tool!r} (operation {key} "
+            f"of task {task_id!r}) may still be in flight and its outcome is not settled yet. "
+            f"Make this same call again{when}: it returns the outcome, and resends only where "
+            "that cannot apply it twice."
+        )
+        structured = {
+            "state": "SUBMITTED",
+            "next_action": "WAIT",
+            "key": key,
+            "task_id": task_id,
+            "tool": policy.tool,
+            "retry_after_seconds": round(wait, 3) if wait is not None else None,
+            "reason": str(exc)[:500],
+        }
+        return attach(error_result(text, structured), key=key, state="SUBMITTED", replay=False)
+
+
+class _Looked(dict[str, Any]):
+    """A result rebuilt from a lookup (its receipt says so)."""
+
+
+def _structured(result: dict[str, Any]) -> Any:
+    structured = result.get("structuredContent")
+    if structured is not None:
+        return structured
+    import json
+
+    text = text_of(result)
+    try:
+        return json.loads(text) if text else None
+    except ValueError:
+        return text
+
+
+def _at_path(value: Any, path: tuple[str, ...]) -> Any:
+    for part in path:
+        if isinstance(value, dict):
+            value = value.get(part)
+        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]
+        else:
+            return None
+    return value
+
+
+def _json(value: Any) -> str:
+    import json
+
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def _args_key(tool: str, arguments: dict[str, Any]) -> str:
+    try:
+        return f"{tool}\x00{canonical_json(arguments)}"
+    except InvalidInput:
+        return f"{tool}\x00{time.monotonic_ns()}"  # refused later, by the run itself
+
+
+def _error_message(exc: UpstreamError) -> Message:
+    error: dict[str, Any] = {"code": exc.code, "message": exc.text}
+    if exc.data is not None:
+        error["data"] = exc.data
+    return {"error": error}
+
+
+def _with_meta(reply: Message, **operation: Any) -> Message:
+    if "result" in reply and isinstance(reply["result"], dict):
+        return {"result": attach(reply["result"], **operation)}
+    return reply
+
+
+def _mark_joined(result: Any) -> Any:
+    """A reply shared with a call that joined one in flight: a replay, for that one."""
+    if not isinstance(result, dict) or not isinstance(result.get("_meta"), dict):
+        return result
+    meta = dict(result["_meta"])
+    operation = meta.get("intentlog/operation")
+    if isinstance(operation, dict):
+        meta["intentlog/operation"] = {**operation, "replay": True}
+    return {**result, "_meta": meta}

@@ -1,0 +1,421 @@
+"""Which tool calls the proxy journals, and what each tool's server promises.
+
+A :class:`ToolPolicy` comes from the tool's entry in ``tools.toml`` when it has one, else
+from the tool's annotations, else from the safe default. The annotations are hints the
+server gives about itself, so they only ever make a tool *less* trusted than the file says:
+
+- ``readOnlyHint: true``: the call passes through, never journaled;
+- ``idempotentHint: true``: journaled, and may be resent as it is (a second call has the
+  effect of one), once the first request can no longer be running;
+- anything else: journaled as a side effect that can neither deduplicate nor be asked, so a
+  call caught in flight by a crash ends UNRESOLVED, never resent.
+
+This module reads files and values only; it imports nothing of the MCP SDK.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from intentlog import profiles
+from intentlog._errors import InvalidInput
+from intentlog._service import FOREVER, Retention, Service
+
+__all__ = ["Lookup", "ProxyFile", "ToolPolicy", "default_policy", "load_tools", "parse_tools"]
+
+OnError = Literal["failed", "unknown"]
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+_PLACEHOLDER = re.compile(r"\{(key|arguments\.[A-Za-z0-9_.-]+)\}")
+_TOOL_FIELDS = frozenset(
+    {
+        "read_only",
+        "idempotent",
+        "key_argument",
+        "deduplicates",
+        "retention",
+        "locks_in_flight",
+        "timeout",
+        "lookup_lag",
+        "profile",
+        "on_error",
+        "lookup",
+    }
+)
+_LOOKUP_FIELDS = frozenset({"tool", "arguments", "found", "not_found_error"})
+_PROXY_FIELDS = frozenset({"namespace", "timeout"})
+DEFAULT_TIMEOUT = 30.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Lookup:
+    """A read tool of the same server that tells whether a call landed.
+
+    ``arguments`` are sent to ``tool``; a string value ``"{key}"`` becomes the operation key
+    and ``"{arguments.NAME}"`` the call's argument NAME (a whole-string placeholder keeps the
+    argument's JSON type; inside a longer string it is formatted as text). ``found`` is a
+    dotted path into the lookup's result (its ``structuredContent``, else its first text
+    content read as JSON): present and not null or empty means Found, with the value there
+    as the call's result; absent, null or empty means NotFound. An error result means the
+    lookup could not tell (asked again later), unless its text matches ``not_found_error``.
+    """
+
+    tool: str
+    arguments: Mapping[str, Any]
+    found: tuple[str, ...]
+    not_found_error: re.Pattern[str] | None = None
+
+    def render(self, key: str, call_arguments: Mapping[str, Any]) -> dict[str, Any]:
+        """The lookup's arguments for one call."""
+        return {name: _render(value, key, call_arguments) for name, value in self.arguments.items()}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ToolPolicy:
+    """How the proxy treats calls of one tool (see the module's docstring)."""
+
+    tool: str
+    journaled: bool
+    why: str
+    key_argument: str | None = None
+    deduplicates: bool = False
+    retention: float | None = None  # seconds the server keeps a key; None: forever
+    locks_in_flight: bool = False
+    timeout: float = DEFAULT_TIMEOUT
+    lookup_lag: float | None = None  # None: unknown, taken as the timeout
+    lookup: Lookup | None = None
+    on_error: OnError = "failed"
+
+    def describe(self) -> str:
+        """One line: what a crash in flight leads to for this tool."""
+        if not self.journaled:
+            return f"{self.tool}: passes through ({self.why})"
+        can = []
+        if self.deduplicates:
+            kept = "forever" if self.retention is None else f"{self.retention:g} s"
+            where = f" on argument {self.key_argument!r}" if self.key_argument else ""
+            can.append(f"resent with its key{where} (kept {kept})")
+        if self.lookup is not None:
+            can.append(f"looked up with {self.lookup.tool!r}")
+        after = " or ".join(can) if can else "UNRESOLVED for a person"
+        return f"{self.tool}: journaled ({self.why}); in flight at a crash: {after}"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ProxyFile:
+    """What ``tools.toml`` says: per-tool policies and proxy-wide settings."""
+
+    tools: Mapping[str, ToolPolicy]
+    namespace: str | None = None
+    timeout: float = DEFAULT_TIMEOUT
+
+
+def default_policy(tool: str, annotations: Any, *, timeout: float = DEFAULT_TIMEOUT) -> ToolPolicy:
+    """The policy of a tool that ``tools.toml`` does not name, from its annotations."""
+    hints = annotations if isinstance(annotations, dict) else {}
+    if hints.get("readOnlyHint") is True:
+        return ToolPolicy(tool, journaled=False, why="annotated readOnlyHint")
+    if hints.get("idempotentHint") is True:
+        return ToolPolicy(
+            tool, journaled=True, why="annotated idempotentHint", deduplicates=True, timeout=timeout
+        )
+    return ToolPolicy(tool, journaled=True, why="no annotation says otherwise", timeout=timeout)
+
+
+def load_tools(path: str | Path) -> ProxyFile:
+    """Read ``tools.toml``; InvalidInput names the file, the line and what was wrong."""
+    source = Path(path)
+    try:
+        text = source.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidInput(f"{source}: cannot read the tools file: {exc}") from exc
+    return parse_tools(text, str(source))
+
+
+def parse_tools(text: str, name: str = "tools.toml") -> ProxyFile:
+    """Parse the text of a tools file (see :func:`load_tools`)."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InvalidInput(f"{name}: not valid TOML: {exc}") from exc
+    where = _Locator(text, name)
+    unknown = set(data) - {"proxy", "tools"}
+    if unknown:
+        top = sorted(unknown)[0]
+        raise InvalidInput(
+            f"{where.table(top)}: unknown table or key {top!r} (use [proxy], [tools.NAME])"
+        )
+    proxy = _table(data.get("proxy", {}), where.table("proxy"), "[proxy]")
+    _no_unknown(proxy, _PROXY_FIELDS, where, "proxy")
+    namespace = proxy.get("namespace")
+    if namespace is not None and (
+        not isinstance(namespace, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,40}", namespace)
+    ):
+        raise InvalidInput(
+            f"{where.key('proxy', 'namespace')}: namespace must be 1-40 letters, digits, '_' or '-', got {namespace!r}"
+        )
+    timeout = _duration(
+        proxy.get("timeout", DEFAULT_TIMEOUT), where.key("proxy", "timeout"), "timeout"
+    )
+    tools = _table(data.get("tools", {}), where.table("tools"), "[tools]")
+    policies = {tool: _tool(tool, entry, where, timeout) for tool, entry in tools.items()}
+    return ProxyFile(policies, namespace, timeout if timeout is not None else DEFAULT_TIMEOUT)
+
+
+def _tool(tool: str, entry: Any, where: _Locator, timeout: float | None) -> ToolPolicy:
+    table = f"tools.{tool}"
+    fields = _table(entry, where.table(table), f"[{table}]")
+    _no_unknown(fields, _TOOL_FIELDS, where, table)
+
+    def at(field: str) -> str:
+        return where.key(table, field)
+
+    def flag(field: str, default: bool) -> bool:
+        value = fields.get(field, default)
+        if type(value) is not bool:
+            raise InvalidInput(f"{at(field)}: {field} must be true or false, got {value!r}")
+        return value
+
+    if flag("read_only", False):
+        others = sorted(set(fields) - {"read_only"})
+        if others:
+            raise InvalidInput(
+                f"{at(others[0])}: a read_only tool passes through; {others[0]} does not apply"
+            )
+        return ToolPolicy(tool, journaled=False, why="read_only in the tools file")
+    service = _profile(fields.get("profile"), at("profile")) if "profile" in fields else None
+    key_argument = fields.get("key_argument")
+    if key_argument is not None and (not isinstance(key_argument, str) or not key_argument):
+        raise InvalidInput(
+            f"{at('key_argument')}: key_argument must be an argument name, got {key_argument!r}"
+        )
+    idempotent = flag("idempotent", False)
+    deduplicates = flag(
+        "deduplicates",
+        key_argument is not None or idempotent or (service is not None and service.deduplicates),
+    )
+    if deduplicates and key_argument is None and not idempotent and service is None:
+        raise InvalidInput(
+            f"{at('deduplicates')}: a server deduplicates on a key it is given: set key_argument (or idempotent = true for a tool that may be resent as it is)"
+        )
+    retention: float | None = None
+    if "retention" in fields:
+        retention = _retention(fields["retention"], at("retention"))
+    elif service is not None and service.deduplicates and service.retention is not FOREVER:
+        retention = float(service.retention)  # type: ignore[arg-type]
+    given_timeout = _duration(fields.get("timeout"), at("timeout"), "timeout")
+    tool_timeout = (
+        given_timeout or (service.timeout if service else None) or timeout or DEFAULT_TIMEOUT
+    )
+    lag = _duration(fields.get("lookup_lag"), at("lookup_lag"), "lookup_lag", allow_zero=True)
+    if lag is None and service is not None:
+        lag = service.lookup_lag
+    locks = flag("locks_in_flight", bool(service and service.locks_in_flight))
+    if locks and not deduplicates:
+        raise InvalidInput(
+            f"{at('locks_in_flight')}: locks_in_flight only applies to a server that deduplicates"
+        )
+    on_error = fields.get("on_error", "failed")
+    if on_error not in ("failed", "unknown"):
+        raise InvalidInput(
+            f"{at('on_error')}: on_error must be 'failed' (an error result means not applied) or 'unknown', got {on_error!r}"
+        )
+    lookup = _lookup(fields["lookup"], where, f"{table}.lookup") if "lookup" in fields else None
+    if lookup is not None and lookup.tool == tool:
+        raise InvalidInput(
+            f"{where.key(table + '.lookup', 'tool')}: a tool cannot be its own lookup"
+        )
+    return ToolPolicy(
+        tool,
+        journaled=True,
+        why="configured in the tools file",
+        key_argument=key_argument,
+        deduplicates=deduplicates,
+        retention=retention,
+        locks_in_flight=locks,
+        timeout=tool_timeout,
+        lookup_lag=lag,
+        lookup=lookup,
+        on_error=on_error,
+    )
+
+
+def _lookup(entry: Any, where: _Locator, table: str) -> Lookup:
+    fields = _table(entry, where.table(table), f"[{table}]")
+    _no_unknown(fields, _LOOKUP_FIELDS, where, table)
+    tool = fields.get("tool")
+    if not isinstance(tool, str) or not tool:
+        raise InvalidInput(
+            f'{where.key(table, "tool")}: lookup needs tool = "<a read tool of the same server>"'
+        )
+    arguments = fields.get("arguments", {})
+    if not isinstance(arguments, dict):
+        raise InvalidInput(
+            f"{where.key(table, 'arguments')}: arguments must be a table, got {arguments!r}"
+        )
+    for value in arguments.values():
+        _check_template(value, where.key(table, "arguments"))
+    found = fields.get("found", "")
+    if not isinstance(found, str):
+        raise InvalidInput(
+            f'{where.key(table, "found")}: found must be a dotted path such as "ticket.id", got {found!r}'
+        )
+    pattern = fields.get("not_found_error")
+    compiled = None
+    if pattern is not None:
+        try:
+            compiled = re.compile(pattern) if isinstance(pattern, str) else None
+        except re.error as exc:
+            raise InvalidInput(
+                f"{where.key(table, 'not_found_error')}: not a regular expression: {exc}"
+            ) from exc
+        if compiled is None:
+            raise InvalidInput(
+                f"{where.key(table, 'not_found_error')}: must be a regular expression string"
+            )
+    path = tuple(part for part in found.split(".") if part)
+    return Lookup(tool, dict(arguments), path, compiled)
+
+
+def _check_template(value: Any, at: str) -> None:
+    if isinstance(value, str):
+        for match in re.finditer(r"\{([^{}]*)\}", value):
+            if not _PLACEHOLDER.fullmatch(match.group(0)):
+                raise InvalidInput(
+                    f"{at}: unknown placeholder {match.group(0)!r} (use {{key}} or {{arguments.NAME}})"
+                )
+    elif isinstance(value, dict):
+        for item in value.values():
+            _check_template(item, at)
+    elif isinstance(value, list):
+        for item in value:
+            _check_template(item, at)
+
+
+def _render(value: Any, key: str, call_arguments: Mapping[str, Any]) -> Any:
+    if isinstance(value, dict):
+        return {k: _render(v, key, call_arguments) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_render(v, key, call_arguments) for v in value]
+    if not isinstance(value, str):
+        return value
+    whole = _PLACEHOLDER.fullmatch(value)
+    if whole:
+        return _lookup_value(whole.group(1), key, call_arguments)
+    return _PLACEHOLDER.sub(lambda m: str(_lookup_value(m.group(1), key, call_arguments)), value)
+
+
+def _lookup_value(name: str, key: str, call_arguments: Mapping[str, Any]) -> Any:
+    if name == "key":
+        return key
+    value: Any = call_arguments
+    for part in name.split(".")[1:]:
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def _profile(name: Any, at: str) -> Service:
+    found = getattr(profiles, name.upper(), None) if isinstance(name, str) else None
+    if not isinstance(found, Service):
+        known = sorted(
+            n.lower() for n in dir(profiles) if isinstance(getattr(profiles, n), Service)
+        )
+        raise InvalidInput(f"{at}: unknown profile {name!r}; known: {', '.join(known)}")
+    return found
+
+
+def _retention(value: Any, at: str) -> float | None:
+    if value == "forever":
+        return None
+    seconds = _duration(value, at, "retention")
+    assert seconds is not None
+    return seconds
+
+
+def _duration(value: Any, at: str, field: str, *, allow_zero: bool = False) -> float | None:
+    """Seconds from a number or a string such as "500ms", "30s", "10m", "24h", "7d"."""
+    if value is None:
+        return None
+    seconds: float | None = None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    elif isinstance(value, str) and (match := _DURATION.match(value)):
+        seconds = float(match.group(1)) * _UNITS[match.group(2)]
+    if (
+        seconds is None
+        or not math.isfinite(seconds)
+        or seconds < 0
+        or (seconds == 0 and not allow_zero)
+    ):
+        low = ">= 0" if allow_zero else "> 0"
+        raise InvalidInput(
+            f'{at}: {field} must be a duration {low} (seconds, or "30s", "10m", "24h", "7d"), got {value!r}'
+        )
+    return seconds
+
+
+def _table(value: Any, at: str, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise InvalidInput(f"{at}: {what} must be a table, got {value!r}")
+    return value
+
+
+def _no_unknown(
+    fields: Mapping[str, Any], known: frozenset[str], where: _Locator, table: str
+) -> None:
+    unknown = sorted(set(fields) - known)
+    if unknown:
+        raise InvalidInput(
+            f"{where.key(table, unknown[0])}: unknown setting {unknown[0]!r} in [{table}]; known: {', '.join(sorted(known))}"
+        )
+
+
+class _Locator:
+    """Finds the line of a table or a key in the file's text, for error messages (the TOML
+    reader keeps no positions)."""
+
+    def __init__(self, text: str, name: str) -> None:
+        self.lines = text.splitlines()
+        self.name = name
+
+    def _header(self, table: str) -> int | None:
+        for number, line in enumerate(self.lines, 1):
+            stripped = line.split("#", 1)[0].strip()
+            if not stripped.startswith("["):
+                continue
+            name = stripped.strip("[]").replace(" ", "").replace('"', "").replace("'", "")
+            if name == table:
+                return number
+        return None
+
+    def table(self, table: str) -> str:
+        number = self._header(table)
+        return f"{self.name}:{number}" if number else self.name
+
+    def key(self, table: str, key: str) -> str:
+        start = self._header(table)
+        pattern = re.compile(rf"^\s*(\"?){re.escape(key)}\1\s*=")
+        for number in range((start or 0) + 1, len(self.lines) + 1):
+            line = self.lines[number - 1]
+            if start is not None and number > start and line.strip().startswith("["):
+                break
+            if pattern.match(line):
+                return f"{self.name}:{number}"
+        inline = re.compile(rf"\b{re.escape(key)}\s*=")
+        for number, line in enumerate(self.lines, 1):  # an inline table, or a dotted key
+            if inline.search(line) and table.split(".")[-1] in line:
+                return f"{self.name}:{number}"
+        return self.table(table)
+
+
+def retention_for(policy: ToolPolicy) -> float | Retention | None:
+    """The policy's retention as a :class:`intentlog.Service` takes it."""
+    if not policy.deduplicates:
+        return None
+    return FOREVER if policy.retention is None else policy.retention

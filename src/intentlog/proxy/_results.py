@@ -1,0 +1,166 @@
+"""What the journal keeps of a tool result, and what the agent gets back.
+
+The receipt of a journaled call is the tool's result (its ``content``, ``structuredContent``
+and ``isError``), bounded and cleaned by the journal's hygiene before it is written: secret
+values are redacted, and a result larger than the journal's bound is replaced by a note of
+its size and digest. The first answer to a call is the upstream's own result; a replay
+(the same call again, after a restart or a lost response) is built from the receipt and
+says so in ``_meta["intentlog/operation"]``, with what was reduced, if anything.
+
+A replayed or resolved result must satisfy the tool's ``outputSchema``, because clients
+validate ``structuredContent`` against it: one that does not (a reduced result, a person's
+receipt of another shape) is answered as an error result (``isError``, which clients do
+not validate) whose text says the call *was applied* and must not be repeated.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from intentlog._hygiene import reduce_receipt, scrub_text
+
+__all__ = ["META", "attach", "error_result", "receipt_of", "replay_of", "text_of"]
+
+log = logging.getLogger("intentlog.proxy")
+META = "intentlog/operation"
+_RESULT_FIELDS = ("content", "structuredContent", "isError")
+_ROOM = 4096  # what the receipt's envelope and notes may take beside the result
+
+
+def receipt_of(result: Any, *, tool: str, max_bytes: int, via: str = "send") -> dict[str, Any]:
+    """The receipt to journal for a tool result (never raises: a receipt must never cost
+    the confirmation). ``via``: ``"send"`` or ``"lookup"`` (how the outcome was learnt)."""
+    kept = (
+        {k: result[k] for k in _RESULT_FIELDS if k in result}
+        if isinstance(result, dict)
+        else result
+    )
+    stored, _, dropped = reduce_receipt(kept, effect=tool, max_bytes=max(max_bytes - _ROOM, 256))
+    receipt: dict[str, Any] = {"result": stored, "via": via}
+    if dropped:
+        receipt["reduced"] = [scrub_text(d, limit=400) for d in dropped[:5]]
+        for note in receipt["reduced"]:
+            log.warning("%s", note)
+    return receipt
+
+
+def attach(result: dict[str, Any], **operation: Any) -> dict[str, Any]:
+    """``result`` with the operation's facts in ``_meta`` (a copy; the result's own
+    ``_meta`` is kept)."""
+    meta = dict(result.get("_meta") or {}) if isinstance(result.get("_meta"), dict) else {}
+    meta[META] = {k: v for k, v in operation.items() if v is not None}
+    return {**result, "_meta": meta}
+
+
+def text_of(result: Any) -> str:
+    """The text content of a tool result, joined (for messages and error patterns)."""
+    content = result.get("content") if isinstance(result, dict) else None
+    if not isinstance(content, list):
+        return ""
+    return "\n".join(
+        block["text"]
+        for block in content
+        if isinstance(block, dict) and isinstance(block.get("text"), str)
+    )
+
+
+def error_result(text: str, structured: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A tool error result (``isError``) the model can read."""
+    result: dict[str, Any] = {"content": [{"type": "text", "text": text}], "isError": True}
+    if structured is not None:
+        result["structuredContent"] = structured
+    return result
+
+
+def replay_of(
+    receipt: Any, *, key: str, tool: dict[str, Any] | None, resolved_by: str | None = None
+) -> dict[str, Any]:
+    """The result to answer a replayed call with, from its receipt."""
+    schema = tool.get("outputSchema") if isinstance(tool, dict) else None
+    ours = (
+        isinstance(receipt, dict) and isinstance(receipt.get("result"), dict) and "via" in receipt
+    )
+    if ours:
+        result = dict(receipt["result"])
+        reduced = receipt.get("reduced")
+        if "intentlog_note" in result:  # nothing of the result was kept
+            return attach(
+                _applied_but(
+                    key,
+                    f"its result was not kept by the journal ({result['intentlog_note']})",
+                    as_error=schema is not None,
+                ),
+                key=key,
+                state="CONFIRMED",
+                replay=True,
+                via=receipt.get("via"),
+                reduced=reduced,
+            )
+        if "content" not in result:
+            result["content"] = _content_for(result.get("structuredContent"))
+        problem = _schema_problem(result, schema)
+        if problem is not None:
+            result = _applied_but(key, f"its recorded result {problem}", as_error=True)
+        return attach(
+            result,
+            key=key,
+            state="CONFIRMED",
+            replay=True,
+            via=receipt.get("via"),
+            reduced=reduced,
+        )
+    # A person's resolution: their receipt, as the call's result where it fits the tool.
+    who = f" by {resolved_by}" if resolved_by else ""
+    structured = receipt if isinstance(receipt, dict) else None
+    result = {
+        "content": [
+            {
+                "type": "text",
+                "text": f"This call was applied once already (resolved{who}); its receipt: "
+                + json.dumps(receipt, ensure_ascii=False, sort_keys=True),
+            }
+        ]
+    }
+    if structured is not None:
+        result["structuredContent"] = structured
+    problem = _schema_problem(result, schema)
+    if problem is not None:
+        result = _applied_but(key, f"the receipt recorded for it {problem}", as_error=True)
+        result["content"].append(
+            {"type": "text", "text": json.dumps(receipt, ensure_ascii=False, sort_keys=True)}
+        )
+    return attach(result, key=key, state="CONFIRMED", replay=True, via="resolution")
+
+
+def _applied_but(key: str, why: str, *, as_error: bool) -> dict[str, Any]:
+    text = (
+        f"This call was applied once already (operation {key}), but {why}. Do not call it "
+        "again to get the result: that would apply it a second time."
+    )
+    return {"content": [{"type": "text", "text": text}], "isError": as_error}
+
+
+def _content_for(structured: Any) -> list[dict[str, Any]]:
+    return [{"type": "text", "text": json.dumps(structured, ensure_ascii=False, sort_keys=True)}]
+
+
+def _schema_problem(result: dict[str, Any], schema: Any) -> str | None:
+    """Why ``result`` would fail a client's ``outputSchema`` check, or None."""
+    if not isinstance(schema, dict) or result.get("isError") is True:
+        return None
+    structured = result.get("structuredContent")
+    if structured is None:
+        return "has no structured content, which the tool's output schema requires"
+    try:
+        import jsonschema
+    except ImportError:  # pragma: no cover - installed with the mcp extra
+        return None
+    try:
+        jsonschema.validate(structured, schema)
+    except jsonschema.ValidationError as exc:
+        return f"does not match the tool's output schema ({scrub_text(exc.message, limit=200)})"
+    except jsonschema.SchemaError:
+        return None  # the server's schema is broken; clients will say so, not us
+    return None

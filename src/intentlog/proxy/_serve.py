@@ -1,0 +1,124 @@
+"""Running the proxy: the journal, the two ends of each session, and the bridge between."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from intentlog._async import AsyncJournal, open_async
+from intentlog._errors import InvalidInput
+from intentlog.proxy._bridge import Bridge
+from intentlog.proxy._calls import Calls, TaskHandles
+from intentlog.proxy._policy import ProxyFile
+from intentlog.proxy._wire import End, StdioAgent, StdioUpstream
+
+__all__ = ["ProxyConfig", "serve"]
+
+log = logging.getLogger("intentlog.proxy")
+READY = "intentlog mcp: serving"  # the line printed (to stderr) once an HTTP listener is up
+
+
+@dataclasses.dataclass(frozen=True)
+class ProxyConfig:
+    """What ``intentlog mcp`` was asked to do.
+
+    Exactly one of ``command`` (an upstream started as a child over stdio) and ``upstream``
+    (the URL of a streamable-HTTP server). ``listen``: serve agents over streamable HTTP at
+    (host, port) instead of over this process's stdio. ``task``: the task of calls that do
+    not name one in ``_meta``. ``db``: the journal's URL (None: ``$INTENTLOG_URL``, else
+    ``./.intentlog/journal.db``).
+    """
+
+    tools: ProxyFile
+    command: Sequence[str] = ()
+    upstream: str | None = None
+    listen: tuple[str, int] | None = None
+    task: str | None = None
+    db: str | None = None
+    max_wait: float | None = None
+
+    def __post_init__(self) -> None:
+        if bool(self.command) == bool(self.upstream):
+            raise InvalidInput(
+                "intentlog mcp needs exactly one upstream: a command after '--', or --upstream URL"
+            )
+
+
+async def serve(config: ProxyConfig) -> None:
+    """Serve until the agent leaves (stdio) or the process is stopped (HTTP)."""
+    options = {} if config.max_wait is None else {"max_wait": config.max_wait}
+    journal = open_async(config.db, **options)
+    handles = TaskHandles(journal)
+    try:
+        if config.listen is None:
+            await _stdio_session(config, journal, handles)
+        else:
+            await _listen(config, journal, handles)
+    finally:
+        await handles.aclose()
+        await journal.aclose()
+
+
+async def _session(
+    config: ProxyConfig, journal: AsyncJournal, handles: TaskHandles, agent: End
+) -> None:
+    """One session: start its upstream, bridge it to ``agent`` until the agent leaves."""
+    upstream: StdioUpstream | object
+    if config.upstream is not None:
+        from intentlog.proxy._http import HttpUpstream
+
+        upstream = HttpUpstream(config.upstream)
+    else:
+        upstream = StdioUpstream(config.command)
+    await upstream.start()  # type: ignore[attr-defined]
+    try:
+        bridge = Bridge(agent, upstream, getattr(upstream, "exit_note", None))  # type: ignore[arg-type]
+        bridge.calls = Calls(
+            journal, bridge, config.tools, handles=handles, task=config.task, db=journal.url
+        )
+        await bridge.run()
+    finally:
+        await upstream.aclose()  # type: ignore[attr-defined]
+
+
+async def _stdio_session(config: ProxyConfig, journal: AsyncJournal, handles: TaskHandles) -> None:
+    agent = StdioAgent()
+    await agent.start()
+    try:
+        await _session(config, journal, handles, agent)
+    finally:
+        await agent.aclose()
+
+
+async def _listen(config: ProxyConfig, journal: AsyncJournal, handles: TaskHandles) -> None:
+    import uvicorn
+
+    from intentlog.proxy._http import HttpAgent, Listener
+
+    assert config.listen is not None
+    host, port = config.listen
+
+    async def run_session(agent: HttpAgent) -> None:
+        await _session(config, journal, handles, agent)
+
+    listener = Listener(run_session, host=host, port=port)
+    server = uvicorn.Server(
+        uvicorn.Config(listener, host=host, port=port, log_level="warning", lifespan="off")
+    )
+    async with listener.running():
+        serving = asyncio.ensure_future(server.serve())
+        while not server.started and not serving.done():
+            await asyncio.sleep(0.01)
+        if server.started:
+            bound = server.servers[0].sockets[0].getsockname()
+            print(f"{READY} http://{host}:{bound[1]}/mcp", file=sys.stderr, flush=True)
+        await serving
+
+
+def task_from_env(given: str | None) -> str | None:
+    """The default task of calls: ``--task``, else ``$INTENTLOG_TASK``."""
+    return given if given is not None else os.environ.get("INTENTLOG_TASK") or None
