@@ -220,6 +220,11 @@ def _secret_value(value: str) -> bool:
     )
 
 
+# Values under a secret-like name that hold nothing to hide; the marker itself among them, so
+# that redacting is idempotent (a receipt already reduced is kept as it is).
+_NOT_SECRET = (None, "", REDACTED)
+
+
 def _holds_secret(value: Any) -> bool:
     """Whether :func:`_find_secrets` would find anything, without building paths (the
     common answer is no, and it is asked of every receipt)."""
@@ -227,7 +232,7 @@ def _holds_secret(value: Any) -> bool:
         return _secret_value(value)
     if isinstance(value, dict):
         for name, item in value.items():
-            if isinstance(name, str) and _secret_name(name) and item not in (None, ""):
+            if isinstance(name, str) and _secret_name(name) and item not in _NOT_SECRET:
                 return True
             if _holds_secret(item):
                 return True
@@ -242,7 +247,7 @@ def _find_secrets(value: Any, path: str) -> list[str]:
     if isinstance(value, dict):
         for name, item in value.items():
             sub = f"{path}.{name}"
-            if isinstance(name, str) and _secret_name(name) and item not in (None, ""):
+            if isinstance(name, str) and _secret_name(name) and item not in _NOT_SECRET:
                 found.append(sub)
             else:
                 found.extend(_find_secrets(item, sub))
@@ -291,11 +296,18 @@ def check_safe(value: Any, *, what: str, max_bytes: int) -> str:
     return text
 
 
+def redact(value: Any) -> Any:
+    """``value`` (JSON data) with every secret-like value replaced by :data:`REDACTED`: those
+    under secret-like names and those shaped like credentials. Returns ``value`` itself when
+    it holds none."""
+    return _redact(value) if _holds_secret(value) else value
+
+
 def _redact(value: Any) -> Any:
     if isinstance(value, dict):
         return {
             name: REDACTED
-            if isinstance(name, str) and _secret_name(name) and item not in (None, "")
+            if isinstance(name, str) and _secret_name(name) and item not in _NOT_SECRET
             else _redact(item)
             for name, item in value.items()
         }

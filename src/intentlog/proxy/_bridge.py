@@ -72,7 +72,8 @@ class Bridge:
         self._ids = itertools.count(1)
         self._own: dict[RequestId, asyncio.Future[Message]] = {}
         self._forwarded: dict[RequestId, Incoming] = {}
-        self._journaled: dict[RequestId, Incoming] = {}
+        # Journaled calls awaiting their answer, by request id (a client may reuse an id).
+        self._journaled: dict[RequestId, list[Incoming]] = {}
         self._progress: dict[Any, RequestId] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._gone: str | None = None
@@ -126,13 +127,16 @@ class Bridge:
             message = incoming.message
             if is_response(message):
                 request_id = message.get("id")
-                own = self._own.pop(request_id, None) if _hashable(request_id) else None
+                own = self._own.pop(request_id, None) if isinstance(request_id, int | str) else None
                 if own is not None:
                     if not own.done():
                         own.set_result(message)
                     continue
-                if _hashable(request_id):
-                    self._forwarded.pop(request_id, None)
+                if isinstance(request_id, int | str):
+                    done = self._forwarded.pop(request_id, None)
+                    token = _progress_token(done.message) if done is not None else None
+                    if token is not None and self._progress.get(token) == request_id:
+                        del self._progress[token]
                 await self._to_agent(message)
             elif is_request(message):
                 await self._to_agent(message, related=self._latest_request())
@@ -203,7 +207,8 @@ class Bridge:
         if _hashable(request_id) and request_id in self._journaled:
             # Shielded: the call goes on and its receipt is recorded; only its answer is
             # dropped, so a cancel can never turn a call that lands into an UNRESOLVED one.
-            self.agent.unanswered(self._journaled.pop(request_id))
+            for waiting in self._journaled.pop(request_id):
+                self.agent.unanswered(waiting)
             return
         if _hashable(request_id) and request_id in self._forwarded:
             self.agent.unanswered(self._forwarded.pop(request_id))
@@ -244,12 +249,20 @@ class Bridge:
         if not _hashable(request_id):
             await self._to_agent(error_reply(None, -32600, "intentlog mcp: invalid request id"))
             return
-        self._journaled[request_id] = incoming
+        self._journaled.setdefault(request_id, []).append(incoming)
         token = _progress_token(message)
         if token is not None:
             self._progress[token] = request_id
-        reply = await self.calls.call(request_id, params, policy)
-        if self._journaled.pop(request_id, None) is not None:  # not cancelled meanwhile
+        try:
+            reply = await self.calls.call(request_id, params, policy)
+        finally:
+            if token is not None and self._progress.get(token) == request_id:
+                del self._progress[token]
+        waiting = self._journaled.get(request_id, [])
+        if incoming in waiting:  # not cancelled meanwhile
+            waiting.remove(incoming)
+            if not waiting:
+                del self._journaled[request_id]
             await self._to_agent(reply)
 
     # -- the proxy's own requests upstream -------------------------------------------------

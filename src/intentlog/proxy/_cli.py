@@ -35,7 +35,7 @@ def _listen(value: str | None) -> tuple[str, int] | None:
 @click.option("--db", metavar="URL", help="Journal (default: --db before the command, "
               "$INTENTLOG_URL, else ./.intentlog/journal.db; created if missing).")  # fmt: skip
 @click.option("--tools", "tools_file", metavar="FILE", type=click.Path(dir_okay=False),
-              help="Per-tool policies (tools.toml). Without it, the tools' annotations decide.")  # fmt: skip
+              help="Per-tool policies (tools.toml); without it, annotations decide.")  # fmt: skip
 @click.option("--task", metavar="ID", envvar="INTENTLOG_TASK",
               help="Task of calls that do not name one in _meta [env INTENTLOG_TASK].")  # fmt: skip
 @click.option(
@@ -44,7 +44,7 @@ def _listen(value: str | None) -> tuple[str, int] | None:
 @click.option("--listen", metavar="HOST:PORT",
               help="Serve agents over streamable HTTP (host 127.0.0.1 unless given).")  # fmt: skip
 @click.option("--max-wait", type=float, metavar="SECONDS",
-              help="How long a call may wait for a request still in flight (default 60).")  # fmt: skip
+              help="How long a call may wait on a request in flight (default 60).")  # fmt: skip
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def mcp_command(

@@ -53,6 +53,7 @@ class _Streams:
             if isinstance(item, Exception):
                 log.warning("%s sent something that is not a message: %s", self.side, item)
                 continue
+            assert isinstance(item, SessionMessage)
             return item
 
     async def _put(self, message: Message, metadata: Any) -> None:

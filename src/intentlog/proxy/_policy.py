@@ -158,7 +158,8 @@ def parse_tools(text: str, name: str = "tools.toml") -> ProxyFile:
         not isinstance(namespace, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,40}", namespace)
     ):
         raise InvalidInput(
-            f"{where.key('proxy', 'namespace')}: namespace must be 1-40 letters, digits, '_' or '-', got {namespace!r}"
+            f"{where.key('proxy', 'namespace')}: namespace must be 1-40 letters, digits, "
+            f"'_' or '-', got {namespace!r}"
         )
     timeout = _duration(
         proxy.get("timeout", DEFAULT_TIMEOUT), where.key("proxy", "timeout"), "timeout"
@@ -202,7 +203,8 @@ def _tool(tool: str, entry: Any, where: _Locator, timeout: float | None) -> Tool
     )
     if deduplicates and key_argument is None and not idempotent and service is None:
         raise InvalidInput(
-            f"{at('deduplicates')}: a server deduplicates on a key it is given: set key_argument (or idempotent = true for a tool that may be resent as it is)"
+            f"{at('deduplicates')}: a server deduplicates on a key it is given: set "
+            "key_argument (or idempotent = true for a tool that may be resent as it is)"
         )
     retention: float | None = None
     if "retention" in fields:
@@ -224,7 +226,8 @@ def _tool(tool: str, entry: Any, where: _Locator, timeout: float | None) -> Tool
     on_error = fields.get("on_error", "failed")
     if on_error not in ("failed", "unknown"):
         raise InvalidInput(
-            f"{at('on_error')}: on_error must be 'failed' (an error result means not applied) or 'unknown', got {on_error!r}"
+            f"{at('on_error')}: on_error must be 'failed' (an error result means not "
+            f"applied) or 'unknown', got {on_error!r}"
         )
     lookup = _lookup(fields["lookup"], where, f"{table}.lookup") if "lookup" in fields else None
     if lookup is not None and lookup.tool == tool:
@@ -264,7 +267,8 @@ def _lookup(entry: Any, where: _Locator, table: str) -> Lookup:
     found = fields.get("found", "")
     if not isinstance(found, str):
         raise InvalidInput(
-            f'{where.key(table, "found")}: found must be a dotted path such as "ticket.id", got {found!r}'
+            f"{where.key(table, 'found')}: found must be a dotted path such as "
+            f'"ticket.id", got {found!r}'
         )
     pattern = fields.get("not_found_error")
     compiled = None
@@ -288,7 +292,8 @@ def _check_template(value: Any, at: str) -> None:
         for match in re.finditer(r"\{([^{}]*)\}", value):
             if not _PLACEHOLDER.fullmatch(match.group(0)):
                 raise InvalidInput(
-                    f"{at}: unknown placeholder {match.group(0)!r} (use {{key}} or {{arguments.NAME}})"
+                    f"{at}: unknown placeholder {match.group(0)!r} "
+                    "(use {key} or {arguments.NAME})"
                 )
     elif isinstance(value, dict):
         for item in value.values():
@@ -355,7 +360,8 @@ def _duration(value: Any, at: str, field: str, *, allow_zero: bool = False) -> f
     ):
         low = ">= 0" if allow_zero else "> 0"
         raise InvalidInput(
-            f'{at}: {field} must be a duration {low} (seconds, or "30s", "10m", "24h", "7d"), got {value!r}'
+            f'{at}: {field} must be a duration {low} (seconds, or "30s", "10m", "24h", '
+            f'"7d"), got {value!r}'
         )
     return seconds
 
@@ -372,7 +378,8 @@ def _no_unknown(
     unknown = sorted(set(fields) - known)
     if unknown:
         raise InvalidInput(
-            f"{where.key(table, unknown[0])}: unknown setting {unknown[0]!r} in [{table}]; known: {', '.join(sorted(known))}"
+            f"{where.key(table, unknown[0])}: unknown setting {unknown[0]!r} in [{table}]; "
+            f"known: {', '.join(sorted(known))}"
         )
 
 

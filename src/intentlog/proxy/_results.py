@@ -19,7 +19,7 @@ import json
 import logging
 from typing import Any
 
-from intentlog._hygiene import reduce_receipt, scrub_text
+from intentlog._hygiene import redact, reduce_receipt, scrub_text
 
 __all__ = ["META", "attach", "error_result", "receipt_of", "replay_of", "text_of"]
 
@@ -37,13 +37,49 @@ def receipt_of(result: Any, *, tool: str, max_bytes: int, via: str = "send") -> 
         if isinstance(result, dict)
         else result
     )
+    masked = False
+    if isinstance(kept, dict) and isinstance(kept.get("content"), list):
+        try:
+            kept["content"], masked = _masked_content(kept["content"])
+        except Exception:  # content too odd to examine (nested too deep, ...): not kept
+            kept["content"], masked = [], True
     stored, _, dropped = reduce_receipt(kept, effect=tool, max_bytes=max(max_bytes - _ROOM, 256))
+    if masked:
+        dropped.append(f"text content of {tool!r} held credential-like values; they were masked")
     receipt: dict[str, Any] = {"result": stored, "via": via}
     if dropped:
         receipt["reduced"] = [scrub_text(d, limit=400) for d in dropped[:5]]
         for note in receipt["reduced"]:
             log.warning("%s", note)
     return receipt
+
+
+def _masked_content(blocks: list[Any]) -> tuple[list[Any], bool]:
+    """Text blocks with the credentials they carry masked: a text that is JSON (a tool's
+    structured result, printed) is redacted as JSON; any other text has credential shapes
+    replaced by ``***``. Whether anything was masked."""
+    out: list[Any] = []
+    changed = False
+    for block in blocks:
+        text = block.get("text") if isinstance(block, dict) else None
+        if not isinstance(text, str):
+            out.append(block)
+            continue
+        cleaned = text
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = None
+        if isinstance(value, dict | list):
+            safe = redact(value)
+            if safe is not value:
+                cleaned = json.dumps(safe, ensure_ascii=False, indent=2)
+        cleaned = scrub_text(cleaned, limit=max(len(cleaned) * 2, 16))
+        if cleaned != text:
+            changed = True
+            block = {**block, "text": cleaned}
+        out.append(block)
+    return out, changed
 
 
 def attach(result: dict[str, Any], **operation: Any) -> dict[str, Any]:

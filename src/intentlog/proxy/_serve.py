@@ -8,6 +8,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from intentlog._async import AsyncJournal, open_async
 from intentlog._errors import InvalidInput
@@ -15,6 +16,9 @@ from intentlog.proxy._bridge import Bridge
 from intentlog.proxy._calls import Calls, TaskHandles
 from intentlog.proxy._policy import ProxyFile
 from intentlog.proxy._wire import End, StdioAgent, StdioUpstream
+
+if TYPE_CHECKING:
+    from intentlog.proxy._http import HttpUpstream
 
 __all__ = ["ProxyConfig", "serve"]
 
@@ -67,22 +71,22 @@ async def _session(
     config: ProxyConfig, journal: AsyncJournal, handles: TaskHandles, agent: End
 ) -> None:
     """One session: start its upstream, bridge it to ``agent`` until the agent leaves."""
-    upstream: StdioUpstream | object
+    upstream: StdioUpstream | HttpUpstream
     if config.upstream is not None:
         from intentlog.proxy._http import HttpUpstream
 
         upstream = HttpUpstream(config.upstream)
     else:
         upstream = StdioUpstream(config.command)
-    await upstream.start()  # type: ignore[attr-defined]
+    await upstream.start()
     try:
-        bridge = Bridge(agent, upstream, getattr(upstream, "exit_note", None))  # type: ignore[arg-type]
+        bridge = Bridge(agent, upstream, getattr(upstream, "exit_note", None))
         bridge.calls = Calls(
             journal, bridge, config.tools, handles=handles, task=config.task, db=journal.url
         )
         await bridge.run()
     finally:
-        await upstream.aclose()  # type: ignore[attr-defined]
+        await upstream.aclose()
 
 
 async def _stdio_session(config: ProxyConfig, journal: AsyncJournal, handles: TaskHandles) -> None:

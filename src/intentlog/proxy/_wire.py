@@ -157,9 +157,9 @@ class StdioAgent(_Lines):
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        self._reader = asyncio.StreamReader(limit=_LINE_LIMIT)
+        reader = self._reader = asyncio.StreamReader(limit=_LINE_LIMIT)
         await loop.connect_read_pipe(
-            lambda: asyncio.StreamReaderProtocol(self._reader),
+            lambda: asyncio.StreamReaderProtocol(reader),
             os.fdopen(0, "rb", buffering=0, closefd=False),
         )
         transport, protocol = await loop.connect_write_pipe(
