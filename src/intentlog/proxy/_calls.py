@@ -375,7 +375,8 @@ class Calls:
             if call.live is not None:
                 return {"result": attach(call.live, key=key, state="CONFIRMED", replay=False)}, True
             tool = await self._definition(policy.tool)
-            return {"result": replay_of(receipt, key=key, tool=tool)}, False
+            who = None if _ours(receipt) else await self._resolver(key)
+            return {"result": replay_of(receipt, key=key, tool=tool, resolved_by=who)}, False
         return error_reply(
             None, INTERNAL_ERROR, f"intentlog mcp: {base}: {_MAX_ATTEMPTS} attempts failed"
         ), False
@@ -385,6 +386,11 @@ class Calls:
             return await self.upstream.tool(tool, timeout=self.file.timeout)
         except (UpstreamError, UpstreamGone, TimeoutError):
             return None
+
+    async def _resolver(self, key: str) -> str | None:
+        """Who resolved the operation (the latest resolution's actor), if anyone did."""
+        resolutions = await self.journal.resolutions(key)
+        return resolutions[-1].actor if resolutions else None
 
     def _resolve_hint(self, key: str) -> str:
         return (
@@ -437,6 +443,13 @@ class Calls:
             "reason": str(exc)[:500],
         }
         return attach(error_result(text, structured), key=key, state="SUBMITTED", replay=False)
+
+
+def _ours(receipt: Any) -> bool:
+    """Whether a receipt is one the proxy recorded (not a person's resolution)."""
+    return (
+        isinstance(receipt, dict) and isinstance(receipt.get("result"), dict) and "via" in receipt
+    )
 
 
 class _Looked(dict[str, Any]):
