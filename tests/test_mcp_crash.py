@@ -25,7 +25,6 @@ import pytest
 
 pytest.importorskip("mcp")
 
-import intentlog
 from tests.mcp_clients import (
     RawStdio,
     dump,
@@ -36,6 +35,8 @@ from tests.mcp_clients import (
     stdio_session,
 )
 from tests.mcp_ledger_server import ledger_count
+
+import intentlog
 
 TOOLS = """
 [tools.charge]
@@ -182,7 +183,7 @@ def test_a_person_resolves_an_unresolved_call_and_the_same_call_gets_the_resolut
                     "in the outbox",
                     "--actor",
                     "ops",
-                ],  # fmt: skip
+                ],
                 capture_output=True,
                 text=True,
                 timeout=60,
