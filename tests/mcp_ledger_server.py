@@ -192,6 +192,11 @@ def build(ledger: str) -> Any:
         return {"applied": conn.execute("SELECT count(*) FROM applied").fetchone()[0]}
 
     @app.tool(annotations=read)
+    async def getenv(name: str) -> str:
+        """The server's own environment variable ``name`` ("" when unset)."""
+        return os.environ.get(name, "")
+
+    @app.tool(annotations=read)
     async def slow(steps: int, ctx: Context) -> str:
         """Report progress ``steps`` times, then answer."""
         for step in range(steps):

@@ -113,6 +113,25 @@ def test_everything_but_journaled_calls_arrives_as_the_server_sent_it(
     asyncio.run(body())
 
 
+def test_the_server_gets_the_proxys_whole_environment_but_not_its_crash_arming(
+    setup: dict[str, Path],
+) -> None:
+    async def body() -> None:
+        # Armed for a point this test never reaches: the variable is set, nothing dies.
+        env = {
+            **os.environ,
+            "LEDGER_API_TOKEN": "from-the-host",
+            "INTENTLOG_CRASH": "after_confirm:none",
+        }
+        async with stdio_session(proxied(setup), env) as session:
+            token = dump(await session.call_tool("getenv", {"name": "LEDGER_API_TOKEN"}))
+            crash = dump(await session.call_tool("getenv", {"name": "INTENTLOG_CRASH"}))
+        assert token["structuredContent"] == {"result": "from-the-host"}
+        assert crash["structuredContent"] == {"result": ""}
+
+    asyncio.run(body())
+
+
 def test_a_journaled_call_applies_once_and_replays_its_result(setup: dict[str, Path]) -> None:
     async def body() -> None:
         async with stdio_session(proxied(setup)) as session:

@@ -399,6 +399,10 @@ class _Locator:
             name = stripped.strip("[]").replace(" ", "").replace('"', "").replace("'", "")
             if name == table:
                 return number
+        for number, line in enumerate(self.lines, 1):  # a table known by its subtables only
+            stripped = line.split("#", 1)[0].strip().strip("[]").replace(" ", "")
+            if stripped.replace('"', "").replace("'", "").startswith(table + "."):
+                return number
         return None
 
     def table(self, table: str) -> str:

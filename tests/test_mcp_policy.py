@@ -1,0 +1,157 @@
+"""The proxy's per-tool policies (tools.toml and annotations) and its replayed results."""
+
+from __future__ import annotations
+
+import pytest
+
+from intentlog import InvalidInput
+from intentlog.proxy import default_policy, parse_tools
+from intentlog.proxy._results import receipt_of, replay_of
+
+GOOD = """
+[proxy]
+namespace = "pay"
+timeout = "20s"
+
+[tools.create_payment]
+key_argument = "idempotency_key"
+retention = "24h"
+locks_in_flight = true
+
+[tools."open-refund"]
+key_argument = "reference"
+deduplicates = false
+timeout = 5
+[tools."open-refund".lookup]
+tool = "find_refund"
+arguments = { reference = "{key}", amount = "{arguments.amount}", note = "ref {key}" }
+found = "refund.id"
+not_found_error = "no such refund"
+
+[tools.stripe_like]
+profile = "stripe"
+
+[tools.get_balance]
+read_only = true
+"""
+
+
+def test_a_tools_file_says_what_each_tool_promises() -> None:
+    parsed = parse_tools(GOOD)
+    assert parsed.namespace == "pay" and parsed.timeout == 20.0
+    pay = parsed.tools["create_payment"]
+    assert pay.journaled and pay.deduplicates and pay.locks_in_flight
+    assert (pay.key_argument, pay.retention, pay.timeout) == ("idempotency_key", 86400.0, 20.0)
+    refund = parsed.tools["open-refund"]
+    assert refund.journaled and not refund.deduplicates and refund.timeout == 5.0
+    assert refund.lookup is not None and refund.lookup.found == ("refund", "id")
+    assert refund.lookup.render("k-1", {"amount": 300}) == {
+        "reference": "k-1",
+        "amount": 300,  # a whole-string placeholder keeps the argument's type
+        "note": "ref k-1",
+    }
+    stripe = parsed.tools["stripe_like"]
+    assert stripe.deduplicates and stripe.retention == 24 * 3600.0 and stripe.locks_in_flight
+    assert not parsed.tools["get_balance"].journaled
+    assert "looked up with 'find_refund'" in refund.describe()
+    assert "UNRESOLVED" in default_policy("x", None).describe()
+
+
+def test_annotations_can_only_make_a_tool_less_trusted() -> None:
+    assert not default_policy("read", {"readOnlyHint": True}).journaled
+    idempotent = default_policy("put", {"idempotentHint": True})
+    assert idempotent.journaled and idempotent.deduplicates and idempotent.retention is None
+    for hints in (None, {}, {"readOnlyHint": False}, {"readOnlyHint": "yes"}, "junk"):
+        neither = default_policy("send", hints)
+        assert neither.journaled and not neither.deduplicates and neither.lookup is None
+
+
+@pytest.mark.parametrize(
+    ("text", "where", "what"),
+    [
+        (
+            "[tools.a]\nkey_argument = 'k'\nretention = 'soon'\n",
+            ":3:",
+            "retention must be a duration",
+        ),
+        ("[tools.a]\ntimeout = -1\n", ":2:", "timeout must be a duration > 0"),
+        ("[tools.a]\n\n\nretries = 3\n", ":4:", "unknown setting 'retries'"),
+        ("[tools.a]\nread_only = true\ntimeout = 3\n", ":3:", "timeout does not apply"),
+        ("[tools.a]\nread_only = 'yes'\n", ":2:", "read_only must be true or false"),
+        ("[tools.a]\nprofile = 'nope'\n", ":2:", "unknown profile 'nope'"),
+        (
+            "[tools.a]\nlocks_in_flight = true\n",
+            ":2:",
+            "only applies to a server that deduplicates",
+        ),
+        ("[tools.a]\ndeduplicates = true\n", ":2:", "set key_argument"),
+        ("[tools.a]\non_error = 'maybe'\n", ":2:", "on_error must be"),
+        ("[tools.a.lookup]\ntool = 'a'\n", ":2:", "cannot be its own lookup"),
+        ("[tools.a.lookup]\nfound = 'x'\n", ":1:", "lookup needs tool"),
+        (
+            "[tools.a.lookup]\ntool = 'b'\narguments = { k = '{nope}' }\n",
+            ":3:",
+            "unknown placeholder",
+        ),
+        (
+            "[tools.a.lookup]\ntool = 'b'\nnot_found_error = '('\n",
+            ":3:",
+            "not a regular expression",
+        ),
+        ("[proxy]\nnamespace = 'a b'\n", ":2:", "namespace must be"),
+        ("[tool.a]\n", ":1:", "unknown table or key 'tool'"),
+        ("[tools]\na = 3\n", "", "[tools.a] must be a table"),
+        ("[tools.a\n", "", "not valid TOML"),
+    ],
+)
+def test_a_bad_tools_file_is_refused_naming_where_and_what(
+    text: str, where: str, what: str
+) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        parse_tools(text, "tools.toml")
+    message = str(caught.value)
+    assert message.startswith("tools.toml" + where), message
+    assert what in message
+
+
+SCHEMA = {
+    "type": "object",
+    "properties": {"charge_id": {"type": "string"}},
+    "required": ["charge_id"],
+}
+
+
+def test_a_replay_fits_the_tools_output_schema_or_says_it_was_applied() -> None:
+    tool = {"name": "charge", "outputSchema": SCHEMA}
+    result = {"content": [{"type": "text", "text": "ok"}], "structuredContent": {"charge_id": "c1"}}
+    fitting = replay_of(receipt_of(result, tool="charge", max_bytes=65536), key="k", tool=tool)
+    assert fitting["structuredContent"] == {"charge_id": "c1"} and "isError" not in fitting
+    assert fitting["_meta"]["intentlog/operation"]["replay"] is True
+    # A person's receipt of another shape: the call was applied, and the model is told so.
+    person = replay_of({"id": 7}, key="k", tool=tool, resolved_by="ops")
+    assert person["isError"] is True
+    assert "applied once already" in person["content"][0]["text"]
+    # A result too large to keep: applied, and not repeated for its result.
+    big = {
+        "content": [{"type": "text", "text": "x" * 100_000}],
+        "structuredContent": {"charge_id": "c"},
+    }
+    reduced = replay_of(receipt_of(big, tool="charge", max_bytes=65536), key="k", tool=tool)
+    assert reduced["isError"] is True and reduced["_meta"]["intentlog/operation"]["reduced"]
+    untyped = replay_of(receipt_of(big, tool="charge", max_bytes=65536), key="k", tool=None)
+    assert untyped["isError"] is False
+
+
+def test_a_receipt_never_raises_and_masks_credentials_in_text() -> None:
+    nested: list[object] = []
+    deep = nested
+    for _ in range(500):
+        deep.append([])
+        deep = deep[0]  # type: ignore[assignment]
+    for odd in (None, "text", 3, {"content": nested}, {"content": [{"text": object()}]}):
+        assert isinstance(receipt_of(odd, tool="t", max_bytes=65536), dict)
+    token = "ghp_" + "a" * 36
+    kept = receipt_of(
+        {"content": [{"type": "text", "text": f"your token is {token}"}]}, tool="t", max_bytes=65536
+    )
+    assert token not in str(kept) and kept["reduced"]
