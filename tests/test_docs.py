@@ -26,7 +26,14 @@ import pytest
 from intentlog.cli import cli
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = ("README.md", "docs/concepts.md", "docs/testing.md", "docs/deploy.md", "docs/services.md")
+DOCS = (
+    "README.md",
+    "docs/concepts.md",
+    "docs/testing.md",
+    "docs/deploy.md",
+    "docs/services.md",
+    "docs/mcp.md",
+)
 EXISTING = [name for name in DOCS if (ROOT / name).exists()]
 
 _FENCE = re.compile(r"^```([\w+-]*)\s*$")

@@ -155,3 +155,19 @@ def test_a_receipt_never_raises_and_masks_credentials_in_text() -> None:
         {"content": [{"type": "text", "text": f"your token is {token}"}]}, tool="t", max_bytes=65536
     )
     assert token not in str(kept) and kept["reduced"]
+
+
+def test_the_examples_in_docs_mcp_md_are_valid() -> None:
+    import json
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "mcp.md").read_text()
+    blocks = dict(re.findall(r"```(toml|json)\n(.*?)```", text, re.DOTALL))
+    parsed = parse_tools(blocks["toml"], "docs/mcp.md")
+    assert set(parsed.tools) == {"create_payment", "open_refund", "send_receipt", "get_balance"}
+    assert parsed.tools["open_refund"].lookup is not None
+    assert parsed.tools["send_receipt"].on_error == "unknown"
+    host = json.loads(blocks["json"])
+    args = host["mcpServers"]["payments"]["args"]
+    assert host["mcpServers"]["payments"]["command"] == "intentlog" and args[0] == "mcp"
