@@ -164,14 +164,25 @@ class AsyncJournal:
     ``store``: an :class:`AsyncStore` (PostgreSQL) or a synchronous store (SQLite), whose
     calls then run in the thread pool. ``workers`` bounds that pool, which also runs
     synchronous user code; concurrent tasks' journal writes share commits (group commit)
-    without weakening any guarantee.
+    without weakening any guarantee. ``executor`` replaces the pool.
     """
 
-    def __init__(self, store: Store | AsyncStore, *, workers: int = 64, **options: Any) -> None:
+    def __init__(
+        self,
+        store: Store | AsyncStore,
+        *,
+        workers: int = 64,
+        executor: concurrent.futures.Executor | None = None,
+        **options: Any,
+    ) -> None:
         self.options: Options = make_options(**options)
         workers = count("workers", workers)
         self._store = store
-        self._executor = concurrent.futures.ThreadPoolExecutor(
+        # ``executor``: where a synchronous store's calls and synchronous user code run
+        # instead of the pool (one that runs them at once, on the loop, trades the thread
+        # hops for blocking the loop while a commit is written: lower latency for one task
+        # at a time, no shared commits between tasks).
+        self._executor = executor or concurrent.futures.ThreadPoolExecutor(
             max_workers=workers, thread_name_prefix="intentlog"
         )
         self._renewer: Renewer | AsyncRenewer

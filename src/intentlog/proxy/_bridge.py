@@ -289,7 +289,8 @@ class Bridge:
                 raise UpstreamGone(self._gone or f"the upstream server is gone: {exc}") from exc
             if effect is not None:
                 crashpoint("after_send", effect)
-            answer = await asyncio.wait_for(asyncio.shield(future), timeout)
+            async with asyncio.timeout(timeout):
+                answer = await future
         except TimeoutError:
             if effect is None:  # a lookup or a listing: tell the server to stop working on it
                 cancel = {"requestId": request_id, "reason": "timed out"}

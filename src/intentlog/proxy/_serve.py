@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import dataclasses
 import logging
 import os
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from intentlog._async import AsyncJournal, open_async
 from intentlog._errors import InvalidInput
+from intentlog._journal import open_store
 from intentlog.proxy._bridge import Bridge
 from intentlog.proxy._calls import Calls, TaskHandles
 from intentlog.proxy._policy import ProxyFile
 from intentlog.proxy._wire import End, StdioAgent, StdioUpstream
+from intentlog.stores.sqlite import SQLiteStore
 
 if TYPE_CHECKING:
     from intentlog.proxy._http import HttpUpstream
@@ -55,7 +58,7 @@ class ProxyConfig:
 async def serve(config: ProxyConfig) -> None:
     """Serve until the agent leaves (stdio) or the process is stopped (HTTP)."""
     options = {} if config.max_wait is None else {"max_wait": config.max_wait}
-    journal = open_async(config.db, **options)
+    journal = _journal(config, options)
     handles = TaskHandles(journal)
     try:
         if config.listen is None:
@@ -65,6 +68,31 @@ async def serve(config: ProxyConfig) -> None:
     finally:
         await handles.aclose()
         await journal.aclose()
+
+
+def _journal(config: ProxyConfig, options: dict[str, Any]) -> AsyncJournal:
+    """The journal. One agent over stdio on SQLite: its commits are written on the event
+    loop itself, since the thread hops cost more than the loop waits for a commit there
+    (each call's writes are sequential anyway); otherwise the asynchronous store, whose
+    concurrent sessions share commits."""
+    if config.listen is None:
+        store = open_store(config.db)
+        if isinstance(store, SQLiteStore):
+            return AsyncJournal(store, executor=_Inline(), **options)
+        store.close()
+    return open_async(config.db, **options)
+
+
+class _Inline(concurrent.futures.Executor):
+    """Runs each call at once, in the caller's thread."""
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as exc:  # handed to the awaiting caller, as a pool would
+            future.set_exception(exc)
+        return future
 
 
 async def _session(
