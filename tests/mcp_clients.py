@@ -44,21 +44,28 @@ def proxy_command(
 
 @contextlib.asynccontextmanager
 async def stdio_session(
-    command: Sequence[str], env: dict[str, str] | None = None
+    command: Sequence[str], env: dict[str, str] | None = None, **callbacks: Any
 ) -> AsyncIterator[ClientSession]:
-    """An initialized SDK session with ``command`` over stdio, given the whole environment."""
+    """An initialized SDK session with ``command`` over stdio, given the whole environment;
+    ``callbacks``: the session's (``elicitation_callback=``, ...)."""
     params = StdioServerParameters(
         command=command[0], args=list(command[1:]), env=dict(os.environ if env is None else env)
     )
-    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+    async with (
+        stdio_client(params) as (read, write),
+        ClientSession(read, write, **callbacks) as session,
+    ):
         await session.initialize()
         yield session
 
 
 @contextlib.asynccontextmanager
-async def http_session(url: str) -> AsyncIterator[ClientSession]:
+async def http_session(url: str, **callbacks: Any) -> AsyncIterator[ClientSession]:
     """An initialized SDK session with the server at ``url`` over streamable HTTP."""
-    async with streamable_http_client(url) as (read, write), ClientSession(read, write) as session:
+    async with (
+        streamable_http_client(url) as (read, write),
+        ClientSession(read, write, **callbacks) as session,
+    ):
         await session.initialize()
         yield session
 

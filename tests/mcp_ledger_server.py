@@ -37,6 +37,7 @@ from typing import Any
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
+from pydantic import BaseModel
 from typing_extensions import TypedDict  # pydantic needs it on Python < 3.12
 
 SCHEMA = """
@@ -72,6 +73,10 @@ def ledger_rows(path: str | os.PathLike[str], tool: str | None = None) -> list[d
 
 def ledger_count(path: str | os.PathLike[str], tool: str | None = None) -> int:
     return len(ledger_rows(path, tool))
+
+
+class Answer(BaseModel):
+    text: str
 
 
 class Charge(TypedDict):
@@ -190,6 +195,22 @@ def build(ledger: str) -> Any:
     async def get_balance() -> Balance:
         """How many rows the ledger holds."""
         return {"applied": conn.execute("SELECT count(*) FROM applied").fetchone()[0]}
+
+    @app.tool(annotations=read)
+    async def ask(question: str, ctx: Context) -> str:
+        """Ask the client's user (elicitation), and answer with what they said."""
+        answer = await ctx.elicit(question, Answer)
+        return f"{answer.action}: {answer.data.text if answer.data else ''}"
+
+    @app.tool(annotations=write)
+    async def confirm_and_send(to: str, ctx: Context) -> str:
+        """Ask the client's user, then send a mail (a write that talks back mid-call)."""
+        answer = await ctx.elicit(f"send to {to}?", Answer)
+        if answer.action != "accept":
+            raise ToolError("not confirmed")
+        mail_id = f"m_{secrets.token_hex(4)}"
+        record("confirm_and_send", None, {"to": to}, mail_id)
+        return f"sent {mail_id} ({answer.data.text if answer.data else ''})"
 
     @app.tool(annotations=read)
     async def getenv(name: str) -> str:

@@ -277,3 +277,55 @@ def _wait_for(condition: Any, timeout: float = 60.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "the awaited progress never came"
         time.sleep(0.02)
+
+
+def test_over_http_everything_passes_through_and_a_cancelled_call_lands_once(
+    files: dict[str, Path],
+) -> None:
+    hold = files["ledger"].parent / "hold"
+    hold.mkdir()
+    ready = files["ledger"].with_suffix(".url")
+    server = subprocess.Popen(
+        [*server_command(files["ledger"]), "--http", "127.0.0.1:0", "--ready-file", str(ready)],
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "LEDGER_HOLD": str(hold)},
+    )
+    try:
+        _wait_for(ready.exists)
+        upstream = ready.read_text()
+
+        async def seen_through(url: str) -> list[Any]:
+            async with http_session(url) as session:
+                init = session.initialize_result
+                assert init is not None
+                tools = await session.list_tools()
+                prompts = await session.list_prompts()
+                read = await session.read_resource("ledger://info")
+                return [dump(init), dump(tools), dump(prompts), dump(read)]
+
+        async def body() -> None:
+            proxy, url = await _listening(files, upstream, dict(os.environ))
+            try:
+                assert await seen_through(url) == await seen_through(upstream)
+                async with http_session(url) as session:
+                    # The client gives up (its read timeout sends notifications/cancelled)
+                    # while the call is held inside the server; then the call is let go.
+                    with pytest.raises(Exception, match=r"(?i)tim"):
+                        await session.call_tool(
+                            "send_mail", CALLS["send_mail"], read_timeout_seconds=1.0
+                        )
+                    (hold / "send_mail.release").touch()
+                    await asyncio.to_thread(_wait_for, (hold / "send_mail.applied").exists)
+                    again = dump(await session.call_tool("send_mail", CALLS["send_mail"]))
+            finally:
+                proxy.terminate()
+                await proxy.wait()
+            assert again.get("isError") is not True, again
+            assert operation(again)["state"] == "CONFIRMED"
+            assert ledger_count(files["ledger"], "send_mail") == 1
+            assert _state(files["db"], "send_mail") == [CONFIRMED]
+
+        asyncio.run(body())
+    finally:
+        server.terminate()
+        server.wait(timeout=60)

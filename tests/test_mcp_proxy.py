@@ -77,7 +77,7 @@ def test_everything_but_journaled_calls_arrives_as_the_server_sent_it(
             ("direct", server_command(setup["ledger"])),
             ("proxied", proxied(setup)),
         ):
-            async with stdio_session(command) as session:
+            async with stdio_session(command, elicitation_callback=_answer) as session:
                 init = session.initialize_result
                 assert init is not None
                 tools = await session.list_tools()
@@ -93,6 +93,7 @@ def test_everything_but_journaled_calls_arrives_as_the_server_sent_it(
                     seen.append((p, total, message))
 
                 slow = await session.call_tool("slow", {"steps": 3}, progress_callback=on_progress)
+                asked = await session.call_tool("ask", {"question": "colour?"})
                 seen[how] = [
                     dump(init),
                     dump(tools),
@@ -102,6 +103,7 @@ def test_everything_but_journaled_calls_arrives_as_the_server_sent_it(
                     dump(prompt),
                     dump(slow),
                     progress,
+                    dump(asked),
                 ]
         assert seen["proxied"] == seen["direct"]
         assert seen["direct"][7] == [
@@ -109,6 +111,21 @@ def test_everything_but_journaled_calls_arrives_as_the_server_sent_it(
             (2.0, 3.0, "step 2"),
             (3.0, 3.0, "step 3"),
         ]
+        assert seen["direct"][8]["content"][0]["text"] == "accept: blue for colour?"
+
+    asyncio.run(body())
+
+
+def test_a_journaled_call_that_asks_the_user_mid_call_reaches_the_agent(
+    setup: dict[str, Path],
+) -> None:
+    async def body() -> None:
+        async with stdio_session(proxied(setup), elicitation_callback=_answer) as session:
+            sent = dump(await session.call_tool("confirm_and_send", {"to": "e@example.com"}))
+            again = dump(await session.call_tool("confirm_and_send", {"to": "e@example.com"}))
+        assert "blue for send to e@example.com?" in sent["content"][0]["text"]
+        assert operation(sent)["replay"] is False and operation(again)["replay"] is True
+        assert ledger_count(setup["ledger"], "confirm_and_send") == 1
 
     asyncio.run(body())
 
@@ -363,6 +380,13 @@ def test_a_malformed_tools_file_is_refused_naming_its_line(tmp_path: Path) -> No
     assert done.returncode == 1
     assert f"{tools}:3: retention must be a duration" in done.stderr
     assert "'soon'" in done.stderr
+
+
+async def _answer(context: Any, params: Any) -> Any:
+    """An elicitation callback: the user answers "blue" to whatever is asked."""
+    from mcp import types
+
+    return types.ElicitResult(action="accept", content={"text": f"blue for {params.message}"})
 
 
 async def _until(condition: Any, timeout: float = 60.0) -> None:
