@@ -203,6 +203,35 @@ def test_a_person_resolves_an_unresolved_call_and_the_same_call_gets_the_resolut
     asyncio.run(body())
 
 
+def test_a_lazy_receipt_lost_with_the_proxy_is_recovered_without_a_second_application(
+    files: dict[str, Path],
+) -> None:
+    """The proxy answered, its receipt still waiting for the task's next write, and is
+    killed: the same call made again settles by resending the key, once."""
+
+    lazy = files["tools"].with_name("lazy.toml")
+    lazy.write_text(TOOLS.replace('retention = "24h"', 'retention = "24h"\nlazy_receipt = true'))
+
+    async def body() -> None:
+        command = proxy_command(files["db"], server_command(files["ledger"]), tools=lazy)
+        client = await RawStdio.start(command)
+        await client.initialize()
+        await client.call(1, "charge", CALLS["charge"])
+        first = (await client.response(1))["result"]
+        assert operation(first)["durable"] is False
+        assert _state(files["db"], "charge") == [intentlog.State.SUBMITTED]
+        client.process.kill()  # SIGKILL, with the receipt not yet written
+        await client.process.wait()
+        await _until_gone(str(files["ledger"]))
+        async with stdio_session(command) as session:
+            again = dump(await session.call_tool("charge", CALLS["charge"]))
+        assert again["structuredContent"] == first["structuredContent"]
+        assert _state(files["db"], "charge") == [CONFIRMED]
+        assert ledger_count(files["ledger"], "charge") == 1
+
+    asyncio.run(body())
+
+
 HTTP_MATRIX = [
     ("charge", "after_send", CONFIRMED, {1}),
     ("open_ticket", "after_remote_commit", CONFIRMED, {1}),

@@ -86,6 +86,7 @@ def test_annotations_can_only_make_a_tool_less_trusted() -> None:
         ),
         ("[tools.a]\ndeduplicates = true\n", ":2:", "set key_argument"),
         ("[tools.a]\non_error = 'maybe'\n", ":2:", "on_error must be"),
+        ("[tools.a]\nlazy_receipt = true\n", ":2:", "lazy_receipt needs"),
         ("[tools.a.lookup]\ntool = 'a'\n", ":2:", "cannot be its own lookup"),
         ("[tools.a.lookup]\nfound = 'x'\n", ":1:", "lookup needs tool"),
         (

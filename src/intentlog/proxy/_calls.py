@@ -183,6 +183,7 @@ class Calls:
             # An unstated lag is taken as long as a request may take (the safe side).
             lookup_lag=policy.lookup_lag if policy.lookup_lag is not None else policy.timeout,
             locks_in_flight=policy.locks_in_flight,
+            lazy_receipt=policy.lazy_receipt,
             receipt=lambda result: receipt_of(
                 result,
                 tool=name,
@@ -373,7 +374,10 @@ class Calls:
             finally:
                 _CURRENT.reset(token)
             if call.live is not None:
-                return {"result": attach(call.live, key=key, state="CONFIRMED", replay=False)}, True
+                # A lazy receipt is durable only with the task's next write (said so here).
+                durable = False if policy.lazy_receipt else None
+                live = attach(call.live, key=key, state="CONFIRMED", replay=False, durable=durable)
+                return {"result": live}, True
             tool = await self._definition(policy.tool)
             who = None if _ours(receipt) else await self._resolver(key)
             return {"result": replay_of(receipt, key=key, tool=tool, resolved_by=who)}, False

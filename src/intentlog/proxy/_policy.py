@@ -46,6 +46,7 @@ _TOOL_FIELDS = frozenset(
         "profile",
         "on_error",
         "lookup",
+        "lazy_receipt",
     }
 )
 _LOOKUP_FIELDS = frozenset({"tool", "arguments", "found", "not_found_error"})
@@ -91,6 +92,7 @@ class ToolPolicy:
     lookup_lag: float | None = None  # None: unknown, taken as the timeout
     lookup: Lookup | None = None
     on_error: OnError = "failed"
+    lazy_receipt: bool = False
 
     def describe(self) -> str:
         """One line: what a crash in flight leads to for this tool."""
@@ -234,10 +236,17 @@ def _tool(tool: str, entry: Any, where: _Locator, timeout: float | None) -> Tool
         raise InvalidInput(
             f"{where.key(table + '.lookup', 'tool')}: a tool cannot be its own lookup"
         )
+    lazy = flag("lazy_receipt", False)
+    if lazy and not deduplicates and lookup is None:
+        raise InvalidInput(
+            f"{at('lazy_receipt')}: lazy_receipt needs a server that deduplicates or a lookup "
+            "(a receipt lost in a crash is then recovered, never resent blindly)"
+        )
     return ToolPolicy(
         tool,
         journaled=True,
         why="configured in the tools file",
+        lazy_receipt=lazy,
         key_argument=key_argument,
         deduplicates=deduplicates,
         retention=retention,
