@@ -255,6 +255,9 @@ class Bridge:
             self._progress[token] = request_id
         try:
             reply = await self.calls.call(request_id, params, policy)
+        except Exception:  # never leave the agent without an answer
+            log.exception("a journaled call failed")
+            reply = error_reply(request_id, INTERNAL_ERROR, "intentlog mcp: internal error")
         finally:
             if token is not None and self._progress.get(token) == request_id:
                 del self._progress[token]

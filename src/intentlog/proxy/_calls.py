@@ -341,6 +341,12 @@ class Calls:
                 return error_reply(None, INTERNAL_ERROR, f"intentlog mcp: {exc}"), False
             except JournalError as exc:
                 return error_reply(None, INTERNAL_ERROR, f"intentlog mcp: journal: {exc}"), False
+            except Error as exc:  # TaskBusy (another proxy holds the task), UnsafeValue, ...
+                return error_reply(None, INTERNAL_ERROR, f"intentlog mcp: {exc}"), False
+            except Exception as exc:  # a fault of ours: the agent still gets an answer
+                log.exception("journaled call of %r failed", policy.tool)
+                text = f"intentlog mcp: internal error ({type(exc).__name__}); see its log"
+                return error_reply(None, INTERNAL_ERROR, text), False
 
     async def _attempts(
         self,
