@@ -25,7 +25,6 @@ import asyncio
 import contextvars
 import dataclasses
 import logging
-import time
 from typing import Any, Protocol
 
 from intentlog._async import AsyncJournal, AsyncTask
@@ -262,15 +261,23 @@ class Calls:
         self, request_id: RequestId, params: dict[str, Any], policy: ToolPolicy
     ) -> Message:
         """Journal and perform one ``tools/call``; the JSON-RPC response for the agent."""
+        effect = self._effect(policy)
         try:
             task_id, key, arguments, meta = self._read(params, policy)
+            if key is None:
+                canonical = canonical_json(
+                    {"arguments": arguments}, what=f"arguments of {policy.tool!r}"
+                )
+                key = derive_key(task_id, effect.name, canonical)
         except InvalidInput as exc:
             return error_reply(request_id, INVALID_PARAMS, f"intentlog mcp: {exc}")
-        flight = (task_id, key or _args_key(policy.tool, arguments))
+        flight = (task_id, key)
         running = self._flights.get(flight)
         joined = running is not None
         if running is None:
-            running = asyncio.ensure_future(self._perform(task_id, key, arguments, meta, policy))
+            running = asyncio.ensure_future(
+                self._perform(task_id, key, arguments, meta, policy, effect)
+            )
             self._flights[flight] = running
             running.add_done_callback(lambda _: self._flights.pop(flight, None))
         # Shielded: an agent's cancel, or the session ending, never interrupts a send.
@@ -319,20 +326,13 @@ class Calls:
     async def _perform(
         self,
         task_id: str,
-        key: str | None,
+        base: str,
         arguments: dict[str, Any],
         meta: dict[str, Any],
         policy: ToolPolicy,
+        effect: Effect,
     ) -> tuple[Message, bool]:
         """The reply (without its id) and whether this run sent the request."""
-        effect = self._effect(policy)
-        try:
-            canonical = canonical_json(
-                {"arguments": arguments}, what=f"arguments of {policy.tool!r}"
-            )
-        except InvalidInput as exc:
-            return error_reply(None, INVALID_PARAMS, f"intentlog mcp: {exc}"), False
-        base = key if key is not None else derive_key(task_id, effect.name, canonical)
         async with self.handles.lock(task_id):
             try:
                 return await self._attempts(task_id, base, arguments, meta, policy, effect)
@@ -494,13 +494,6 @@ def _json(value: Any) -> str:
     import json
 
     return json.dumps(value, ensure_ascii=False, sort_keys=True)
-
-
-def _args_key(tool: str, arguments: dict[str, Any]) -> str:
-    try:
-        return f"{tool}\x00{canonical_json(arguments)}"
-    except InvalidInput:
-        return f"{tool}\x00{time.monotonic_ns()}"  # refused later, by the run itself
 
 
 def _error_message(exc: UpstreamError) -> Message:

@@ -66,10 +66,12 @@ def _masked_content(blocks: list[Any]) -> tuple[list[Any], bool]:
             out.append(block)
             continue
         cleaned = text
-        try:
-            value = json.loads(text)
-        except ValueError:
-            value = None
+        value = None
+        if text.lstrip()[:1] in ("{", "["):  # a printed structured result, perhaps
+            try:
+                value = json.loads(text)
+            except ValueError:
+                value = None
         if isinstance(value, dict | list):
             safe = redact(value)
             if safe is not value:
