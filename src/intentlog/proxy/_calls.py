@@ -27,7 +27,7 @@ import dataclasses
 import logging
 from typing import Any, Protocol
 
-from intentlog._async import AsyncJournal, AsyncTask
+from intentlog._async import AsyncJournal
 from intentlog._effect import Effect
 from intentlog._errors import (
     Error,
@@ -43,10 +43,19 @@ from intentlog._keys import canonical_json, derive_key, validate_key, validate_t
 from intentlog._model import Found, Indeterminate, LookupResult, NotFound
 from intentlog.proxy._bridge import UpstreamError, UpstreamGone
 from intentlog.proxy._policy import ProxyFile, ToolPolicy, default_policy
-from intentlog.proxy._results import attach, error_result, receipt_of, replay_of, text_of
+from intentlog.proxy._results import (
+    attach,
+    error_result,
+    in_flight_result,
+    receipt_of,
+    replay_of,
+    text_of,
+    unresolved_result,
+)
+from intentlog.proxy._tasks import TaskHandles
 from intentlog.proxy._wire import INTERNAL_ERROR, INVALID_PARAMS, Message, RequestId, error_reply
 
-__all__ = ["KEY_META", "TASK_META", "Calls", "TaskHandles"]
+__all__ = ["KEY_META", "TASK_META", "Calls"]
 
 log = logging.getLogger("intentlog.proxy")
 TASK_META = "intentlog/task"
@@ -79,44 +88,23 @@ class _Call:
     refusal: Message | None = None  # the upstream's definite refusal, as the agent gets it
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Job:
+    """One journaled call to perform: its task, its (first) key and what to send."""
+
+    task_id: str
+    base: str
+    arguments: dict[str, Any]
+    meta: dict[str, Any]
+    policy: ToolPolicy
+    effect: Effect
+
+
 _CURRENT: contextvars.ContextVar[_Call] = contextvars.ContextVar("intentlog_proxy_call")
 
 
 class _Ambiguous(Exception):
     """The upstream's answer does not settle whether the call applied."""
-
-
-class TaskHandles:
-    """The leased task handles of one proxy process, shared by its sessions: a task's
-    lease is held from its first journaled call until the proxy stops (renewed meanwhile),
-    and its calls are sent one at a time."""
-
-    def __init__(self, journal: AsyncJournal) -> None:
-        self.journal = journal
-        self._handles: dict[str, AsyncTask] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
-
-    def lock(self, task_id: str) -> asyncio.Lock:
-        return self._locks.setdefault(task_id, asyncio.Lock())
-
-    async def get(self, task_id: str) -> AsyncTask:
-        handle = self._handles.get(task_id)
-        if handle is None:
-            handle = await self.journal.task(task_id)
-            self._handles[task_id] = handle
-        return handle
-
-    def forget(self, task_id: str) -> None:
-        self._handles.pop(task_id, None)
-
-    async def aclose(self) -> None:
-        """Release every lease (a lease not released expires instead)."""
-        for handle in list(self._handles.values()):
-            try:
-                await handle.close()
-            except Error as exc:
-                log.warning("could not release task %r: %s", handle.id, exc)
-        self._handles.clear()
 
 
 class Calls:
@@ -275,9 +263,8 @@ class Calls:
         running = self._flights.get(flight)
         joined = running is not None
         if running is None:
-            running = asyncio.ensure_future(
-                self._perform(task_id, key, arguments, meta, policy, effect)
-            )
+            job = _Job(task_id, key, arguments, meta, policy, effect)
+            running = asyncio.ensure_future(self._perform(job))
             self._flights[flight] = running
             running.add_done_callback(lambda _: self._flights.pop(flight, None))
         # Shielded: an agent's cancel, or the session ending, never interrupts a send.
@@ -323,40 +310,27 @@ class Calls:
             arguments = {k: v for k, v in arguments.items() if k != policy.key_argument}
         return task_id, key, arguments, forwarded
 
-    async def _perform(
-        self,
-        task_id: str,
-        base: str,
-        arguments: dict[str, Any],
-        meta: dict[str, Any],
-        policy: ToolPolicy,
-        effect: Effect,
-    ) -> tuple[Message, bool]:
+    async def _perform(self, job: _Job) -> tuple[Message, bool]:
         """The reply (without its id) and whether this run sent the request."""
-        async with self.handles.lock(task_id):
+        async with self.handles.lock(job.task_id):
             try:
-                return await self._attempts(task_id, base, arguments, meta, policy, effect)
+                return await self._attempts(job)
             except LeaseLost as exc:
-                self.handles.forget(task_id)
+                self.handles.forget(job.task_id)
                 return error_reply(None, INTERNAL_ERROR, f"intentlog mcp: {exc}"), False
             except JournalError as exc:
                 return error_reply(None, INTERNAL_ERROR, f"intentlog mcp: journal: {exc}"), False
             except Error as exc:  # TaskBusy (another proxy holds the task), UnsafeValue, ...
                 return error_reply(None, INTERNAL_ERROR, f"intentlog mcp: {exc}"), False
             except Exception as exc:  # a fault of ours: the agent still gets an answer
-                log.exception("journaled call of %r failed", policy.tool)
+                log.exception("journaled call of %r failed", job.policy.tool)
                 text = f"intentlog mcp: internal error ({type(exc).__name__}); see its log"
                 return error_reply(None, INTERNAL_ERROR, text), False
 
-    async def _attempts(
-        self,
-        task_id: str,
-        base: str,
-        arguments: dict[str, Any],
-        meta: dict[str, Any],
-        policy: ToolPolicy,
-        effect: Effect,
-    ) -> tuple[Message, bool]:
+    async def _attempts(self, job: _Job) -> tuple[Message, bool]:
+        task_id, base, arguments, meta, policy, effect = (
+            job.task_id, job.base, job.arguments, job.meta, job.policy, job.effect,
+        )  # fmt: skip
         handle = await self.handles.get(task_id)
         for attempt in range(1, _MAX_ATTEMPTS + 1):
             key = base if attempt == 1 else f"{base}.{attempt}"
@@ -402,30 +376,8 @@ class Calls:
         resolutions = await self.journal.resolutions(key)
         return resolutions[-1].actor if resolutions else None
 
-    def _resolve_hint(self, key: str) -> str:
-        return (
-            f"intentlog --db {self.db} resolve {key} --confirmed --receipt '<JSON>' "
-            f"| --failed | --retry"
-        )
-
     def _unresolved(self, key: str, task_id: str, policy: ToolPolicy, why: str) -> dict[str, Any]:
-        text = (
-            f"Do not retry this call. Whether {policy.tool!r} was applied is unknown (operation "
-            f"{key} of task {task_id!r} is UNRESOLVED): the proxy stopped while the request was "
-            "in flight, and this tool can neither deduplicate a resend nor be asked. A person "
-            "must check and decide; once they have, making this same call again returns "
-            f"their resolution. To resolve: {self._resolve_hint(key)}"
-        )
-        structured = {
-            "state": "UNRESOLVED",
-            "next_action": "ESCALATE",
-            "key": key,
-            "task_id": task_id,
-            "tool": policy.tool,
-            "reason": why[:500],
-            "resolve": self._resolve_hint(key),
-        }
-        return attach(error_result(text, structured), key=key, state="UNRESOLVED", replay=False)
+        return unresolved_result(key, task_id, policy.tool, why, db=self.db)
 
     def _in_flight(
         self, key: str, task_id: str, policy: ToolPolicy, exc: BaseException
@@ -436,23 +388,7 @@ class Calls:
             if isinstance(not_before, float)
             else None
         )
-        when = f" in about {wait:.0f} s" if wait is not None else " later"
-        text = (
-            f"Do not start this action another way. The call of {policy.tool!r} (operation {key} "
-            f"of task {task_id!r}) may still be in flight and its outcome is not settled yet. "
-            f"Make this same call again{when}: it returns the outcome, and resends only where "
-            "that cannot apply it twice."
-        )
-        structured = {
-            "state": "SUBMITTED",
-            "next_action": "WAIT",
-            "key": key,
-            "task_id": task_id,
-            "tool": policy.tool,
-            "retry_after_seconds": round(wait, 3) if wait is not None else None,
-            "reason": str(exc)[:500],
-        }
-        return attach(error_result(text, structured), key=key, state="SUBMITTED", replay=False)
+        return in_flight_result(key, task_id, policy.tool, str(exc), wait)
 
 
 def _ours(receipt: Any) -> bool:

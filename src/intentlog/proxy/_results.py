@@ -21,7 +21,16 @@ from typing import Any
 
 from intentlog._hygiene import redact, reduce_receipt, scrub_text
 
-__all__ = ["META", "attach", "error_result", "receipt_of", "replay_of", "text_of"]
+__all__ = [
+    "META",
+    "attach",
+    "error_result",
+    "in_flight_result",
+    "receipt_of",
+    "replay_of",
+    "text_of",
+    "unresolved_result",
+]
 
 log = logging.getLogger("intentlog.proxy")
 META = "intentlog/operation"
@@ -110,6 +119,52 @@ def error_result(text: str, structured: dict[str, Any] | None = None) -> dict[st
     if structured is not None:
         result["structuredContent"] = structured
     return result
+
+
+def unresolved_result(key: str, task_id: str, tool: str, why: str, *, db: str) -> dict[str, Any]:
+    """The answer to a call whose outcome is UNRESOLVED: an error result that tells the
+    model not to retry, and a person how to resolve it."""
+    hint = f"intentlog --db {db} resolve {key} --confirmed --receipt '<JSON>' | --failed | --retry"
+    text = (
+        f"Do not retry this call. Whether {tool!r} was applied is unknown (operation {key} of "
+        f"task {task_id!r} is UNRESOLVED): the proxy stopped while the request was in flight, "
+        "and this tool can neither deduplicate a resend nor be asked. A person must check and "
+        "decide; once they have, making this same call again returns their resolution. To "
+        f"resolve: {hint}"
+    )
+    structured = {
+        "state": "UNRESOLVED",
+        "next_action": "ESCALATE",
+        "key": key,
+        "task_id": task_id,
+        "tool": tool,
+        "reason": why[:500],
+        "resolve": hint,
+    }
+    return attach(error_result(text, structured), key=key, state="UNRESOLVED", replay=False)
+
+
+def in_flight_result(
+    key: str, task_id: str, tool: str, why: str, wait: float | None
+) -> dict[str, Any]:
+    """The answer to a call that may still be in flight: call again after ``wait`` s."""
+    when = f" in about {wait:.0f} s" if wait is not None else " later"
+    text = (
+        f"Do not start this action another way. The call of {tool!r} (operation {key} of task "
+        f"{task_id!r}) may still be in flight and its outcome is not settled yet. Make this "
+        f"same call again{when}: it returns the outcome, and resends only where that cannot "
+        "apply it twice."
+    )
+    structured = {
+        "state": "SUBMITTED",
+        "next_action": "WAIT",
+        "key": key,
+        "task_id": task_id,
+        "tool": tool,
+        "retry_after_seconds": round(wait, 3) if wait is not None else None,
+        "reason": why[:500],
+    }
+    return attach(error_result(text, structured), key=key, state="SUBMITTED", replay=False)
 
 
 def replay_of(

@@ -15,8 +15,9 @@ from intentlog._async import AsyncJournal, open_async
 from intentlog._errors import InvalidInput
 from intentlog._journal import open_store
 from intentlog.proxy._bridge import Bridge
-from intentlog.proxy._calls import Calls, TaskHandles
+from intentlog.proxy._calls import Calls
 from intentlog.proxy._policy import ProxyFile
+from intentlog.proxy._tasks import TaskHandles
 from intentlog.proxy._wire import End, StdioAgent, StdioUpstream
 from intentlog.stores.sqlite import SQLiteStore
 
