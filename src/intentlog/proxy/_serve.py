@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from intentlog._async import AsyncJournal, open_async
 from intentlog._errors import InvalidInput
-from intentlog._journal import open_store
+from intentlog._journal import ENV_URL, open_store
 from intentlog.proxy._bridge import Bridge
 from intentlog.proxy._calls import Calls
 from intentlog.proxy._policy import ProxyFile
@@ -76,12 +76,13 @@ def _journal(config: ProxyConfig, options: dict[str, Any]) -> AsyncJournal:
     loop itself, since the thread hops cost more than the loop waits for a commit there
     (each call's writes are sequential anyway); otherwise the asynchronous store, whose
     concurrent sessions share commits."""
-    if config.listen is None:
-        store = open_store(config.db)
-        if isinstance(store, SQLiteStore):
-            return AsyncJournal(store, executor=_Inline(), **options)
-        store.close()
-    return open_async(config.db, **options)
+    url = config.db if config.db is not None else os.environ.get(ENV_URL)
+    postgres = url is not None and url.startswith(("postgresql://", "postgres://"))
+    if config.listen is None and not postgres:
+        store = open_store(url)
+        assert isinstance(store, SQLiteStore)
+        return AsyncJournal(store, executor=_Inline(), **options)
+    return open_async(url, **options)
 
 
 class _Inline(concurrent.futures.Executor):
@@ -150,8 +151,3 @@ async def _listen(config: ProxyConfig, journal: AsyncJournal, handles: TaskHandl
             bound = server.servers[0].sockets[0].getsockname()
             print(f"{READY} http://{host}:{bound[1]}/mcp", file=sys.stderr, flush=True)
         await serving
-
-
-def task_from_env(given: str | None) -> str | None:
-    """The default task of calls: ``--task``, else ``$INTENTLOG_TASK``."""
-    return given if given is not None else os.environ.get("INTENTLOG_TASK") or None
