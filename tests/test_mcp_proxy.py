@@ -354,6 +354,25 @@ def test_an_upstream_that_dies_or_never_answers_leaves_the_journal_intact(
     asyncio.run(body())
 
 
+def test_list_tools_shows_how_each_tool_will_be_treated(setup: dict[str, Path]) -> None:
+    done = subprocess.run(
+        proxied(setup, extra=["--list-tools"]),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = dict(line.split(": ", 1) for line in done.stdout.splitlines())
+    assert lines["charge"].startswith("journaled (configured in the tools file)")
+    assert "resent with its key in 'idempotency_key' (kept 86400 s)" in lines["charge"]
+    assert "looked up with 'find_ticket'" in lines["open_ticket"]
+    assert "UNRESOLVED for a person" in lines["send_mail"]
+    assert "resent as it is" in lines["set_flag"]
+    assert lines["get_balance"] == "passes through (annotated readOnlyHint)"
+    assert ledger_count(setup["ledger"]) == 0  # listing calls nothing
+
+
 def test_a_malformed_tools_file_is_refused_naming_its_line(tmp_path: Path) -> None:
     tools = tmp_path / "tools.toml"
     tools.write_text('[tools.charge]\nkey_argument = "idempotency_key"\nretention = "soon"\n')

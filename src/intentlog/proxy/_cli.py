@@ -45,6 +45,8 @@ def _listen(value: str | None) -> tuple[str, int] | None:
               help="Serve agents over streamable HTTP (host 127.0.0.1 unless given).")  # fmt: skip
 @click.option("--max-wait", type=float, metavar="SECONDS",
               help="How long a call may wait on a request in flight (default 60).")  # fmt: skip
+@click.option("--list-tools", is_flag=True,
+              help="Print how each of the server's tools will be treated, and exit.")  # fmt: skip
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def mcp_command(
@@ -55,6 +57,7 @@ def mcp_command(
     upstream: str | None,
     listen: str | None,
     max_wait: float | None,
+    list_tools: bool,
     command: Sequence[str],
 ) -> None:
     """Put intentlog in front of an MCP server: every state-changing tool call gets
@@ -72,8 +75,10 @@ def mcp_command(
       intentlog mcp --task order-42 -- python payments_server.py
       intentlog mcp --tools tools.toml --db journal.db -- npx some-mcp-server
       intentlog mcp --upstream http://127.0.0.1:8000/mcp --listen 127.0.0.1:7000
+      intentlog mcp --tools tools.toml --list-tools -- python payments_server.py
     """
     from intentlog.proxy._serve import ProxyConfig, serve
+    from intentlog.proxy._serve import list_tools as describe_tools
 
     logging.basicConfig(
         stream=sys.stderr, level=logging.WARNING, format="intentlog mcp: %(message)s"
@@ -92,6 +97,10 @@ def mcp_command(
             db=db or (ctx.obj or {}).get("db"),
             max_wait=max_wait,
         )
+        if list_tools:
+            for name, treatment in asyncio.run(describe_tools(config)):
+                click.echo(treatment if treatment.startswith(name) else f"{name}: {treatment}")
+            return
         asyncio.run(serve(config))
     except Error as exc:
         click.echo(f"error: {exc}", err=True)

@@ -99,10 +99,11 @@ class ToolPolicy:
         if not self.journaled:
             return f"{self.tool}: passes through ({self.why})"
         can = []
-        if self.deduplicates:
+        if self.deduplicates and self.key_argument is None:
+            can.append("resent as it is (a second call has the effect of one)")
+        elif self.deduplicates:
             kept = "forever" if self.retention is None else f"{self.retention:g} s"
-            where = f" on argument {self.key_argument!r}" if self.key_argument else ""
-            can.append(f"resent with its key{where} (kept {kept})")
+            can.append(f"resent with its key in {self.key_argument!r} (kept {kept})")
         if self.lookup is not None:
             can.append(f"looked up with {self.lookup.tool!r}")
         after = " or ".join(can) if can else "UNRESOLVED for a person"

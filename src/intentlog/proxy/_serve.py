@@ -16,7 +16,7 @@ from intentlog._errors import InvalidInput
 from intentlog._journal import ENV_URL, open_store
 from intentlog.proxy._bridge import Bridge
 from intentlog.proxy._calls import Calls
-from intentlog.proxy._policy import ProxyFile
+from intentlog.proxy._policy import ProxyFile, default_policy
 from intentlog.proxy._tasks import TaskHandles
 from intentlog.proxy._wire import End, StdioAgent, StdioUpstream
 from intentlog.stores.sqlite import SQLiteStore
@@ -24,7 +24,7 @@ from intentlog.stores.sqlite import SQLiteStore
 if TYPE_CHECKING:
     from intentlog.proxy._http import HttpUpstream
 
-__all__ = ["ProxyConfig", "serve"]
+__all__ = ["ProxyConfig", "list_tools", "serve"]
 
 log = logging.getLogger("intentlog.proxy")
 READY = "intentlog mcp: serving"  # the line printed (to stderr) once an HTTP listener is up
@@ -69,6 +69,65 @@ async def serve(config: ProxyConfig) -> None:
     finally:
         await handles.aclose()
         await journal.aclose()
+
+
+async def list_tools(config: ProxyConfig) -> list[tuple[str, str]]:
+    """Each tool the upstream lists, with how the proxy will treat its calls (the tools
+    file's entry, else the tool's annotations), plus the file's entries it does not list."""
+    upstream: StdioUpstream | HttpUpstream
+    if config.upstream is not None:
+        from intentlog.proxy._http import HttpUpstream
+
+        upstream = HttpUpstream(config.upstream)
+    else:
+        upstream = StdioUpstream(config.command)
+    await upstream.start()
+    try:
+        hello = {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "intentlog mcp", "version": "1"},
+        }
+        await upstream.send(
+            {"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": hello}
+        )
+        await _answer(upstream, "init")
+        await upstream.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        tools: dict[str, dict[str, Any]] = {}
+        cursor: Any = None
+        for page in range(1000):
+            params = {"cursor": cursor} if cursor else {}
+            await upstream.send({"jsonrpc": "2.0", "id": f"list-{page}", "method": "tools/list",
+                                 "params": params})  # fmt: skip
+            result = await _answer(upstream, f"list-{page}")
+            for tool in result.get("tools") or []:
+                if isinstance(tool, dict) and isinstance(tool.get("name"), str):
+                    tools[tool["name"]] = tool
+            cursor = result.get("nextCursor")
+            if not cursor:
+                break
+    finally:
+        await upstream.aclose()
+    rows = []
+    for name in sorted(tools):
+        policy = config.tools.tools.get(name) or default_policy(
+            name, tools[name].get("annotations"), timeout=config.tools.timeout
+        )
+        rows.append((name, policy.describe()))
+    for name in sorted(set(config.tools.tools) - set(tools)):
+        rows.append((name, "in the tools file, but the server lists no such tool"))
+    return rows
+
+
+async def _answer(upstream: StdioUpstream | HttpUpstream, request_id: str) -> dict[str, Any]:
+    while (incoming := await upstream.receive()) is not None:
+        message = incoming.message
+        if message.get("id") == request_id and "method" not in message:
+            if "error" in message:
+                raise InvalidInput(f"the upstream server refused {request_id}: {message['error']}")
+            result = message.get("result")
+            return result if isinstance(result, dict) else {}
+    raise InvalidInput("the upstream server closed before it answered")
 
 
 def _journal(config: ProxyConfig, options: dict[str, Any]) -> AsyncJournal:
