@@ -31,7 +31,7 @@ def server_command(ledger: Path) -> list[str]:
 
 
 def proxy_command(
-    db: Path, upstream: Sequence[str], *, task: str | None = "t1", tools: Path | None = None,
+    db: Path | str, upstream: Sequence[str], *, task: str | None = "t1", tools: Path | None = None,
     extra: Sequence[str] = (),
 ) -> list[str]:  # fmt: skip
     command = [sys.executable, "-m", "intentlog.cli", "mcp", "--db", str(db)]

@@ -117,10 +117,13 @@ def _state(db: Path, tool: str) -> list[intentlog.State]:
         return [op.state for op in journal.operations("t1") if op.effect == tool]
 
 
-async def _killed_stdio(files: dict[str, Path], tool: str, point: str) -> None:
+async def _killed_stdio(
+    files: dict[str, Path], tool: str, point: str, db: Path | str | None = None
+) -> None:
     """One call through a proxy armed to die at ``point``; returns once it has."""
     env = {**os.environ, "INTENTLOG_CRASH": f"{point}:{tool}"}
-    command = proxy_command(files["db"], server_command(files["ledger"]), tools=files["tools"])
+    journal = files["db"] if db is None else db
+    command = proxy_command(journal, server_command(files["ledger"]), tools=files["tools"])
     client = await RawStdio.start(command, env)
     await client.initialize()
     await client.call(1, tool, CALLS[tool])
@@ -228,6 +231,28 @@ def test_a_lazy_receipt_lost_with_the_proxy_is_recovered_without_a_second_applic
         assert again["structuredContent"] == first["structuredContent"]
         assert _state(files["db"], "charge") == [CONFIRMED]
         assert ledger_count(files["ledger"], "charge") == 1
+
+    asyncio.run(body())
+
+
+@pytest.mark.parametrize(
+    ("tool", "point"), [("charge", "after_remote_commit"), ("open_ticket", "after_send")]
+)
+def test_on_postgresql_a_killed_proxy_never_applies_a_call_twice(
+    files: dict[str, Path], pg_url: str, tool: str, point: str
+) -> None:
+    """The journal on PostgreSQL (many proxies on many machines share one)."""
+
+    async def body() -> None:
+        await _killed_stdio(files, tool, point, db=pg_url)
+        command = proxy_command(pg_url, server_command(files["ledger"]), tools=files["tools"])
+        async with stdio_session(command) as session:
+            result = dump(await session.call_tool(tool, CALLS[tool]))
+            again = dump(await session.call_tool(tool, CALLS[tool]))
+        assert operation(result)["state"] == "CONFIRMED" and operation(again)["replay"] is True
+        assert ledger_count(files["ledger"], tool) == 1
+        with intentlog.open(pg_url) as journal:
+            assert [op.state for op in journal.operations("t1")] == [CONFIRMED]
 
     asyncio.run(body())
 
