@@ -1,23 +1,37 @@
 """A real MCP server, written with the MCP SDK, whose tools change a SQLite ledger.
 
-    python tests/mcp_ledger_server.py --ledger PATH [--http 127.0.0.1:PORT --ready-file F]
+    python tests/mcp_ledger_server.py --ledger PATH [--http HOST:PORT] [--ready-file F]
 
 Over stdio by default; with ``--http``, streamable HTTP at ``http://HOST:PORT/mcp`` (port 0:
-any free one), and the URL is written to ``--ready-file`` once it listens. Every write tool
-records a row in the ledger (``applied``), so a test counts what the server really applied,
-whatever the proxy in front of it believes:
+any free one). With ``--ready-file``, in HTTP mode the URL is written to that file (atomically:
+a reader sees the whole URL or no file) once the server accepts connections, whatever the port.
 
-- ``charge(amount, idempotency_key)``: deduplicates on the key (the first result again).
-- ``open_ticket(title, request_id)``: does not deduplicate; stores ``request_id`` so that
-  ``find_ticket(request_id)`` (read-only) finds the ticket.
+Every write tool records a row in the ledger (table ``applied``), so a test counts what the
+server really applied, whatever the proxy in front of it believes. Several server processes may
+use one ledger, one after another or at once (WAL, a busy timeout, one transaction per change):
+
+- ``charge(amount, idempotency_key)``: deduplicates on the key (the first result again, nothing
+  applied); the key reused with another amount is an error result. Structured output.
+- ``open_ticket(title, request_id)``: does not deduplicate (every call inserts a row); stores
+  ``request_id`` as the row's key so that ``find_ticket(request_id)`` (read-only) finds it.
 - ``send_mail(to, body)``: can neither deduplicate nor be asked.
-- ``set_flag(name, value)``: annotated idempotent. ``big(size)``, ``leak()``: results too
-  large, and holding a secret. ``hang()``: never answers. ``die()``: the process exits
-  mid-call. ``refuse(reason)``: an error result. ``slow(steps)``, ``get_balance()``: read-only.
+- ``set_flag(name, value)``: annotated idempotent; still one row per call.
+- ``big(size)``: a write whose text result is ``size`` bytes. ``leak()``: a write whose result
+  holds a bearer token. ``hang()``: records its row, never answers. ``die()``: the process exits
+  (code 3) mid-call, nothing recorded. ``refuse(reason)``: an error result, nothing recorded.
+- ``add_tool()``: registers the tool ``extra`` and sends ``notifications/tools/list_changed``.
+- Read-only: ``find_ticket``, ``get_balance()`` (rows in the ledger), ``slow(steps)`` (one
+  progress notification per step, to the request's progress token), ``echo_meta()`` (the
+  request's ``_meta`` and JSON-RPC id as the server saw them), ``getenv(name)``, ``ask``.
 
-With ``LEDGER_HOLD=DIR`` in the environment, each write tool creates ``DIR/<tool>.entered``
-before it applies and waits for ``DIR/<tool>.release``, then creates ``DIR/<tool>.applied``:
-a test acts while a call is inside the server, on observed progress.
+A tool declared ``-> str`` answers with a text block and, as the SDK does for such tools, the
+structured content ``{"result": <text>}``.
+
+With ``LEDGER_HOLD=DIR`` in the environment, each write tool, before it applies, creates
+``DIR/<tool>.entered`` (holding the server's pid, fsynced) and waits, polling, until
+``DIR/<tool>.release`` exists; once its change is committed it creates ``DIR/<tool>.applied``.
+A test acts while a call is inside the server on observed progress. A call cancelled by the
+client while it waits there applies nothing (the wait is where the cancellation lands).
 """
 
 from __future__ import annotations
@@ -28,17 +42,26 @@ import contextlib
 import json
 import os
 import secrets
+import socket
 import sqlite3
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import mcp_types
+from mcp.server.lowlevel import NotificationOptions
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.models import InitializationOptions
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel
 from typing_extensions import TypedDict  # pydantic needs it on Python < 3.12
+
+VERSION = "1.0.0"
+INSTRUCTIONS = "A ledger whose tools record what they apply."
+#: How long a writer waits for another process's write lock before it fails.
+BUSY_TIMEOUT_S = 30.0
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS applied (
@@ -46,32 +69,39 @@ CREATE TABLE IF NOT EXISTS applied (
     result TEXT NOT NULL, at REAL NOT NULL
 );
 CREATE UNIQUE INDEX IF NOT EXISTS charge_key ON applied(key) WHERE tool = 'charge';
+CREATE TABLE IF NOT EXISTS flags (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
+
+COLUMNS = ("id", "tool", "key", "args", "result", "at")
 
 
 def _connect(path: str | os.PathLike[str]) -> sqlite3.Connection:
-    conn = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
+    conn = sqlite3.connect(
+        path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+    )
+    conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
     conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA busy_timeout=30000")
     conn.executescript(SCHEMA)
     return conn
 
 
 def ledger_rows(path: str | os.PathLike[str], tool: str | None = None) -> list[dict[str, Any]]:
-    """The rows the server applied (all, or one tool's), oldest first."""
+    """The rows the server applied (all, or one tool's), oldest first; ``[]`` while the
+    ledger file does not exist (it is not created by asking)."""
     if not Path(path).exists():
         return []
     conn = _connect(path)
     try:
-        query = "SELECT id, tool, key, args, result FROM applied"
+        query = f"SELECT {', '.join(COLUMNS)} FROM applied"
         rows = conn.execute(query + (" WHERE tool = ?" if tool else "") + " ORDER BY id",
                             (tool,) if tool else ()).fetchall()  # fmt: skip
     finally:
         conn.close()
-    return [dict(zip(("id", "tool", "key", "args", "result"), r, strict=True)) for r in rows]
+    return [dict(zip(COLUMNS, r, strict=True)) for r in rows]
 
 
 def ledger_count(path: str | os.PathLike[str], tool: str | None = None) -> int:
+    """How many rows the server applied (all, or one tool's); 0 before the ledger exists."""
     return len(ledger_rows(path, tool))
 
 
@@ -102,8 +132,25 @@ class Leak(TypedDict):
     id: str
 
 
-def build(ledger: str) -> Any:
-    app = MCPServer("ledger", instructions="A ledger whose tools record what they apply.")
+class Echo(TypedDict):
+    meta: dict[str, Any] | None
+    request_id: str
+
+
+def _mark(path: Path) -> None:
+    """Create ``path`` holding this process's pid, on disk before anyone is told."""
+    with open(path, "w") as f:
+        f.write(str(os.getpid()))
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def build(ledger: str) -> MCPServer[Any]:
+    """The ledger server (its tools, a resource and a template, a prompt), not yet running."""
+    app: MCPServer[Any] = MCPServer(
+        "ledger", version=VERSION, instructions=INSTRUCTIONS, log_level="WARNING"
+    )
+    _advertise(app)
     conn = _connect(ledger)
     hold = os.environ.get("LEDGER_HOLD")
     write = ToolAnnotations(readOnlyHint=False, idempotentHint=False, destructiveHint=False)
@@ -112,19 +159,16 @@ def build(ledger: str) -> Any:
     async def gate(tool: str) -> None:
         if not hold:
             return
-        entered = Path(hold, f"{tool}.entered")
-        with open(entered, "w") as f:
-            f.write(str(os.getpid()))
-            f.flush()
-            os.fsync(f.fileno())
+        _mark(Path(hold, f"{tool}.entered"))
         while not Path(hold, f"{tool}.release").exists():
             await asyncio.sleep(0.01)
 
     def applied(tool: str) -> None:
         if hold:
-            Path(hold, f"{tool}.applied").touch()
+            _mark(Path(hold, f"{tool}.applied"))
 
     def record(tool: str, key: str | None, args: dict[str, Any], result: Any) -> None:
+        # Autocommit: one INSERT is one transaction, so each change is committed on its own.
         conn.execute(
             "INSERT INTO applied (tool, key, args, result, at) VALUES (?, ?, ?, ?, ?)",
             (tool, key, json.dumps(args, sort_keys=True), json.dumps(result), time.time()),
@@ -134,6 +178,8 @@ def build(ledger: str) -> Any:
     async def charge(amount: int, idempotency_key: str) -> Charge:
         """Charge an amount; a repeated idempotency_key returns the first charge."""
         await gate("charge")
+        # Check and insert in one write transaction, so that two processes charging the same
+        # key at once apply it once (the second waits for the lock, then finds the first row).
         conn.execute("BEGIN IMMEDIATE")
         try:
             row = conn.execute(
@@ -143,7 +189,9 @@ def build(ledger: str) -> Any:
             if row is not None:
                 conn.execute("COMMIT")
                 if json.loads(row[0])["amount"] != amount:
-                    raise ToolError("idempotency_key was used with other arguments")
+                    raise ToolError(
+                        f"idempotency_key {idempotency_key!r} was used with other arguments"
+                    )
                 first: Charge = json.loads(row[1])
                 return first
             result: Charge = {"charge_id": f"ch_{secrets.token_hex(6)}", "amount": amount}
@@ -167,7 +215,7 @@ def build(ledger: str) -> Any:
 
     @app.tool(annotations=read)
     async def find_ticket(request_id: str) -> Found:
-        """The ticket opened with request_id, or null."""
+        """The first ticket opened with request_id, or null."""
         row = conn.execute(
             "SELECT result FROM applied WHERE tool = 'open_ticket' AND key = ? ORDER BY id",
             (request_id,),
@@ -187,7 +235,19 @@ def build(ledger: str) -> Any:
     async def set_flag(name: str, value: str) -> str:
         """Set a flag (idempotent: setting it twice is setting it once)."""
         await gate("set_flag")
-        record("set_flag", name, {"name": name, "value": value}, value)
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute(
+                "INSERT INTO flags (name, value) VALUES (?, ?)"
+                " ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+                (name, value),
+            )
+            record("set_flag", name, {"name": name, "value": value}, value)
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
         applied("set_flag")
         return f"{name}={value}"
 
@@ -195,6 +255,14 @@ def build(ledger: str) -> Any:
     async def get_balance() -> Balance:
         """How many rows the ledger holds."""
         return {"applied": conn.execute("SELECT count(*) FROM applied").fetchone()[0]}
+
+    @app.tool(annotations=read)
+    async def echo_meta(ctx: Context) -> Echo:
+        """The ``_meta`` of this request and its JSON-RPC id, as the server received them."""
+        request = ctx.request_context
+        params = request.params or {}
+        raw = params.get("_meta")
+        return {"meta": dict(raw) if isinstance(raw, dict) else None, "request_id": ctx.request_id}
 
     @app.tool(annotations=read)
     async def ask(question: str, ctx: Context) -> str:
@@ -219,7 +287,7 @@ def build(ledger: str) -> Any:
 
     @app.tool(annotations=read)
     async def slow(steps: int, ctx: Context) -> str:
-        """Report progress ``steps`` times, then answer."""
+        """Report progress ``steps`` times (when the caller gave a progress token), then answer."""
         for step in range(steps):
             await ctx.report_progress(step + 1, steps, f"step {step + 1}")
         return f"{steps} steps"
@@ -229,6 +297,7 @@ def build(ledger: str) -> Any:
         """A write whose result is ``size`` bytes of text."""
         await gate("big")
         record("big", None, {"size": size}, size)
+        applied("big")
         return "x" * size
 
     @app.tool(annotations=write)
@@ -237,18 +306,21 @@ def build(ledger: str) -> Any:
         await gate("leak")
         result: Leak = {"token": f"Bearer {secrets.token_urlsafe(30)}", "id": secrets.token_hex(4)}
         record("leak", None, {}, result["id"])
+        applied("leak")
         return result
 
     @app.tool(annotations=write)
     async def hang() -> str:
         """A write that records its row and then never answers."""
+        await gate("hang")
         record("hang", None, {}, None)
+        applied("hang")
         while True:
             await asyncio.sleep(3600)
 
     @app.tool(annotations=write)
     async def die() -> str:
-        """The server process exits in the middle of this call."""
+        """The server process exits (code 3) in the middle of this call; nothing is recorded."""
         os._exit(3)
 
     @app.tool(annotations=write)
@@ -256,10 +328,35 @@ def build(ledger: str) -> Any:
         """An error result: nothing is applied."""
         raise ToolError(f"refused: {reason}")
 
+    async def extra() -> str:
+        """A tool that exists once add_tool was called."""
+        return "extra"
+
+    @app.tool(annotations=ToolAnnotations(readOnlyHint=False, idempotentHint=True))
+    async def add_tool(ctx: Context) -> str:
+        """Register the tool ``extra`` and tell the client its tool list changed."""
+        await gate("add_tool")
+        if all(tool.name != "extra" for tool in await app.list_tools()):
+            app.add_tool(extra, name="extra", annotations=read)
+        record("add_tool", None, {}, "extra")
+        applied("add_tool")
+        # On this request's own stream: over streamable HTTP it then reaches the client on the
+        # POST's response whether or not the client opened the standalone GET stream.
+        await ctx.session.send_notification(
+            mcp_types.ToolListChangedNotification(),
+            related_request_id=ctx.request_context.request_id,
+        )
+        return "added extra"
+
     @app.resource("ledger://info")
     def info() -> str:
         """What this server is."""
         return "a ledger for intentlog's proxy tests"
+
+    @app.resource("ledger://rows/{tool}", mime_type="application/json")
+    def rows(tool: str) -> str:
+        """The rows one tool applied, as JSON."""
+        return json.dumps(ledger_rows(ledger, tool))
 
     @app.prompt()
     def summary(period: str) -> str:
@@ -269,38 +366,91 @@ def build(ledger: str) -> Any:
     return app
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--ledger", required=True)
+def _advertise(app: MCPServer[Any]) -> None:
+    """Capabilities beyond the SDK's defaults: ``tools.listChanged`` and ``logging``.
+
+    MCPServer derives its capabilities from registered handlers and always builds its
+    initialization options without notification options (listChanged false), over stdio and
+    streamable HTTP alike; the one seam both transports consult is the low-level server's
+    ``create_initialization_options``, so that is where the flag goes in.
+    """
+    lowlevel = app._lowlevel_server
+    plain = lowlevel.create_initialization_options
+
+    def with_list_changed(
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        return plain(
+            notification_options or NotificationOptions(tools_changed=True),
+            experimental_capabilities,
+            extensions,
+        )
+
+    lowlevel.create_initialization_options = with_list_changed  # type: ignore[method-assign]
+
+    async def set_level(ctx: Any, params: mcp_types.SetLevelRequestParams) -> mcp_types.EmptyResult:
+        return mcp_types.EmptyResult()
+
+    # Registered directly: the constructor's on_set_logging_level warns that logging is
+    # deprecated in the 2026 protocol, which the handshake versions this server speaks still have.
+    lowlevel.add_request_handler("logging/setLevel", mcp_types.SetLevelRequestParams, set_level)
+
+
+def _write_ready(path: str, url: str) -> None:
+    ready = Path(path)
+    partial = ready.with_name(ready.name + ".partial")
+    partial.write_text(url)
+    partial.replace(ready)
+
+
+async def _serve_http(app: MCPServer[Any], host: str, port: int, ready_file: str | None) -> int:
+    import uvicorn
+
+    # Bound here, so port 0 is known before the server starts and the URL names the real port.
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    bound = sock.getsockname()[1]
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app.streamable_http_app(host=host),
+            log_level="warning",
+            access_log=False,
+            # A hanging call keeps its response stream open; SIGTERM must still end the server.
+            timeout_graceful_shutdown=2,
+        )
+    )
+    task = asyncio.ensure_future(server.serve(sockets=[sock]))
+    while not server.started and not task.done():
+        await asyncio.sleep(0.01)
+    if not server.started:
+        await task
+        return 1
+    if ready_file:
+        netloc = f"[{host}]" if family == socket.AF_INET6 else host
+        _write_ready(ready_file, f"http://{netloc}:{bound}/mcp")
+    await task
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ledger", required=True, help="the SQLite ledger file")
     parser.add_argument("--http", default=None, help="HOST:PORT (port 0: any free one)")
-    parser.add_argument("--ready-file", default=None)
-    args = parser.parse_args()
+    parser.add_argument("--ready-file", default=None, help="HTTP: where the URL is written")
+    args = parser.parse_args(argv)
     app = build(args.ledger)
     if args.http is None:
         app.run()
-        return
-    import uvicorn
-
+        return 0
     host, _, port = args.http.rpartition(":")
-    server = uvicorn.Server(
-        uvicorn.Config(app.streamable_http_app(), host=host, port=int(port), log_level="warning")
-    )
-
-    async def serve() -> None:
-        task = asyncio.ensure_future(server.serve())
-        while not server.started and not task.done():
-            await asyncio.sleep(0.01)
-        if server.started and args.ready_file:
-            bound = server.servers[0].sockets[0].getsockname()[1]
-            ready = Path(args.ready_file)
-            ready.with_suffix(".tmp").write_text(f"http://{host}:{bound}/mcp")
-            ready.with_suffix(".tmp").replace(ready)
-        await task
-
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve())
-    sys.exit(0)
+        return asyncio.run(_serve_http(app, host.strip("[]"), int(port), args.ready_file))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
