@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("mcp")
+if os.environ.get("CI") != "true":  # where CI=true these tests must run, not skip
+    pytest.importorskip("mcp", reason="the MCP SDK is not installed (pip install 'intentlog[mcp]')")
 
 import mcp_types
 from tests.mcp_clients import (
