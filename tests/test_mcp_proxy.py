@@ -150,6 +150,31 @@ def test_the_server_gets_the_proxys_whole_environment_but_not_its_crash_arming(
     asyncio.run(body())
 
 
+def test_a_tool_list_change_reaches_the_agent_and_the_proxy_reads_the_new_tool(
+    setup: dict[str, Path],
+) -> None:
+    notices: list[Any] = []
+
+    async def on_message(message: Any) -> None:
+        notices.append(message)
+
+    async def body() -> None:
+        async with stdio_session(proxied(setup), message_handler=on_message) as session:
+            before = {tool.name for tool in (await session.list_tools()).tools}
+            added = dump(await session.call_tool("add_tool", {}))  # journaled: it writes
+            after = {tool.name for tool in (await session.list_tools()).tools}
+            extra = dump(await session.call_tool("extra", {}))
+        assert "extra" not in before and "extra" in after
+        assert operation(added)["state"] == "CONFIRMED"
+        changed = [n for n in notices if "ToolListChanged" in type(n).__name__]
+        assert changed, notices
+        # The proxy read the list again: `extra` is annotated read-only, so it passed.
+        assert extra["structuredContent"] == {"result": "extra"} and "_meta" not in extra
+        assert [op.effect for op in ops(setup)] == ["add_tool"]
+
+    asyncio.run(body())
+
+
 def test_a_journaled_call_applies_once_and_replays_its_result(setup: dict[str, Path]) -> None:
     async def body() -> None:
         async with stdio_session(proxied(setup)) as session:
