@@ -7,6 +7,7 @@ import asyncio
 import socket
 import sys
 from collections.abc import Callable
+from types import FrameType
 
 import uvicorn
 
@@ -20,6 +21,14 @@ class _Server(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, ready: Callable[[], None]) -> None:
         super().__init__(config)
         self._ready = ready
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        super().handle_exit(sig, frame)
+        # SIGTERM or SIGINT is how this command is meant to end: a graceful stop and exit 0,
+        # like `intentlog worker` (uvicorn would re-raise the signal once stopped).
+        captured = getattr(self, "_captured_signals", None)
+        if isinstance(captured, list):
+            captured.clear()
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
