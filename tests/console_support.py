@@ -24,6 +24,7 @@ import pytest
 import intentlog
 
 READY = "intentlog console: serving "
+SCRIPT_TEXT = "<script>alert(1)</script>"
 #: A failure bound only: how long a console may take to start on a slow, loaded machine.
 START_DEADLINE = 120.0
 
