@@ -4,6 +4,7 @@ escaping, the secret hygiene on receipts, who resolved what, and the retry confi
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -51,7 +52,11 @@ def post_resolve(client: httpx.Client, task_id: str, key: str, **fields: str) ->
     """Fill and send the resolve form of ``key`` as shown on its task page."""
     page = client.get(task_path(task_id))
     assert page.status_code == 200, page.text
-    return client.post("/resolve", data={"csrf": csrf_of(page.text), "key": key, **fields})
+    shown = re.search(rf'id="resolve-{re.escape(key)}".*?name="seen" value="([^"]+)"', page.text,
+                      re.DOTALL)  # fmt: skip
+    assert shown, f"no resolve form for {key}"
+    data = {"csrf": csrf_of(page.text), "key": key, "seen": shown[1], **fields}
+    return client.post("/resolve", data=data)
 
 
 # -- the main flow, on SQLite and PostgreSQL ---------------------------------------------------
@@ -345,3 +350,37 @@ def test_headroom_counts_from_the_oldest_key_in_flight() -> None:
     assert rows["old"].seconds == -50.0 and "expired 50s ago" in rows["old"].text
     assert [h.seconds for h in headroom(ops[2:3], now)] == [100.0]
     assert EMAIL.policy.idempotent is False
+
+
+def test_a_form_for_a_situation_that_changed_writes_nothing(db: str) -> None:
+    key = only_op(db).key
+    with running_console(db) as console, console.client() as client:
+        page = client.get(task_path("order-1")).text
+        assert 'name="seen" value="UNRESOLVED:1"' in page
+        with intentlog.open(db) as journal:  # someone else decides meanwhile
+            journal.resolve(key, "retry", actor="carol", note="not in the relay's log")
+        # 'failed' applies to a PLANNED operation too: only the form's record of what was
+        # shown stops a decision about another situation.
+        data = {"csrf": csrf_of(page), "key": key, "seen": "UNRESOLVED:1",
+                "outcome": "failed", "actor": "dave"}  # fmt: skip
+        response = client.post("/resolve", data=data)
+        assert response.status_code == 400
+        assert "changed since the page was shown (it is PLANNED now" in response.text
+        assert "carol" in response.text  # the page shows the other decision
+    assert only_op(db).state is intentlog.State.PLANNED
+    assert [r.actor for r in resolutions(db)] == ["carol"]
+
+
+def test_the_cli_loads_the_web_stack_only_for_the_console(db: str) -> None:
+    code = (
+        "import sys, intentlog.cli\n"
+        "web = {'starlette', 'jinja2', 'uvicorn'} & {m.split('.')[0] for m in sys.modules}\n"
+        "assert not web, web\n"
+        "for name in ('starlette', 'jinja2', 'uvicorn'):\n"
+        "    sys.modules[name] = None  # as if the extra were not installed\n"
+        f"intentlog.cli.main(['console', '--db', {db!r}, '--port', '0'])\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120)  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    assert "needs its extra: pip install 'intentlog[console]'" in result.stderr

@@ -33,7 +33,13 @@ from intentlog.console._facts import overview, retry_phrase, retry_risk, task_vi
 __all__ = ["OUTCOMES", "create_app"]
 
 OUTCOMES = ("confirmed", "failed", "retry")
-_FIELDS = ("csrf", "key", "outcome", "receipt", "note", "actor", "confirm")
+_FIELDS = ("csrf", "key", "seen", "outcome", "receipt", "note", "actor", "confirm")
+
+
+def seen(op: intentlog.Operation) -> str:
+    """What the form records of the operation it was shown for: its state and sends. A
+    resolution is for that situation only (as in :meth:`intentlog.Journal.resolve`)."""
+    return f"{op.state.value}:{op.attempts}"
 
 
 def _quote(value: object) -> str:
@@ -89,6 +95,7 @@ class Console:
             read_only=self.read_only,
             journal_url=self.journal.url,
             task_url=task_url,
+            seen=seen,
             **context,
         )
         return HTMLResponse(html, status_code=status)
@@ -176,6 +183,12 @@ class Console:
         """What is wrong with the form before the journal is asked (None: nothing), and the
         parsed receipt."""
         outcome = fields["outcome"]
+        if fields["seen"] != seen(op):
+            return (
+                f"Nothing was written: the operation changed since the page was shown (it is "
+                f"{op.state.value} now, after {op.attempts} send(s)); look at it again.",
+                None,
+            )
         if outcome not in OUTCOMES:
             return "Choose what happened: confirmed, failed or retry.", None
         if not fields["actor"]:
