@@ -424,7 +424,9 @@ def test_gc_bad_duration_is_a_usage_error(db: str, value: str) -> None:
 # -- help, errors, masking -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("command", [[], ["status"], ["show"], ["resolve"], ["recover"], ["gc"]])
+@pytest.mark.parametrize(
+    "command", [[], ["status"], ["show"], ["resolve"], ["recover"], ["gc"], ["console"]]
+)
 def test_every_help_has_an_example(command: list[str]) -> None:
     result = invoke(None, *command, "--help")
     assert result.exit_code == 0

@@ -33,6 +33,7 @@ DOCS = (
     "docs/deploy.md",
     "docs/services.md",
     "docs/mcp.md",
+    "docs/operate.md",
 )
 EXISTING = [name for name in DOCS if (ROOT / name).exists()]
 

@@ -11,6 +11,8 @@ Commands::
                                         effects whose service cannot settle a crash in flight
     intentlog mcp [--tools FILE] [--task ID] -- COMMAND...
                                         a journaling proxy in front of an MCP server
+    intentlog console [--host H] [--port P] [--read-only]
+                                        a web console: what needs a person, and resolving it
 
 Every command takes ``--json`` for one JSON object on stdout. The journal is ``--db URL``,
 else ``$INTENTLOG_URL``, else ``./.intentlog/journal.db``; it must already exist. ``--db`` and
@@ -835,6 +837,16 @@ def _add_mcp() -> None:
 
 
 _add_mcp()
+
+
+def _add_console() -> None:
+    # Its own module too: Starlette, Jinja2 and uvicorn are imported only when it runs.
+    from intentlog.console._cli import console_command
+
+    cli.add_command(console_command)
+
+
+_add_console()
 
 
 def main(argv: Sequence[str] | None = None) -> None:

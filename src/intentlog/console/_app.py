@@ -1,0 +1,248 @@
+"""The console's routes (Starlette): the overview, a task page, resolving, and ``/metrics``.
+
+The journal is the synchronous :class:`intentlog.Journal`; the routes that read it are plain
+functions, which Starlette runs in its thread pool, so a slow query never blocks the event
+loop. Templates are Jinja2 with autoescaping on for every value: task ids, notes, receipts,
+errors and reasons are written by services and agents and are always shown as text.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.resources
+import json
+import urllib.parse
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import jinja2
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import FormData
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+import intentlog
+from intentlog._check import human
+from intentlog.console._auth import Gate, GateMiddleware, identity
+from intentlog.console._facts import overview, retry_phrase, retry_risk, task_view
+
+__all__ = ["OUTCOMES", "create_app"]
+
+OUTCOMES = ("confirmed", "failed", "retry")
+_FIELDS = ("csrf", "key", "seen", "outcome", "receipt", "note", "actor", "confirm")
+
+
+def seen(op: intentlog.Operation) -> str:
+    """What the form records of the operation it was shown for: its state and sends. A
+    resolution is for that situation only (as in :meth:`intentlog.Journal.resolve`)."""
+    return f"{op.state.value}:{op.attempts}"
+
+
+def _quote(value: object) -> str:
+    return urllib.parse.quote(str(value), safe="")
+
+
+def _compact(value: object) -> str:
+    # Plain text, escaped by the template like any other value (unlike Jinja's tojson,
+    # which is meant for <script> and turns "<" into "\u003c").
+    return json.dumps(value, separators=(", ", ": "), ensure_ascii=False, default=str)
+
+
+def _iso(t: float | None) -> str:
+    if t is None:
+        return "-"
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("intentlog.console", "templates"),
+        autoescape=True,  # every template is HTML; never |safe on journal data
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["q"] = _quote
+    env.filters["json"] = _compact
+    env.filters["iso"] = _iso
+    env.filters["age"] = lambda seconds: human(max(float(seconds), 0.0))
+    return env
+
+
+def task_url(task_id: str) -> str:
+    """The path of a task's page (any task id: every character is percent-encoded)."""
+    return f"/task/{_quote(task_id)}"
+
+
+class Console:
+    """The pages of one console over one journal."""
+
+    def __init__(self, journal: intentlog.Journal, gate: Gate, *, read_only: bool) -> None:
+        self.journal = journal
+        self.gate = gate
+        self.read_only = read_only
+        self.env = _environment()
+        css = importlib.resources.files("intentlog.console").joinpath("static/console.css")
+        self.css = css.read_text(encoding="utf-8")
+
+    def render(self, request: Request, name: str, status: int = 200, **context: Any) -> Response:
+        html = self.env.get_template(name).render(
+            csrf=self.gate.csrf_token(identity(request)),
+            read_only=self.read_only,
+            journal_url=self.journal.url,
+            task_url=task_url,
+            seen=seen,
+            **context,
+        )
+        return HTMLResponse(html, status_code=status)
+
+    # -- pages -------------------------------------------------------------------------------
+
+    def overview(self, request: Request) -> Response:
+        return self.render(request, "overview.html", view=overview(self.journal))
+
+    def task(self, request: Request) -> Response:
+        task_id = request.path_params["task_id"]
+        try:
+            view = task_view(self.journal, task_id)
+        except intentlog.InvalidInput as exc:
+            return self.render(request, "error.html", 404, title="No such task", message=str(exc))
+        return self.render(request, "task.html", view=view, errors={}, values={})
+
+    def css_file(self, request: Request) -> Response:
+        return Response(self.css, media_type="text/css")
+
+    def metrics(self, request: Request) -> Response:
+        """The Prometheus exposition of ``intentlog.metrics.render``, where installed."""
+        try:
+            module = importlib.import_module("intentlog.metrics")
+        except ImportError as exc:
+            return PlainTextResponse(f"metrics are not available here ({exc})\n", 501)
+        render: Callable[[intentlog.Journal], tuple[bytes, str]] = module.render
+        try:
+            body, content_type = render(self.journal)
+        except intentlog.InvalidInput as exc:  # prometheus-client is not installed
+            return PlainTextResponse(f"{exc}\n", 501)
+        return Response(body, headers={"content-type": content_type})
+
+    # -- resolving ---------------------------------------------------------------------------
+
+    async def resolve(self, request: Request) -> Response:
+        """POST /resolve: settle one operation; 303 to its task page, which shows the new
+        audit line. Refused (403) without this session's CSRF token; any input the journal
+        refuses is shown back on the task page (400) and nothing is written."""
+        async with request.form(max_files=0, max_fields=len(_FIELDS) * 2) as form:
+            fields = {name: _field(form, name) for name in _FIELDS}
+        if not fields["csrf"] or not self.gate.csrf_ok(identity(request), fields["csrf"]):
+            return self.render(
+                request,
+                "error.html",
+                403,
+                title="Refused",
+                message="The form's CSRF token is missing or wrong: reload the page and try again.",
+            )
+        return await run_in_threadpool(self._resolve, request, fields)
+
+    def _resolve(self, request: Request, fields: dict[str, str]) -> Response:
+        key = fields["key"]
+        try:
+            op = self.journal.operation(key)
+        except intentlog.UnknownOperation as exc:
+            return self.render(
+                request, "error.html", 404, title="No such operation", message=str(exc)
+            )
+        problem, receipt = self._check(op, fields)
+        keep_receipt = True
+        if problem is None:
+            try:
+                self.journal.resolve(
+                    key,
+                    fields["outcome"],
+                    receipt=receipt,
+                    note=fields["note"] or None,
+                    actor=fields["actor"],
+                )
+            except intentlog.Error as exc:
+                problem = f"Nothing was written: {exc}"
+                # A receipt refused as a credential is not echoed back into the page.
+                keep_receipt = not isinstance(exc, intentlog.UnsafeValue)
+            else:
+                return RedirectResponse(f"{task_url(op.task_id)}#op-{_quote(key)}", 303)
+        values = {name: fields[name] for name in ("outcome", "note", "actor")}
+        values["receipt"] = fields["receipt"] if keep_receipt else ""
+        view = task_view(self.journal, op.task_id)
+        return self.render(
+            request, "task.html", 400, view=view, errors={key: problem}, values={key: values}
+        )
+
+    def _check(self, op: intentlog.Operation, fields: dict[str, str]) -> tuple[str | None, Any]:
+        """What is wrong with the form before the journal is asked (None: nothing), and the
+        parsed receipt."""
+        outcome = fields["outcome"]
+        if fields["seen"] != seen(op):
+            return (
+                f"Nothing was written: the operation changed since the page was shown (it is "
+                f"{op.state.value} now, after {op.attempts} send(s)); look at it again.",
+                None,
+            )
+        if outcome not in OUTCOMES:
+            return "Choose what happened: confirmed, failed or retry.", None
+        if not fields["actor"]:
+            return "Your name is needed: it is kept in the audit trail as who resolved it.", None
+        receipt: Any = None
+        if fields["receipt"]:
+            try:
+                receipt = json.loads(fields["receipt"])
+            except ValueError as exc:
+                return f"Nothing was written: the receipt is not valid JSON ({exc}).", None
+            except RecursionError:
+                return "Nothing was written: the receipt is nested too deeply.", None
+        if outcome == "retry":
+            warning, must_confirm = retry_risk(op, self.journal.store.now())
+            phrase = retry_phrase(op.effect)
+            if must_confirm and fields["confirm"] != phrase:
+                return (
+                    f"Not retried. {warning} To retry anyway, type “{phrase}” in the "
+                    "confirmation box.",
+                    None,
+                )
+        return None, receipt
+
+
+def _field(form: FormData, name: str) -> str:
+    value = form.get(name)
+    return value.strip() if isinstance(value, str) else ""
+
+
+def _journal_error(request: Request, exc: Exception) -> Response:
+    # The journal could not be read (a database down, a lock held too long): say so, escaped.
+    console: Console = request.app.state.console
+    return console.render(request, "error.html", 503, title="Journal error", message=str(exc))
+
+
+def create_app(journal: intentlog.Journal, *, token: str, read_only: bool = False) -> Starlette:
+    """The console's ASGI application over ``journal``, guarded by ``token``.
+
+    ``read_only``: no resolve forms, and every state-changing request is refused (403).
+    The caller keeps ownership of the journal (and closes it).
+    """
+    gate = Gate(token)
+    console = Console(journal, gate, read_only=read_only)
+    routes = [
+        Route("/", console.overview, name="overview"),
+        Route("/task/{task_id:path}", console.task, name="task"),
+        Route("/resolve", console.resolve, methods=["POST"], name="resolve"),
+        Route("/metrics", console.metrics, name="metrics"),
+        Route("/console.css", console.css_file, name="css"),
+    ]
+    app = Starlette(
+        routes=routes,
+        middleware=[Middleware(GateMiddleware, gate=gate, read_only=read_only)],
+        exception_handlers={intentlog.Error: _journal_error},
+    )
+    app.state.console = console
+    return app
