@@ -25,6 +25,7 @@ into the operation it is handed; the ones shipped here do not record any of them
 
 from __future__ import annotations
 
+import threading
 from collections.abc import MutableMapping
 from typing import TYPE_CHECKING, Any
 
@@ -130,18 +131,21 @@ class _Fanout(Observer):
 #: The installed observer (several behind one), or None: then every hook site is one ``if``.
 hooks: Observer | None = None
 _installed: dict[str, Observer] = {}
+_lock = threading.Lock()  # install and uninstall; readers only ever read ``hooks``
 
 
 def install(name: str, observer: Observer) -> None:
     """Install ``observer`` under ``name``, replacing one installed under that name."""
-    _installed[name] = observer
-    _publish()
+    with _lock:
+        _installed[name] = observer
+        _publish()
 
 
 def uninstall(name: str) -> None:
     """Remove the observer installed under ``name`` (nothing if there is none)."""
-    _installed.pop(name, None)
-    _publish()
+    with _lock:
+        _installed.pop(name, None)
+        _publish()
 
 
 def installed(name: str) -> Any:
