@@ -51,7 +51,12 @@ class Decision:
     ``mark`` is the state the driver must record durably before it acts (CONFIRMED with
     ``receipt`` after a lookup found the operation, UNRESOLVED when nothing can settle it).
     ``not_before`` (store clock) is set for WAIT. ``lookup_failed`` tells the driver to count
-    one more failed lookup in the journal.
+    one more failed lookup in the journal. ``resend`` is set on a SUBMIT of an operation that
+    was sent before, naming what makes sending it again safe, as a stable word for metrics:
+    ``not_found`` (an authoritative lookup), ``lookup_failed`` (lookups kept failing, the
+    service deduplicates), ``locks_in_flight`` (the service refuses a same-key request while
+    one runs, and its sender is gone), ``dedupe_after_timeout`` (the service deduplicates and
+    the latest request can no longer be running) or ``retry_resolved`` (a person said retry).
     """
 
     action: Action
@@ -60,6 +65,7 @@ class Decision:
     receipt: JSON = None
     not_before: float | None = None
     lookup_failed: bool = False
+    resend: str | None = None
 
 
 def send_slack(policy: Policy) -> float:
@@ -148,7 +154,11 @@ def decide(
     land and the lookup could no longer lag.
     """
     if op.state is State.PLANNED:
-        return Decision(Action.SUBMIT, "nothing was sent; submit with the recorded key")
+        # Sent before and PLANNED again: a person resolved it as "retry".
+        again = "retry_resolved" if op.attempts else None
+        return Decision(
+            Action.SUBMIT, "nothing was sent; submit with the recorded key", resend=again
+        )
     if op.state is State.CONFIRMED:
         return Decision(Action.USE_RECEIPT, "confirmed; use the stored receipt")
     if op.state is State.FAILED:
@@ -192,7 +202,11 @@ def _decide_submitted(
             # authoritative once neither can be true any more.
             trusted_at = in_flight + policy.lookup_lag
             if now >= trusted_at:
-                return Decision(Action.SUBMIT, "the service says it did not land; send again")
+                return Decision(
+                    Action.SUBMIT,
+                    "the service says it did not land; send again",
+                    resend="not_found",
+                )
             return Decision(
                 Action.WAIT,
                 "not found yet, but the request could still land; ask again later",
@@ -221,6 +235,7 @@ def _decide_submitted(
                 Action.SUBMIT,
                 "lookups keep failing, but the service deduplicates this key; send it again",
                 lookup_failed=True,
+                resend="lookup_failed",
             )
         return Decision(
             Action.ESCALATE,
@@ -244,7 +259,13 @@ def _decide_submitted(
         )
     if policy.idempotent:
         if _inside_retention(op, policy, now):
-            return Decision(Action.SUBMIT, "the service deduplicates this key; send it again")
+            # Before the deadline only where the service locks a key in flight (sender gone).
+            early = now < in_flight
+            return Decision(
+                Action.SUBMIT,
+                "the service deduplicates this key; send it again",
+                resend="locks_in_flight" if early else "dedupe_after_timeout",
+            )
         return Decision(
             Action.ESCALATE,
             "the service may have forgotten the key (past its retention) and cannot be asked",

@@ -13,6 +13,7 @@ import dataclasses
 import time
 from typing import Any
 
+from intentlog import _observe
 from intentlog._crash import crashpoint
 from intentlog._decide import Decision, LookupFailed, decide, send_slack, strictest, task_action
 from intentlog._driver import Call, Protocol, Sleep, User
@@ -145,6 +146,8 @@ class TaskCore:
         # Lazy receipts: CONFIRMED operations not yet written; they ride in the next write.
         self.unwritten: dict[str, Operation] = {}
         self.lease_deadline = time.monotonic() + options.lease_ttl
+        # An observer's state for the run in progress (a trace's run span), else None.
+        self.observed: Any = None
 
     @property
     def id(self) -> str:
@@ -212,6 +215,16 @@ class TaskCore:
     def p_run(
         self, effect: Effect, args: tuple[Any, ...], kwargs: dict[str, Any], key: str | None
     ) -> Protocol[JSON]:
+        """The protocol of ``task.run``. Called where ``run`` is called (not a generator
+        itself), so that an observer sees the caller's context (a trace's parent span)."""
+        hooks = _observe.hooks
+        if hooks is not None:
+            return hooks.run(self, effect, self._p_run(effect, args, kwargs, key))
+        return self._p_run(effect, args, kwargs, key)
+
+    def _p_run(
+        self, effect: Effect, args: tuple[Any, ...], kwargs: dict[str, Any], key: str | None
+    ) -> Protocol[JSON]:
         if not isinstance(effect, Effect):
             raise InvalidInput(f"run() needs an intentlog.Effect, got {effect!r}")
         lazy = effect.lazy  # refuses lazy_receipt on an effect that can do neither
@@ -221,6 +234,9 @@ class TaskCore:
                 "'await task.run(...)'"
             )
         op, created = yield from self.p_intent(effect, args, kwargs, key, planned=False)
+        hooks = _observe.hooks
+        if hooks is not None:
+            hooks.intent(self, op, created)
         if created and op.state is State.SUBMITTED:
             try:
                 return (yield from self.p_send(op, effect, args, kwargs, lazy=lazy))
@@ -376,6 +392,10 @@ class TaskCore:
                     raise last_error
                 # Back off before resending after an error; the op stays SUBMITTED meanwhile.
                 yield Sleep(min(0.2 * 2 ** (sends - 1), 5.0, max(give_up - time.monotonic(), 0)))
+            hooks = _observe.hooks
+            if hooks is not None and decision.resend is not None:
+                why = decision.resend if last_error is None else "after_error"
+                hooks.resend(self, effect.name, why)
             sends += 1
             op = yield from self.p_mark_sending(op, effect)
             try:
@@ -392,6 +412,20 @@ class TaskCore:
         kwargs: dict[str, Any],
         *,
         lazy: bool = False,
+    ) -> Protocol[JSON]:
+        """See :meth:`_p_send`; an observer may wrap it (a trace's submit span)."""
+        hooks = _observe.hooks
+        if hooks is not None:
+            return hooks.send(self, op, self._p_send(op, effect, args, kwargs, lazy))
+        return self._p_send(op, effect, args, kwargs, lazy)
+
+    def _p_send(
+        self,
+        op: Operation,
+        effect: Effect,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        lazy: bool,
     ) -> Protocol[JSON]:
         """Send a SUBMITTED operation and record the outcome. Raises _Ambiguous when the
         request may or may not have landed. ``lazy``: keep the receipt for the next write.
@@ -514,6 +548,14 @@ class TaskCore:
         return stored
 
     def p_lookup(self, effect: Effect, key: str) -> Protocol[LookupResult | LookupFailed]:
+        """Ask ``effect``'s reconciler about ``key``; an observer may wrap it (it counts the
+        results, a trace's reconcile span)."""
+        hooks = _observe.hooks
+        if hooks is not None:
+            return hooks.lookup(self, effect, self._p_lookup(effect, key))
+        return self._p_lookup(effect, key)
+
+    def _p_lookup(self, effect: Effect, key: str) -> Protocol[LookupResult | LookupFailed]:
         assert effect.reconcile is not None
         try:
             result = yield User(effect.reconcile, (key,), {}, f"reconcile of {effect.name!r}")
@@ -558,11 +600,16 @@ class TaskCore:
         """A fenced write. ``carry``: the lazy receipts waiting to be written ride along (as
         its last argument, ``also``), and stay waiting if it fails."""
         also = list(self.unwritten.values()) if carry and self.unwritten else None
+        hooks = _observe.hooks
+        if hooks is not None:
+            started = time.perf_counter()
         try:
             result = yield Call(name, args if also is None else (*args, also))
         except LeaseLost as exc:
             self.lost = exc
             raise
+        if hooks is not None:
+            hooks.commit(time.perf_counter() - started)
         if also is not None:
             for op in also:
                 self.unwritten.pop(op.key, None)

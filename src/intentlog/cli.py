@@ -31,6 +31,7 @@ Exit codes:
 from __future__ import annotations
 
 import collections
+import contextlib
 import enum
 import functools
 import importlib
@@ -43,7 +44,7 @@ import sys
 import textwrap
 import threading
 import urllib.parse
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar
@@ -99,6 +100,23 @@ class Seconds(click.FloatRange):
         if not math.isfinite(number):
             self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
         return number
+
+
+class Address(click.ParamType):  # type: ignore[type-arg, unused-ignore]
+    """``HOST:PORT`` (``[::1]:PORT`` for IPv6), or ``PORT`` alone for 127.0.0.1; port 0 asks
+    for a free one."""
+
+    name = "host:port"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, tuple):
+            return value
+        text = str(value).strip()
+        host, sep, port = text.rpartition(":")
+        host = host.strip("[]") if sep else ""
+        if not port.isdigit() or not 0 <= int(port) <= 65535:
+            self.fail(f"{value!r} is not HOST:PORT (a port from 0 to 65535)", param, ctx)
+        return (host or "127.0.0.1", int(port))
 
 
 _JSON = "Print one JSON object."
@@ -755,6 +773,10 @@ def _open_journal_for_write(ctx: click.Context) -> intentlog.Journal:
     help="How long a claimed task's lease lasts without renewal.",
 )  # fmt: skip
 @click.option("--exit-when-idle", is_flag=True, help="Return once nothing is runnable.")
+@click.option(
+    "--metrics", "metrics_at", type=Address(), default=None, metavar="HOST:PORT",
+    help="Serve Prometheus metrics at http://HOST:PORT/metrics (PORT alone: 127.0.0.1).",
+)  # fmt: skip
 @_db_option
 @_json_option
 @click.pass_context
@@ -765,6 +787,7 @@ def worker(
     poll: float,
     lease_ttl: float,
     exit_when_idle: bool,
+    metrics_at: tuple[str, int] | None,
     as_json: bool,
 ) -> None:
     """Claim runnable tasks and run them with the registered task functions.
@@ -774,6 +797,12 @@ def worker(
     worker reconciles a task's SUBMITTED operations first, then resumes the
     task function at the task's next_step. SIGTERM or SIGINT: the running
     tasks finish, then the worker exits.
+
+    With --metrics, GET /metrics serves the journal's gauges and this
+    process's counters (Prometheus text format) while the worker runs; the
+    address is printed on stderr. Read-only and without keys, arguments or
+    receipts, but it shows effect names and counts: bind another address
+    than loopback only where that is fine.
 
     \b
     Exit codes: 0 stopped cleanly; 1 intentlog error; 2 usage error.
@@ -796,7 +825,10 @@ def worker(
     click.echo(f"intentlog worker {os.getpid()}: started (SIGTERM stops it cleanly)", err=True)
     try:
         registry = load_registry(app)
-        with intentlog.open(ctx.obj["db"], lease_ttl=lease_ttl) as journal:
+        with (
+            intentlog.open(ctx.obj["db"], lease_ttl=lease_ttl) as journal,
+            _serving_metrics(journal, registry, metrics_at),
+        ):
             workers.extend(
                 intentlog.Worker(journal, registry, poll=poll) for _ in range(concurrency)
             )
@@ -827,6 +859,23 @@ def worker(
         _emit(totals)
     else:
         click.echo(", ".join(f"{n} {what}" for what, n in totals.items()))
+
+
+@contextlib.contextmanager
+def _serving_metrics(
+    journal: intentlog.Journal, registry: intentlog.Registry, at: tuple[str, int] | None
+) -> Iterator[None]:
+    """While the worker runs: its counters on, and /metrics served at ``at`` (if given)."""
+    if at is None:
+        yield
+        return
+    import intentlog.metrics
+
+    intentlog.metrics.enable()
+    intentlog.metrics.know(registry.effects.values())
+    with intentlog.metrics.serve(journal, *at) as server:
+        click.echo(f"intentlog worker {os.getpid()}: metrics at {server.url}", err=True)
+        yield
 
 
 def _add_mcp() -> None:

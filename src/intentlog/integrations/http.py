@@ -25,6 +25,7 @@ import urllib.parse
 from collections.abc import AsyncIterator, Callable, Generator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from intentlog import _observe
 from intentlog._crash import crashpoint
 from intentlog._effect import Effect
 from intentlog._errors import InvalidInput, KeyConflict, Rejected
@@ -339,8 +340,13 @@ class _Exchange:
         self.size = 0
         trace = {"trace": self.trace} if step.mark_sent else None
         self.args = (step.method, step.url)
+        headers = step.headers
+        hooks = _observe.hooks
+        if hooks is not None:  # tracing: the submit's (or reconcile's) trace context
+            headers = dict(headers)
+            hooks.inject(headers)
         self.kwargs: dict[str, Any] = dict(
-            content=step.content, headers=step.headers, timeout=spec.timeout, extensions=trace
+            content=step.content, headers=headers, timeout=spec.timeout, extensions=trace
         )
 
     def trace(self, event: str, info: dict[str, Any]) -> None:

@@ -1,0 +1,234 @@
+"""The OpenTelemetry side of :mod:`intentlog.tracing`: imported only when tracing is enabled.
+
+A protocol runs in whatever thread drives it (a pool thread of an AsyncJournal on SQLite, the
+event loop on PostgreSQL), so spans are never made current around it: each span gets its
+parent explicitly (the run span's parent is the context ``task.run`` was called in), and only
+user code (submit, reconcile) runs with its span current, attached and detached around the
+call in the thread or task that makes it. So the HTTP integration's request carries the
+submit's (or reconcile's) trace context.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, MutableMapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from opentelemetry import context as otel_context
+from opentelemetry import propagate, trace
+from opentelemetry.trace import Span, StatusCode, Tracer
+
+from intentlog._decide import LookupFailed
+from intentlog._driver import Protocol, User
+from intentlog._effect import Effect
+from intentlog._errors import Error, KeyConflict, Rejected
+from intentlog._model import JSON, LookupResult, Operation
+from intentlog._observe import Observer, lookup_word
+
+if TYPE_CHECKING:
+    from intentlog._protocol import TaskCore
+
+__all__ = ["Tracing"]
+
+_T = TypeVar("_T")
+
+
+class _Run:
+    """What a run span will say when it ends, as the run's events tell it."""
+
+    __slots__ = ("attempt", "replay", "span", "state")
+
+    def __init__(self, span: Span) -> None:
+        self.span = span
+        self.state: str | None = None
+        self.attempt: int | None = None
+        self.replay: bool | None = None
+
+
+class Tracing(Observer):
+    """Spans for ``task.run`` (``intentlog.run <effect>``), its submits and reconciles.
+
+    Attributes are effect names, state names, counts, booleans and fixed words only: never a
+    key, a task id, arguments, a receipt or an error's message (any of them may be a secret
+    or personal data). A failed span's status description is the error's type name.
+    """
+
+    def __init__(self, tracer: Tracer) -> None:
+        self.tracer = tracer
+
+    def run(self, core: TaskCore, effect: Effect, protocol: Protocol[JSON]) -> Protocol[JSON]:
+        name = effect.name if isinstance(effect, Effect) else "?"
+        return self._run(core, name, otel_context.get_current(), protocol)
+
+    def _run(
+        self, core: TaskCore, name: str, parent: otel_context.Context, protocol: Protocol[JSON]
+    ) -> Protocol[JSON]:
+        span = self.tracer.start_span(
+            f"intentlog.run {name}", context=parent, attributes={"intentlog.effect": name}
+        )
+        run = _Run(span)
+        previous, core.observed = core.observed, run
+        try:
+            result = yield from protocol
+        except BaseException as exc:
+            if run.state is not None:  # else it failed before its operation was known
+                run.state = _state_after(exc, run.state)
+            _end(span, run, exc)
+            raise
+        finally:
+            core.observed = previous
+        run.state = "CONFIRMED"
+        _end(span, run, None)
+        return result
+
+    def intent(self, core: TaskCore, op: Operation, created: bool) -> None:
+        run = core.observed
+        if isinstance(run, _Run):
+            run.state, run.attempt, run.replay = op.state.value, op.attempts, not created
+
+    def resend(self, core: TaskCore, effect: str, reason: str) -> None:
+        run = core.observed
+        if isinstance(run, _Run):
+            run.span.add_event("intentlog.resend", {"intentlog.resend.reason": reason})
+
+    def send(self, core: TaskCore, op: Operation, protocol: Protocol[JSON]) -> Protocol[JSON]:
+        run = core.observed if isinstance(core.observed, _Run) else None
+        return self._send(run, _parent(run), op, protocol)
+
+    def _send(
+        self,
+        run: _Run | None,
+        parent: otel_context.Context,
+        op: Operation,
+        protocol: Protocol[JSON],
+    ) -> Protocol[JSON]:
+        attributes: dict[str, str | int] = {
+            "intentlog.effect": op.effect,
+            "intentlog.attempt": op.attempts,
+        }
+        span = self.tracer.start_span("intentlog.submit", context=parent, attributes=attributes)
+        if run is not None:
+            run.state, run.attempt = op.state.value, op.attempts
+        try:
+            result = yield from _user_code_in(span, protocol)
+        except BaseException as exc:
+            state = _state_after(exc, op.state.value)
+            if run is not None:
+                run.state = state
+            span.set_attribute("intentlog.state", state)
+            _fail(span, exc)
+            span.end()
+            raise
+        span.set_attribute("intentlog.state", "CONFIRMED")
+        span.end()
+        return result
+
+    def lookup(
+        self, core: TaskCore, effect: Effect, protocol: Protocol[LookupResult | LookupFailed]
+    ) -> Protocol[LookupResult | LookupFailed]:
+        run = core.observed if isinstance(core.observed, _Run) else None
+        return self._lookup(_parent(run), effect.name, protocol)
+
+    def _lookup(
+        self,
+        parent: otel_context.Context,
+        name: str,
+        protocol: Protocol[LookupResult | LookupFailed],
+    ) -> Protocol[LookupResult | LookupFailed]:
+        span = self.tracer.start_span(
+            "intentlog.reconcile", context=parent, attributes={"intentlog.effect": name}
+        )
+        try:
+            result = yield from _user_code_in(span, protocol)
+        except BaseException as exc:
+            _fail(span, exc)
+            span.end()
+            raise
+        word = lookup_word(result)
+        span.set_attribute("intentlog.reconcile.result", word)
+        if word == "failed":
+            span.set_status(StatusCode.ERROR, "the reconciler failed")
+        span.end()
+        return result
+
+    def inject(self, headers: MutableMapping[str, str]) -> None:
+        propagate.inject(headers)
+
+
+def _parent(run: _Run | None) -> otel_context.Context:
+    if run is None:  # a reconcile outside a run (recover, a worker settling a task first)
+        return otel_context.get_current()
+    return trace.set_span_in_context(run.span)
+
+
+def _end(span: Span, run: _Run, exc: BaseException | None) -> None:
+    if run.state is not None:
+        span.set_attribute("intentlog.state", run.state)
+    if run.attempt is not None:
+        span.set_attribute("intentlog.attempt", run.attempt)
+    if run.replay is not None:
+        span.set_attribute("intentlog.replay", run.replay)
+    if exc is not None:
+        _fail(span, exc)
+    span.end()
+
+
+def _fail(span: Span, exc: BaseException) -> None:
+    # The type only: a message may name the key or quote what the service said.
+    error = getattr(exc, "error", None)  # the protocol's wrapper of an ambiguous error
+    shown = error if isinstance(error, BaseException) else exc
+    span.set_status(StatusCode.ERROR, type(shown).__name__)
+
+
+def _state_after(exc: BaseException, known: str) -> str:
+    """The operation's state after a send or run raised ``exc``, as far as it tells."""
+    if isinstance(exc, Rejected | KeyConflict):
+        return "FAILED"  # the service said "not applied" (its 422 for a reused key too)
+    if isinstance(exc, Error) and exc.state is not None:
+        return exc.state
+    return known
+
+
+def _user_code_in(span: Span, protocol: Protocol[_T]) -> Protocol[_T]:
+    """Drive ``protocol``, passing its requests on, with every piece of user code it calls
+    running with ``span`` as its current span."""
+    ctx = trace.set_span_in_context(span)
+    send: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            request = protocol.throw(error) if error is not None else protocol.send(send)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        if isinstance(request, User):
+            request = User(_within(ctx, request.fn), request.args, request.kwargs, request.what)
+        try:
+            send, error = (yield request), None
+        except GeneratorExit:
+            protocol.close()
+            raise
+        except BaseException as exc:  # the runner hands the protocol what the request raised
+            send, error = None, exc
+
+
+def _within(ctx: otel_context.Context, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn``, run with ``ctx`` attached; an ``async def`` stays one (the runners ask)."""
+    if inspect.iscoroutinefunction(fn):
+
+        async def traced_async(*args: Any, **kwargs: Any) -> Any:
+            token = otel_context.attach(ctx)
+            try:
+                return await fn(*args, **kwargs)
+            finally:
+                otel_context.detach(token)
+
+        return traced_async
+
+    def traced(*args: Any, **kwargs: Any) -> Any:
+        token = otel_context.attach(ctx)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            otel_context.detach(token)
+
+    return traced
