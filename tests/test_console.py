@@ -384,3 +384,22 @@ def test_the_cli_loads_the_web_stack_only_for_the_console(db: str) -> None:
                             timeout=120)  # fmt: skip
     assert result.returncode == 1, result.stderr
     assert "needs its extra: pip install 'intentlog[console]'" in result.stderr
+
+
+def test_the_consoles_metrics_are_the_journals_in_prometheus_text(db: str) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with running_console(db) as console, console.client() as client:
+        response = client.get("/metrics")
+        anonymous = httpx.get(f"{console.base}/metrics", timeout=60.0)
+    assert anonymous.status_code == 401  # the token guards the metrics too
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith("text/plain")
+    samples = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(response.text)
+        for sample in family.samples
+    }
+    assert samples[("intentlog_unresolved", ())] == 1
+    assert samples[("intentlog_operations", (("state", "UNRESOLVED"),))] == 1
+    assert samples[("intentlog_operations", (("state", "CONFIRMED"),))] == 0
