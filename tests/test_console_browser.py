@@ -256,3 +256,28 @@ def test_script_in_a_task_id_or_receipt_is_text_and_a_risky_retry_asks_first(
         )
         assert "bob" in line[0].text and "UNRESOLVED → PLANNED" in line[0].text
     assert journal_state(url, mail_key) is intentlog.State.PLANNED
+
+
+def test_the_browser_needs_the_token_and_a_form_needs_its_csrf_token(
+    tmp_path: Path, browser: Any
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    url = str(tmp_path / "journal.db")
+    key = make_unresolved(url, "order-9")
+    with running_console(url) as console:
+        browser.get(console.base + "/")  # no token, no cookie
+        assert browser.title == "Token needed"
+        assert "UNRESOLVED" not in page_text(browser)
+        assert console.token is not None
+        browser.get(console.base + "/?token=" + "x" * len(console.token))  # a wrong one
+        assert browser.title == "Wrong token"
+        browser.get(console.base + console.login)  # the right one
+        browser.get(console.base + task_path("order-9"))
+        form = browser.find_element(By.ID, f"resolve-{key}")
+        # The page itself runs no script (its policy forbids it); the test, through the
+        # browser's driver, removes the form's CSRF field as a forged form would lack it.
+        browser.execute_script("arguments[0].querySelector('input[name=csrf]').remove()", form)
+        fill_and_send(browser, key, "failed", actor="mallory")
+        until("the refusal", lambda: "CSRF token is missing or wrong" in page_text(browser))
+    assert journal_state(url, key) is intentlog.State.UNRESOLVED  # nothing written
