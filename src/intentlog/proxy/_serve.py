@@ -71,9 +71,8 @@ async def serve(config: ProxyConfig) -> None:
         await journal.aclose()
 
 
-async def list_tools(config: ProxyConfig) -> list[tuple[str, str]]:
-    """Each tool the upstream lists, with how the proxy will treat its calls (the tools
-    file's entry, else the tool's annotations), plus the file's entries it does not list."""
+async def _started_upstream(config: ProxyConfig) -> StdioUpstream | HttpUpstream:
+    """The upstream server's end, started: a child over stdio, or a URL over HTTP."""
     upstream: StdioUpstream | HttpUpstream
     if config.upstream is not None:
         from intentlog.proxy._http import HttpUpstream
@@ -82,6 +81,13 @@ async def list_tools(config: ProxyConfig) -> list[tuple[str, str]]:
     else:
         upstream = StdioUpstream(config.command)
     await upstream.start()
+    return upstream
+
+
+async def list_tools(config: ProxyConfig) -> list[tuple[str, str]]:
+    """Each tool the upstream lists, with how the proxy will treat its calls (the tools
+    file's entry, else the tool's annotations), plus the file's entries it does not list."""
+    upstream = await _started_upstream(config)
     try:
         hello = {
             "protocolVersion": "2025-11-25",
@@ -160,14 +166,7 @@ async def _session(
     config: ProxyConfig, journal: AsyncJournal, handles: TaskHandles, agent: End
 ) -> None:
     """One session: start its upstream, bridge it to ``agent`` until the agent leaves."""
-    upstream: StdioUpstream | HttpUpstream
-    if config.upstream is not None:
-        from intentlog.proxy._http import HttpUpstream
-
-        upstream = HttpUpstream(config.upstream)
-    else:
-        upstream = StdioUpstream(config.command)
-    await upstream.start()
+    upstream = await _started_upstream(config)
     try:
         bridge = Bridge(agent, upstream, getattr(upstream, "exit_note", None))
         bridge.calls = Calls(
