@@ -13,8 +13,8 @@ block to block), so all three see the same moments of a disk whose fsync rate dr
 - ``without``: the same code with the hook sites removed. The benchmark compiles the class
   ``TaskCore`` of ``intentlog/_protocol.py`` again from its own source with an AST transform
   that deletes every statement reading ``_observe.hooks`` or testing the local ``hooks``, and
-  makes each method left as a bare delegation (``p_run`` -> ``_p_run``, ``p_send``,
-  ``p_lookup``) the method it delegates to, which is the code as it was before the hooks.
+  makes each method left as a bare delegation (``run_flow`` -> ``_run_flow``, ``send_flow``,
+  ``lookup_flow``) the method it delegates to, which is the code as it was before the hooks.
   Those methods are swapped into ``TaskCore`` for this variant's blocks only (outside the
   timed part), so the hook sites are not even checked. The transform asserts that nothing
   reading ``hooks`` is left.

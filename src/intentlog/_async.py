@@ -18,27 +18,28 @@ import os
 from collections.abc import Generator, Iterable
 from typing import Any, TypeVar
 
-from intentlog._driver import Protocol, p_call, run_async
+from intentlog._driver import run_async
 from intentlog._effect import Effect, Seconds
+from intentlog._flow import Flow, call
 from intentlog._journal import Journal, make_options, open_store, task_wait
 from intentlog._keys import validate_task_id
 from intentlog._lease import AsyncRenewer, Renewer
 from intentlog._model import JSON, Action, Operation, State, TaskRecord
-from intentlog._protocol import Options, TaskCore, p_acquire
+from intentlog._protocol import Options, TaskCore, acquire_flow
 from intentlog._task import TaskView
 from intentlog._validate import count, seconds
 from intentlog._verbs import (
     Pending,
     Recovered,
     TaskInfo,
-    p_attention,
-    p_gc,
-    p_operation,
-    p_pending,
-    p_recover,
-    p_resolve,
-    p_start,
-    p_task_info,
+    attention_flow,
+    gc_flow,
+    operation_flow,
+    pending_flow,
+    recover_flow,
+    resolve_flow,
+    start_flow,
+    task_info_flow,
 )
 from intentlog.stores._async_store import AsyncStore
 from intentlog.stores._base import Resolution, Store
@@ -67,19 +68,19 @@ class AsyncTask(TaskView):
 
     async def next_action(self) -> Action | None:
         """ESCALATE, RECONCILE, SUBMIT or RESUME, from the task's operations (None if done)."""
-        return await self._journal._drive(self._core.p_next_action())
+        return await self._journal._drive(self._core.next_action_flow())
 
     async def operations(self) -> list[Operation]:
-        return await self._journal._drive(p_call("list_ops", task_id=self.id))
+        return await self._journal._drive(call(Store.list_ops, task_id=self.id))
 
     async def checkpoint(self, next_step: str | None = None, state: JSON = ...) -> None:
         """See :meth:`intentlog.Task.checkpoint`."""
-        await self._journal._drive(self._core.p_checkpoint(next_step, state))
+        await self._journal._drive(self._core.checkpoint_flow(next_step, state))
 
     async def complete(self, state: JSON = ...) -> None:
         """See :meth:`intentlog.Task.complete`."""
         try:
-            await self._journal._drive(self._core.p_complete(state))
+            await self._journal._drive(self._core.complete_flow(state))
         finally:
             if self._core.closed:
                 self._journal._renewer.discard(self._core)
@@ -87,19 +88,19 @@ class AsyncTask(TaskView):
     async def close(self) -> None:
         """Release the lease (if still held). Idempotent."""
         self._journal._renewer.discard(self._core)
-        await self._journal._drive(self._core.p_close())
+        await self._journal._drive(self._core.close_flow())
 
     async def plan(
         self, effect: Effect, /, *args: Any, key: str | None = None, **kwargs: Any
     ) -> str:
         """See :meth:`intentlog.Task.plan`."""
-        return await self._journal._drive(self._core.p_plan(effect, args, kwargs, key))
+        return await self._journal._drive(self._core.plan_flow(effect, args, kwargs, key))
 
     async def run(
         self, effect: Effect, /, *args: Any, key: str | None = None, **kwargs: Any
     ) -> JSON:
         """See :meth:`intentlog.Task.run`; ``submit`` and ``reconcile`` may be ``async def``."""
-        return await self._journal._drive(self._core.p_run(effect, args, kwargs, key))
+        return await self._journal._drive(self._core.run_flow(effect, args, kwargs, key))
 
     async def __aenter__(self) -> AsyncTask:
         return self
@@ -126,7 +127,7 @@ class _Opening:
     async def _open(self) -> AsyncTask:
         journal = self._journal
         acquiring = asyncio.ensure_future(
-            journal._drive(p_acquire(journal.store, journal.options, self._task_id, self._wait))
+            journal._drive(acquire_flow(journal.store, journal.options, self._task_id, self._wait))
         )
         try:
             record, owner = await asyncio.shield(acquiring)
@@ -208,8 +209,8 @@ class AsyncJournal:
     def __repr__(self) -> str:
         return f"<AsyncJournal {self.url}>"
 
-    async def _drive(self, protocol: Protocol[_T]) -> _T:
-        return await run_async(protocol, self._executor, self._store)
+    async def _drive(self, flow: Flow[_T]) -> _T:
+        return await run_async(flow, self._executor, self._store)
 
     def sync_journal(self) -> Journal:
         """A synchronous :class:`Journal` on the same journal and options, for code that
@@ -233,7 +234,7 @@ class AsyncJournal:
                 return
             core = TaskCore(self._store, self.options, record, owner, is_async=True)
             with contextlib.suppress(Exception):  # not released: the lease expires instead
-                await self._drive(core.p_close())
+                await self._drive(core.close_flow())
 
         task = asyncio.get_running_loop().create_task(release())
         self._background.add(task)
@@ -275,37 +276,37 @@ class AsyncJournal:
 
     async def start(self, kind: str, task_id: str, input: JSON = None) -> bool:
         """See :meth:`intentlog.Journal.start`."""
-        return await self._drive(p_start(self.options, kind, task_id, input))
+        return await self._drive(start_flow(self.options, kind, task_id, input))
 
     async def tasks(self, *, include_completed: bool = True) -> list[TaskRecord]:
-        return await self._drive(p_call("list_tasks", include_completed=include_completed))
+        return await self._drive(call(Store.list_tasks, include_completed=include_completed))
 
     async def task_info(self, task_id: str) -> TaskInfo:
-        return await self._drive(p_task_info(self._store, task_id))
+        return await self._drive(task_info_flow(self._store, task_id))
 
     async def attention(self) -> list[TaskInfo]:
-        return await self._drive(p_attention(self._store))
+        return await self._drive(attention_flow(self._store))
 
     async def operations(self, task_id: str | None = None) -> list[Operation]:
         if task_id is not None:
             task_id = validate_task_id(task_id)
-        return await self._drive(p_call("list_ops", task_id=task_id))
+        return await self._drive(call(Store.list_ops, task_id=task_id))
 
     async def operation(self, key: str) -> Operation:
-        return await self._drive(p_operation(self._store, key))
+        return await self._drive(operation_flow(self._store, key))
 
     async def counts(self) -> dict[State, int]:
-        return await self._drive(p_call("count_ops"))
+        return await self._drive(call(Store.count_ops))
 
     async def pending(self) -> list[Pending]:
-        return await self._drive(p_pending(self._store, self.options))
+        return await self._drive(pending_flow(self._store, self.options))
 
     async def recover(self, effects: Iterable[Effect], *, wait: Seconds = 0.0) -> list[Recovered]:
         """See :meth:`intentlog.Journal.recover`; reconcilers may be ``async def``."""
         effects = list(effects)
         waited = seconds("wait", wait)
         return await self._drive(
-            p_recover(self._store, self.options, effects, waited, is_async=True)
+            recover_flow(self._store, self.options, effects, waited, is_async=True)
         )
 
     async def resolve(
@@ -319,16 +320,16 @@ class AsyncJournal:
     ) -> Operation:
         """See :meth:`intentlog.Journal.resolve`."""
         return await self._drive(
-            p_resolve(self._store, self.options, key, outcome, receipt, note, actor)
+            resolve_flow(self._store, self.options, key, outcome, receipt, note, actor)
         )
 
     async def resolutions(self, key: str | None = None) -> list[Resolution]:
-        return await self._drive(p_call("resolutions", key))
+        return await self._drive(call(Store.resolutions, key))
 
     async def gc(self, older_than: Seconds) -> int:
         """See :meth:`intentlog.Journal.gc`."""
         older = seconds("older_than", older_than, bounded=False)
-        return await self._drive(p_gc(self._store, older))
+        return await self._drive(gc_flow(self._store, older))
 
 
 class _Shared(Journal):

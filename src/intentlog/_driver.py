@@ -1,192 +1,129 @@
-"""Decide, then drive: the I/O requests a protocol yields, and the sync and async runners.
+"""Decide, then drive: how the journal performs a flow's requests, sync and asyncio.
 
-The task protocol (``intentlog._protocol``) and the journal's verbs (``intentlog._verbs``) are
-written once, as generators that yield one request per piece of I/O and receive its result. A
-store call names the primitive (``Call("insert_op", ...)``), so the same protocol runs on a
-synchronous :class:`~intentlog.stores._base.Store` or an
-:class:`~intentlog.stores._async_store.AsyncStore`. :func:`run_sync` performs the requests in
-the calling thread; :func:`run_async` performs them without blocking the event loop. Neither
-runner holds any policy.
+A flow (``intentlog._flow``) yields requests: a store call, user code (an effect's submit or
+reconcile), or a sleep. :func:`run_sync` performs them in the calling thread; :func:`run_async`
+performs them without blocking the event loop. Both use the one trampoline of
+``intentlog._flow``; neither holds any policy.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import dataclasses
+import functools
 import inspect
 import time
-from collections.abc import Callable, Generator
 from typing import Any, TypeVar
 
 from intentlog._errors import InvalidInput
+from intentlog._flow import Call, Elsewhere, Finished, Flow, Request, Sleep, User, advance, drive
 from intentlog.stores._async_store import AsyncStore
 from intentlog.stores._base import Store
 
-__all__ = ["Call", "Protocol", "Sleep", "User", "p_call", "run_async", "run_sync"]
+__all__ = ["run_async", "run_sync"]
 
 T = TypeVar("T")
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Call:
-    """Call the store primitive ``name`` (journal I/O, never user code)."""
-
-    name: str
-    args: tuple[Any, ...] = ()
-    kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+def run_sync(flow: Flow[T], store: Store) -> T:
+    """Drive ``flow`` in this thread, its store calls on ``store``."""
+    return drive(flow, functools.partial(_perform_sync, store))
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class User:
-    """Call user code (an effect's submit or reconcile), which may be sync or async."""
-
-    fn: Callable[..., Any]
-    args: tuple[Any, ...] = ()
-    kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
-    what: str = ""
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Sleep:
-    seconds: float
-
-
-Request = Call | User | Sleep
-Protocol = Generator[Request, Any, T]
-
-
-def p_call(name: str, *args: Any, **kwargs: Any) -> Protocol[Any]:
-    """A protocol of one store call: for verbs that are nothing more."""
-    return (yield Call(name, args, kwargs))
-
-
-def run_sync(protocol: Protocol[T], store: Store) -> T:
-    """Drive ``protocol`` in this thread, its store calls on ``store``."""
-    send: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            request = protocol.throw(error) if error is not None else protocol.send(send)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
-        send, error = None, None
-        try:
-            if isinstance(request, Call):
-                send = getattr(store, request.name)(*request.args, **request.kwargs)
-            elif isinstance(request, Sleep):
-                time.sleep(request.seconds)
-            else:
-                if inspect.iscoroutinefunction(request.fn):
-                    raise InvalidInput(
-                        f"{request.what} is an async function: use it with "
-                        "intentlog.open_async(...) and 'await task.run(...)'"
-                    )
-                send = request.fn(*request.args, **request.kwargs)
-                if inspect.isawaitable(send):
-                    _close(send)
-                    raise InvalidInput(
-                        f"{request.what} returned an awaitable: use it with "
-                        "intentlog.open_async(...) and 'await task.run(...)'"
-                    )
-        except BaseException as exc:
-            error = exc
+def _perform_sync(store: Store, request: Request) -> Any:
+    if isinstance(request, Call):
+        return getattr(store, request.name)(*request.args, **request.kwargs)
+    if isinstance(request, Sleep):
+        time.sleep(request.seconds)
+        return None
+    assert isinstance(request, User)
+    if inspect.iscoroutinefunction(request.fn):
+        raise InvalidInput(
+            f"{request.what} is an async function: use it with "
+            "intentlog.open_async(...) and 'await task.run(...)'"
+        )
+    result = request.fn(*request.args, **request.kwargs)
+    if inspect.isawaitable(result):
+        _close(result)
+        raise InvalidInput(
+            f"{request.what} returned an awaitable: use it with "
+            "intentlog.open_async(...) and 'await task.run(...)'"
+        )
+    return result
 
 
 async def run_async(
-    protocol: Protocol[T], executor: concurrent.futures.Executor, store: Store | AsyncStore
+    flow: Flow[T], executor: concurrent.futures.Executor, store: Store | AsyncStore
 ) -> T:
-    """Drive ``protocol`` on the running event loop; blocking work goes to ``executor``.
+    """Drive ``flow`` on the running event loop; blocking work goes to ``executor``.
 
-    With an :class:`AsyncStore` the protocol advances on the loop and its store calls are
+    With an :class:`AsyncStore` the flow advances on the loop and its store calls are
     awaited; synchronous user code runs in ``executor``. With a synchronous store (SQLite,
-    whose driver has no async form) the protocol advances in a pool thread, doing its store
+    whose driver has no async form) the flow advances in a pool thread, doing its store
     calls and synchronous user code there, and comes back to the loop only to sleep or to
     await ``async def`` user code: one hop per such step instead of one per store call.
     Either way the generator never runs in two threads at once.
     """
+    loop = asyncio.get_running_loop()
     if isinstance(store, AsyncStore):
-        return await _run_on_loop(protocol, executor, store)
-    loop = asyncio.get_running_loop()
-    send: Any = None
-    error: BaseException | None = None
+        perform = functools.partial(_perform_on_loop, loop, executor, store)
+        value: Any = None
+        error: BaseException | None = None
+        while True:
+            step = advance(flow, Elsewhere, value, error)
+            if isinstance(step, Finished):
+                return step.value
+            try:
+                value, error = await perform(step.what), None
+            except BaseException as exc:  # handed to the flow to decide
+                value, error = None, exc
+    in_thread = functools.partial(_perform_in_thread, store)
+    value, error = None, None
     while True:
-        done, value = await loop.run_in_executor(executor, _advance, protocol, store, send, error)
-        if done:
-            return value  # type: ignore[no-any-return]
-        send, error = None, None
+        step = await loop.run_in_executor(executor, advance, flow, in_thread, value, error)
+        if isinstance(step, Finished):
+            return step.value
+        what = step.what
         try:
-            if isinstance(value, Sleep):
-                await asyncio.sleep(value.seconds)
-            elif isinstance(value, User):
-                send = await value.fn(*value.args, **value.kwargs)
+            if isinstance(what, Sleep):
+                await asyncio.sleep(what.seconds)
+                value, error = None, None
+            elif isinstance(what, User):
+                value, error = await what.fn(*what.args, **what.kwargs), None
             else:
-                send = await value  # an awaitable that synchronous user code returned
-        except BaseException as exc:  # handed to the protocol to decide
-            error = exc
+                value, error = await what, None  # an awaitable synchronous user code returned
+        except BaseException as exc:  # handed to the flow to decide
+            value, error = None, exc
 
 
-async def _run_on_loop(
-    protocol: Protocol[T], executor: concurrent.futures.Executor, store: AsyncStore
-) -> T:
-    loop = asyncio.get_running_loop()
-    send: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            request = protocol.throw(error) if error is not None else protocol.send(send)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
-        send, error = None, None
-        try:
-            if isinstance(request, Call):
-                send = await getattr(store, request.name)(*request.args, **request.kwargs)
-            elif isinstance(request, Sleep):
-                await asyncio.sleep(request.seconds)
-            elif inspect.iscoroutinefunction(request.fn):
-                send = await request.fn(*request.args, **request.kwargs)
-            else:
-                call = _bound(request.fn, request.args, request.kwargs)
-                send = await loop.run_in_executor(executor, call)
-                if inspect.isawaitable(send):
-                    send = await send
-        except BaseException as exc:  # handed to the protocol to decide
-            error = exc
+async def _perform_on_loop(
+    loop: asyncio.AbstractEventLoop,
+    executor: concurrent.futures.Executor,
+    store: AsyncStore,
+    request: Request,
+) -> Any:
+    if isinstance(request, Call):
+        return await getattr(store, request.name)(*request.args, **request.kwargs)
+    if isinstance(request, Sleep):
+        await asyncio.sleep(request.seconds)
+        return None
+    assert isinstance(request, User)
+    if inspect.iscoroutinefunction(request.fn):
+        return await request.fn(*request.args, **request.kwargs)
+    fn = functools.partial(request.fn, *request.args, **request.kwargs)
+    result = await loop.run_in_executor(executor, fn)
+    return (await result) if inspect.isawaitable(result) else result
 
 
-def _advance(
-    protocol: Protocol[Any], store: Store, send: Any, error: BaseException | None
-) -> tuple[bool, Any]:
-    """Run ``protocol`` in this (pool) thread until it needs the event loop or finishes.
-
-    Returns ``(True, result)`` when it finished, else ``(False, what to await)``: a Sleep, a
-    User request for an ``async def`` function, or an awaitable. The protocol's own
-    exceptions propagate.
-    """
-    while True:
-        try:
-            request = protocol.throw(error) if error is not None else protocol.send(send)
-        except StopIteration as stop:
-            return True, stop.value
-        send, error = None, None
-        if isinstance(request, Sleep):
-            return False, request
-        try:
-            if isinstance(request, Call):
-                send = getattr(store, request.name)(*request.args, **request.kwargs)
-                continue
-            if inspect.iscoroutinefunction(request.fn):
-                return False, request
-            send = request.fn(*request.args, **request.kwargs)
-        except BaseException as exc:  # handed to the protocol to decide
-            error = exc
-            continue
-        if inspect.isawaitable(send):
-            return False, send
-
-
-def _bound(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    return lambda: fn(*args, **kwargs)
+def _perform_in_thread(store: Store, request: Request) -> Any:
+    """Perform ``request`` in the pool thread, or hand it to the loop (:class:`Elsewhere`):
+    sleeps, ``async def`` user code, and an awaitable that synchronous user code returned."""
+    if isinstance(request, Call):
+        return getattr(store, request.name)(*request.args, **request.kwargs)
+    if isinstance(request, Sleep) or inspect.iscoroutinefunction(request.fn):
+        return Elsewhere(request)
+    result = request.fn(*request.args, **request.kwargs)
+    return Elsewhere(result) if inspect.isawaitable(result) else result
 
 
 def _close(awaitable: Any) -> None:

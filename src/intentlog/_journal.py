@@ -12,28 +12,29 @@ from pathlib import Path
 from typing import Any, TypeVar, overload
 
 from intentlog._decide import DEFAULT_LOOKUP_LIMIT
-from intentlog._driver import Protocol, run_sync
+from intentlog._driver import run_sync
 from intentlog._effect import Effect, Seconds
 from intentlog._errors import InvalidInput
+from intentlog._flow import Flow
 from intentlog._hygiene import DEFAULT_MAX_BYTES
 from intentlog._keys import validate_task_id
 from intentlog._lease import Renewer
 from intentlog._model import JSON, Operation, State, TaskRecord
-from intentlog._protocol import Options, TaskCore, p_acquire
+from intentlog._protocol import Options, TaskCore, acquire_flow
 from intentlog._task import Task
 from intentlog._validate import seconds
 from intentlog._verbs import (
     Pending,
     Recovered,
     TaskInfo,
-    p_attention,
-    p_gc,
-    p_operation,
-    p_pending,
-    p_recover,
-    p_resolve,
-    p_start,
-    p_task_info,
+    attention_flow,
+    gc_flow,
+    operation_flow,
+    pending_flow,
+    recover_flow,
+    resolve_flow,
+    start_flow,
+    task_info_flow,
 )
 from intentlog.stores._async_store import AsyncStore
 from intentlog.stores._base import Resolution, Store
@@ -124,8 +125,8 @@ class Journal:
     def __repr__(self) -> str:
         return f"<Journal {self.url}>"
 
-    def _run(self, protocol: Protocol[_T]) -> _T:
-        return run_sync(protocol, self._store)
+    def _run(self, flow: Flow[_T]) -> _T:
+        return run_sync(flow, self._store)
 
     # -- tasks -----------------------------------------------------------------------------
 
@@ -140,7 +141,7 @@ class Journal:
         task_id = validate_task_id(task_id)
         wait = task_wait(wait)
         _warn_if_in_event_loop()
-        record, owner = self._run(p_acquire(self._store, self.options, task_id, wait))
+        record, owner = self._run(acquire_flow(self._store, self.options, task_id, wait))
         return Task(
             TaskCore(self._store, self.options, record, owner, is_async=False), self._renewer
         )
@@ -152,7 +153,7 @@ class Journal:
         and returns False (True when this call created it). Another kind or input for an
         existing id raises KeyConflict. ``input`` is JSON, checked like task state.
         """
-        return self._run(p_start(self.options, kind, task_id, input))
+        return self._run(start_flow(self.options, kind, task_id, input))
 
     def tasks(self, *, include_completed: bool = True) -> list[TaskRecord]:
         """Every task record, oldest first."""
@@ -160,11 +161,11 @@ class Journal:
 
     def task_info(self, task_id: str) -> TaskInfo:
         """The task, its operations and its next action. Raises InvalidInput if unknown."""
-        return self._run(p_task_info(self._store, task_id))
+        return self._run(task_info_flow(self._store, task_id))
 
     def attention(self) -> list[TaskInfo]:
         """Unfinished tasks that nobody is working on now, or that need a person."""
-        return self._run(p_attention(self._store))
+        return self._run(attention_flow(self._store))
 
     # -- operations ------------------------------------------------------------------------
 
@@ -176,7 +177,7 @@ class Journal:
 
     def operation(self, key: str) -> Operation:
         """The operation with this key; raises UnknownOperation if there is none."""
-        return self._run(p_operation(self._store, key))
+        return self._run(operation_flow(self._store, key))
 
     def counts(self) -> dict[State, int]:
         """How many operations are in each state."""
@@ -185,7 +186,7 @@ class Journal:
     def pending(self) -> list[Pending]:
         """Operations not yet CONFIRMED or FAILED, each with its next action. No I/O besides
         the journal: the decision uses the service policy recorded with each operation."""
-        return self._run(p_pending(self._store, self.options))
+        return self._run(pending_flow(self._store, self.options))
 
     def recover(self, effects: Iterable[Effect], *, wait: Seconds = 0.0) -> list[Recovered]:
         """Reconcile every SUBMITTED operation with its service, without running any task.
@@ -197,7 +198,7 @@ class Journal:
         long to wait for a task a live worker holds (seconds or a timedelta, at most a year).
         """
         waited = seconds("wait", wait)
-        return self._run(p_recover(self._store, self.options, effects, waited, is_async=False))
+        return self._run(recover_flow(self._store, self.options, effects, waited, is_async=False))
 
     def resolve(
         self,
@@ -220,7 +221,9 @@ class Journal:
         change while it is being resolved: look again), UnsafeValue for a receipt or an actor
         that looks like a credential; in every error case nothing is written.
         """
-        return self._run(p_resolve(self._store, self.options, key, outcome, receipt, note, actor))
+        return self._run(
+            resolve_flow(self._store, self.options, key, outcome, receipt, note, actor)
+        )
 
     def resolutions(self, key: str | None = None) -> list[Resolution]:
         """The audit log of operator resolutions (of one key if given), oldest first."""
@@ -233,7 +236,7 @@ class Journal:
         Never removes a task that is not complete or that has an operation that is not
         CONFIRMED or FAILED. Returns how many tasks were removed.
         """
-        return self._run(p_gc(self._store, seconds("older_than", older_than, bounded=False)))
+        return self._run(gc_flow(self._store, seconds("older_than", older_than, bounded=False)))
 
 
 def make_options(

@@ -65,7 +65,7 @@ class Renewer:
                 handles = list(self._handles)
             for handle in handles:
                 try:
-                    run_sync(handle.p_renew(), self._store)
+                    run_sync(handle.renew_flow(), self._store)
                 except Exception:  # noqa: S112 - a transient store error: try next period
                     continue
 
@@ -114,6 +114,6 @@ class AsyncRenewer:
             await asyncio.sleep(self._ttl / 3)
             for handle in list(self._handles):
                 try:
-                    await run_async(handle.p_renew(), self._executor, self._store)
+                    await run_async(handle.renew_flow(), self._executor, self._store)
                 except Exception:  # noqa: S112 - a transient store error: try next period
                     continue

@@ -15,8 +15,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from intentlog._decide import LookupFailed, strictest
-from intentlog._driver import Protocol
 from intentlog._effect import Effect
+from intentlog._flow import Flow
 from intentlog._journal import Journal
 from intentlog._model import LookupResult, Operation, Policy, State
 from intentlog._observe import Observer, lookup_word
@@ -80,8 +80,8 @@ class Counters(Observer):
                 self._policies[op.effect] = op.policy
 
     def lookup(
-        self, core: TaskCore, effect: Effect, protocol: Protocol[LookupResult | LookupFailed]
-    ) -> Protocol[LookupResult | LookupFailed]:
+        self, core: TaskCore, effect: Effect, protocol: Flow[LookupResult | LookupFailed]
+    ) -> Flow[LookupResult | LookupFailed]:
         result = yield from protocol
         self.reconciles.labels(effect.name, lookup_word(result)).inc()
         return result

@@ -26,11 +26,11 @@ into the operation it is handed; the ones shipped here do not record any of them
 from __future__ import annotations
 
 import threading
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
 
 from intentlog._decide import LookupFailed
-from intentlog._driver import Protocol
+from intentlog._flow import Flow
 from intentlog._model import JSON, Found, Indeterminate, LookupResult, NotFound, Operation
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ class Observer:
     def resend(self, core: TaskCore, effect: str, reason: str) -> None:
         """An operation of ``effect`` that was sent before is sent again, for ``reason``."""
 
-    def run(self, core: TaskCore, effect: Effect, protocol: Protocol[JSON]) -> Protocol[JSON]:
+    def run(self, core: TaskCore, effect: Effect, protocol: Flow[JSON]) -> Flow[JSON]:
         """Called where ``task.run`` is called (the caller's context): the protocol to drive
         instead of ``protocol`` (which it must drive to the end)."""
         return protocol
@@ -73,16 +73,22 @@ class Observer:
     def intent(self, core: TaskCore, op: Operation, created: bool) -> None:
         """The run's operation, as recorded: ``created`` False means it was there before."""
 
-    def send(self, core: TaskCore, op: Operation, protocol: Protocol[JSON]) -> Protocol[JSON]:
+    def send(self, core: TaskCore, op: Operation, protocol: Flow[JSON]) -> Flow[JSON]:
         """The protocol that sends ``op`` (SUBMITTED, its attempt counted) and records the
         outcome; what to drive instead."""
         return protocol
 
     def lookup(
-        self, core: TaskCore, effect: Effect, protocol: Protocol[LookupResult | LookupFailed]
-    ) -> Protocol[LookupResult | LookupFailed]:
+        self, core: TaskCore, effect: Effect, protocol: Flow[LookupResult | LookupFailed]
+    ) -> Flow[LookupResult | LookupFailed]:
         """The protocol that asks ``effect``'s reconciler; what to drive instead."""
         return protocol
+
+    def user_code(self, core: TaskCore, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """What to call instead of user code ``fn`` (a submit or a reconcile) that the send or
+        lookup in progress is about to call: ``fn`` itself, or a wrapper that calls it (with
+        the same arguments; an ``async def`` stays one)."""
+        return fn
 
     def inject(self, headers: MutableMapping[str, str]) -> None:
         """Add what the current context carries (trace context) to an outgoing request."""
@@ -102,7 +108,7 @@ class _Fanout(Observer):
         for o in self.observers:
             o.resend(core, effect, reason)
 
-    def run(self, core: TaskCore, effect: Effect, protocol: Protocol[JSON]) -> Protocol[JSON]:
+    def run(self, core: TaskCore, effect: Effect, protocol: Flow[JSON]) -> Flow[JSON]:
         for o in self.observers:
             protocol = o.run(core, effect, protocol)
         return protocol
@@ -111,17 +117,22 @@ class _Fanout(Observer):
         for o in self.observers:
             o.intent(core, op, created)
 
-    def send(self, core: TaskCore, op: Operation, protocol: Protocol[JSON]) -> Protocol[JSON]:
+    def send(self, core: TaskCore, op: Operation, protocol: Flow[JSON]) -> Flow[JSON]:
         for o in self.observers:
             protocol = o.send(core, op, protocol)
         return protocol
 
     def lookup(
-        self, core: TaskCore, effect: Effect, protocol: Protocol[LookupResult | LookupFailed]
-    ) -> Protocol[LookupResult | LookupFailed]:
+        self, core: TaskCore, effect: Effect, protocol: Flow[LookupResult | LookupFailed]
+    ) -> Flow[LookupResult | LookupFailed]:
         for o in self.observers:
             protocol = o.lookup(core, effect, protocol)
         return protocol
+
+    def user_code(self, core: TaskCore, fn: Callable[..., Any]) -> Callable[..., Any]:
+        for o in self.observers:
+            fn = o.user_code(core, fn)
+        return fn
 
     def inject(self, headers: MutableMapping[str, str]) -> None:
         for o in self.observers:

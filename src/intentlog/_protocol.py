@@ -11,12 +11,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 from intentlog import _observe
 from intentlog._crash import crashpoint
 from intentlog._decide import Decision, LookupFailed, decide, send_slack, strictest, task_action
-from intentlog._driver import Call, Protocol, Sleep, User
 from intentlog._effect import Effect
 from intentlog._errors import (
     InvalidInput,
@@ -27,6 +27,7 @@ from intentlog._errors import (
     StillInFlight,
     TaskBusy,
 )
+from intentlog._flow import Flow, Sleep, User, call
 from intentlog._hygiene import (
     check_safe,
     describe,
@@ -53,8 +54,10 @@ from intentlog._validate import count, seconds
 from intentlog.stores._async_store import AsyncStore
 from intentlog.stores._base import Store, TaskUpdate
 
-__all__ = ["Options", "TaskCore", "judged_by", "p_acquire"]
+__all__ = ["Options", "TaskCore", "acquire_flow", "judged_by"]
 
+P = ParamSpec("P")
+R = TypeVar("R")
 _LEASE_SAFETY = 0.2  # fraction of the lease that must remain before a send
 _RESTAMPS = 5  # re-stamps of a send whose intent write stalled, before giving up on this send
 
@@ -88,9 +91,9 @@ class Options:
             object.__setattr__(self, name, value)  # frozen: normalised once, here
 
 
-def p_acquire(
+def acquire_flow(
     store: Store | AsyncStore, options: Options, task_id: str, wait: float | None
-) -> Protocol[tuple[TaskRecord, str]]:
+) -> Flow[tuple[TaskRecord, str]]:
     """Lease the task (creating it on first use); returns its record and our owner id.
 
     Every takeover is a compare-and-set on the epoch, so two workers can never both win. A
@@ -100,16 +103,18 @@ def p_acquire(
     owner = new_owner()
     pause = 0.02
     while True:
-        record: TaskRecord | None = yield Call("get_task", (task_id,))
+        record = yield from call(Store.get_task, task_id)
         claimed = None
         if record is None:
-            claimed = yield Call("claim_task", (task_id, owner, options.lease_ttl, None))
+            claimed = yield from call(Store.claim_task, task_id, owner, options.lease_ttl, None)
         elif (
             record.owner is None
             or record.lease_expires <= store.now()
             or holder_is_dead(record.owner)
         ):
-            claimed = yield Call("claim_task", (task_id, owner, options.lease_ttl, record.epoch))
+            claimed = yield from call(
+                Store.claim_task, task_id, owner, options.lease_ttl, record.epoch
+            )
         if claimed is not None:
             return claimed, owner
         if time.monotonic() >= give_up:
@@ -146,8 +151,10 @@ class TaskCore:
         # Lazy receipts: CONFIRMED operations not yet written; they ride in the next write.
         self.unwritten: dict[str, Operation] = {}
         self.lease_deadline = time.monotonic() + options.lease_ttl
-        # An observer's state for the run in progress (a trace's run span), else None.
+        # An observer's state for the run in progress (a trace's run span), else None; and
+        # for the send or lookup in progress (the span its user code runs in).
         self.observed: Any = None
+        self.observed_call: Any = None
 
     @property
     def id(self) -> str:
@@ -159,7 +166,7 @@ class TaskCore:
 
     # -- checkpoints -----------------------------------------------------------------------
 
-    def p_checkpoint(self, next_step: str | None, state: JSON) -> Protocol[None]:
+    def checkpoint_flow(self, next_step: str | None, state: JSON) -> Flow[None]:
         if next_step is not None and (
             not isinstance(next_step, str)
             or len(next_step) > 200
@@ -174,57 +181,57 @@ class TaskCore:
         state_json = None
         if state is not ...:
             state_json = check_safe(state, what="state", max_bytes=self.options.max_bytes)
-        yield from self.p_write_task(TaskUpdate(next_step=next_step, state_json=state_json))
+        yield from self.write_task_flow(TaskUpdate(next_step=next_step, state_json=state_json))
 
-    def p_complete(self, state: JSON) -> Protocol[None]:
+    def complete_flow(self, state: JSON) -> Flow[None]:
         state_json = None
         if state is not ...:
             state_json = check_safe(state, what="state", max_bytes=self.options.max_bytes)
         update = TaskUpdate(state_json=state_json, completed=True, release=True)
-        yield from self.p_write_task(update)
+        yield from self.write_task_flow(update)
         self.closed = True
 
-    def p_close(self) -> Protocol[None]:
+    def close_flow(self) -> Flow[None]:
         if self.closed:
             return
         if self.lost is None:
             # LeaseLost: someone else holds it now, so there is nothing of ours to release.
             with contextlib.suppress(LeaseLost):
-                yield from self.p_write_task(TaskUpdate(release=True))
+                yield from self.write_task_flow(TaskUpdate(release=True))
         self.closed = True
 
-    def p_next_action(self) -> Protocol[Action | None]:
-        ops: list[Operation] = yield Call("list_ops", (), {"task_id": self.id})
+    def next_action_flow(self) -> Flow[Action | None]:
+        ops = yield from call(Store.list_ops, task_id=self.id)
         return task_action((op.state for op in ops), self.record.completed)
 
-    def p_write_task(self, update: TaskUpdate) -> Protocol[None]:
+    def write_task_flow(self, update: TaskUpdate) -> Flow[None]:
         self.check_usable()
         self.record = yield from self._fenced(
-            "write_task", self.id, self.record.epoch, self.ttl, update, carry=True
+            Store.write_task, self.id, self.record.epoch, self.ttl, update, also=self.carried()
         )
         self.lease_deadline = time.monotonic() + self.ttl
 
     # -- effects ---------------------------------------------------------------------------
 
-    def p_plan(
+    def plan_flow(
         self, effect: Effect, args: tuple[Any, ...], kwargs: dict[str, Any], key: str | None
-    ) -> Protocol[str]:
-        op, _ = yield from self.p_intent(effect, args, kwargs, key, planned=True)
+    ) -> Flow[str]:
+        op, _ = yield from self.intent_flow(effect, args, kwargs, key, planned=True)
         return op.key
 
-    def p_run(
+    def run_flow(
         self, effect: Effect, args: tuple[Any, ...], kwargs: dict[str, Any], key: str | None
-    ) -> Protocol[JSON]:
+    ) -> Flow[JSON]:
         """The protocol of ``task.run``. Called where ``run`` is called (not a generator
         itself), so that an observer sees the caller's context (a trace's parent span)."""
         hooks = _observe.hooks
         if hooks is not None:
-            return hooks.run(self, effect, self._p_run(effect, args, kwargs, key))
-        return self._p_run(effect, args, kwargs, key)
+            return hooks.run(self, effect, self._run_flow(effect, args, kwargs, key))
+        return self._run_flow(effect, args, kwargs, key)
 
-    def _p_run(
+    def _run_flow(
         self, effect: Effect, args: tuple[Any, ...], kwargs: dict[str, Any], key: str | None
-    ) -> Protocol[JSON]:
+    ) -> Flow[JSON]:
         if not isinstance(effect, Effect):
             raise InvalidInput(f"run() needs an intentlog.Effect, got {effect!r}")
         lazy = effect.lazy  # refuses lazy_receipt on an effect that can do neither
@@ -233,20 +240,20 @@ class TaskCore:
                 f"effect {effect.name!r} is async: run it with intentlog.open_async(...) and "
                 "'await task.run(...)'"
             )
-        op, created = yield from self.p_intent(effect, args, kwargs, key, planned=False)
+        op, created = yield from self.intent_flow(effect, args, kwargs, key, planned=False)
         hooks = _observe.hooks
         if hooks is not None:
             hooks.intent(self, op, created)
         if created and op.state is State.SUBMITTED:
             try:
-                return (yield from self.p_send(op, effect, args, kwargs, lazy=lazy))
+                return (yield from self.send_flow(op, effect, args, kwargs, lazy=lazy))
             except _Ambiguous as amb:
                 # Exactly like a crash during the request: let the decision settle it.
-                op = yield from self.p_reload(op)
-                return (yield from self.p_drive(op, effect, args, kwargs, amb.error))
-        return (yield from self.p_drive(op, effect, args, kwargs))
+                op = yield from self.reload_flow(op)
+                return (yield from self.drive_flow(op, effect, args, kwargs, amb.error))
+        return (yield from self.drive_flow(op, effect, args, kwargs))
 
-    def p_intent(
+    def intent_flow(
         self,
         effect: Effect,
         args: tuple[Any, ...],
@@ -254,7 +261,7 @@ class TaskCore:
         key: str | None,
         *,
         planned: bool,
-    ) -> Protocol[tuple[Operation, bool]]:
+    ) -> Flow[tuple[Operation, bool]]:
         self.check_usable()
         named = effect.bind(args, kwargs)
         canonical = canonical_json(named, what=f"arguments of effect {effect.name!r}")
@@ -265,7 +272,7 @@ class TaskCore:
             # A task at epoch 1 has had no other holder: every operation it has, this handle
             # wrote, so the insert below (insert-if-absent on the key) is the read too. Later
             # epochs read first, so replaying a finished step costs a read, not a write.
-            existing = yield Call("get_op", (key,))
+            existing = yield from call(Store.get_op, key)
         if existing is not None:
             self._same_call(existing, effect, fp)
             return existing, False
@@ -293,7 +300,7 @@ class TaskCore:
             args=stored_args,
         )
         op, created = yield from self._fenced(
-            "insert_op", op, self.record.epoch, self.ttl, carry=True
+            Store.insert_op, op, self.record.epoch, self.ttl, also=self.carried()
         )
         if not created:
             self._same_call(op, effect, fp)
@@ -319,14 +326,14 @@ class TaskCore:
                 state=op.state.value,
             )
 
-    def p_drive(
+    def drive_flow(
         self,
         op: Operation,
         effect: Effect,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         last_error: BaseException | None = None,
-    ) -> Protocol[JSON]:
+    ) -> Flow[JSON]:
         """Decide, act, repeat: the loop that settles an existing operation.
 
         ``last_error`` is the ambiguous error of a send this call already made.
@@ -347,9 +354,9 @@ class TaskCore:
             )
             lookup = None
             if decision.mark is not None or decision.lookup_failed:
-                marked = yield from self.p_mark(op, decision, effect)
+                marked = yield from self.mark_flow(op, decision, effect)
                 if marked is None:  # changed under us (an operator resolved it): look again
-                    op = yield from self.p_reload(op)
+                    op = yield from self.reload_flow(op)
                     continue
                 op = marked
             action = decision.action
@@ -370,7 +377,7 @@ class TaskCore:
                     state=op.state.value,
                 )
             if action is Action.RECONCILE:
-                lookup = yield from self.p_lookup(effect, op.key)
+                lookup = yield from self.lookup_flow(effect, op.key)
                 continue
             if action is Action.WAIT:
                 assert decision.not_before is not None
@@ -397,14 +404,14 @@ class TaskCore:
                 why = decision.resend if last_error is None else "after_error"
                 hooks.resend(self, effect.name, why)
             sends += 1
-            op = yield from self.p_mark_sending(op, effect)
+            op = yield from self.mark_sending_flow(op, effect)
             try:
-                return (yield from self.p_send(op, effect, args, kwargs, lazy=effect.lazy))
+                return (yield from self.send_flow(op, effect, args, kwargs, lazy=effect.lazy))
             except _Ambiguous as amb:
                 last_error = amb.error
-                op = yield from self.p_reload(op)
+                op = yield from self.reload_flow(op)
 
-    def p_send(
+    def send_flow(
         self,
         op: Operation,
         effect: Effect,
@@ -412,21 +419,21 @@ class TaskCore:
         kwargs: dict[str, Any],
         *,
         lazy: bool = False,
-    ) -> Protocol[JSON]:
-        """See :meth:`_p_send`; an observer may wrap it (a trace's submit span)."""
+    ) -> Flow[JSON]:
+        """See :meth:`_send_flow`; an observer may wrap it (a trace's submit span)."""
         hooks = _observe.hooks
         if hooks is not None:
-            return hooks.send(self, op, self._p_send(op, effect, args, kwargs, lazy))
-        return self._p_send(op, effect, args, kwargs, lazy)
+            return hooks.send(self, op, self._send_flow(op, effect, args, kwargs, lazy))
+        return self._send_flow(op, effect, args, kwargs, lazy)
 
-    def _p_send(
+    def _send_flow(
         self,
         op: Operation,
         effect: Effect,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         lazy: bool,
-    ) -> Protocol[JSON]:
+    ) -> Flow[JSON]:
         """Send a SUBMITTED operation and record the outcome. Raises _Ambiguous when the
         request may or may not have landed. ``lazy``: keep the receipt for the next write.
 
@@ -434,7 +441,7 @@ class TaskCore:
         ``submitted_at`` (the in-flight window counts that in), however long the intent's
         write or anything else before the send took: when more has passed, the send is
         stamped again first."""
-        op = yield from self.p_restamp(op)
+        op = yield from self.restamp_flow(op)
         if time.monotonic() > self.lease_deadline - _LEASE_SAFETY * self.ttl:
             # Paused (or starved) since the intent was written: the lease may be gone, so
             # this handle must neither send nor write any more.
@@ -445,8 +452,12 @@ class TaskCore:
             )
             raise self.lost
         try:
+            submit = effect.submit
+            hooks = _observe.hooks
+            if hooks is not None:
+                submit = hooks.user_code(self, submit)
             result = yield User(
-                effect.submit, (op.key, *args), kwargs, f"submit of effect {effect.name!r}"
+                submit, (op.key, *args), kwargs, f"submit of effect {effect.name!r}"
             )
         except (Rejected, KeyConflict) as exc:
             # The service said "not applied" (a KeyConflict is its 422 for a reused key). The
@@ -454,7 +465,7 @@ class TaskCore:
             # must reach the journal as FAILED, whatever text it carries.
             error = {"message": scrub_text(describe(exc)), "type": scrub_text(type(exc).__name__)}
             failed = op.replace(state=State.FAILED, updated_at=self.store.now(), error=error)
-            yield from self._fenced("update_op", failed, self.record.epoch, self.ttl)
+            yield from self._fenced(Store.update_op, failed, self.record.epoch, self.ttl)
             raise
         except Exception as exc:
             raise _Ambiguous(exc) from exc
@@ -468,9 +479,9 @@ class TaskCore:
             self.unwritten[op.key] = done  # written with the task's next write
             warn_receipt(dropped)
             return read_json(text)  # a copy: changing it cannot change what will be written
-        stored = yield from self._fenced("update_op", done, self.record.epoch, self.ttl)
+        stored = yield from self._fenced(Store.update_op, done, self.record.epoch, self.ttl)
         if stored is None:  # an operator resolved it while we were sending
-            stored, dropped = (yield from self.p_reload(op)), []
+            stored, dropped = (yield from self.reload_flow(op)), []
             if stored.state is not State.CONFIRMED:
                 raise OutcomeUnknown(
                     f"operation {op.key!r} was resolved as {stored.state} while in flight",
@@ -482,7 +493,7 @@ class TaskCore:
         warn_receipt(dropped)
         return stored.receipt
 
-    def p_restamp(self, op: Operation) -> Protocol[Operation]:
+    def restamp_flow(self, op: Operation) -> Flow[Operation]:
         """``op``, stamped again as sent now if its recorded send lies more than
         ``send_slack`` in the past (its write waited for a lock, a queue or a pool)."""
         for _ in range(_RESTAMPS):
@@ -491,9 +502,7 @@ class TaskCore:
             if now - op.submitted_at <= send_slack(op.policy):
                 return op
             stamped = op.replace(updated_at=now, submitted_at=now)
-            stored: Operation | None = yield from self._fenced(
-                "update_op", stamped, self.record.epoch, self.ttl
-            )
+            stored = yield from self._fenced(Store.update_op, stamped, self.record.epoch, self.ttl)
             if stored is None:
                 raise _Ambiguous(RuntimeError("operation changed before it was sent"))
             op = stored
@@ -505,7 +514,7 @@ class TaskCore:
             )
         )
 
-    def p_mark_sending(self, op: Operation, effect: Effect) -> Protocol[Operation]:
+    def mark_sending_flow(self, op: Operation, effect: Effect) -> Flow[Operation]:
         now = self.store.now()
         sending = op.replace(
             state=State.SUBMITTED,
@@ -518,15 +527,15 @@ class TaskCore:
             # A resend never loosens what the first send was judged by.
             policy=judged_by(op, effect),
         )
-        stored = yield from self._fenced("update_op", sending, self.record.epoch, self.ttl)
+        stored = yield from self._fenced(Store.update_op, sending, self.record.epoch, self.ttl)
         if stored is None:
             raise _Ambiguous(RuntimeError("operation changed while being resubmitted"))
         crashpoint("after_submit_mark", effect.name)
-        return stored  # type: ignore[no-any-return]
+        return stored
 
-    def p_mark(
+    def mark_flow(
         self, op: Operation, decision: Decision, effect: Effect
-    ) -> Protocol[Operation | None]:
+    ) -> Flow[Operation | None]:
         # What the operation was judged by is recorded with it, so that pending() and the CLI
         # judge it as strictly afterwards (a resend or a mark never loosens it).
         changes: dict[str, Any] = {"updated_at": self.store.now(), "policy": judged_by(op, effect)}
@@ -540,25 +549,27 @@ class TaskCore:
         if decision.mark is State.CONFIRMED:
             changes["receipt"], _, dropped = self.clean(effect, decision.receipt)
         new = op.replace(**changes)
-        stored: Operation | None = yield from self._fenced(
-            "update_op", new, self.record.epoch, self.ttl
-        )
+        stored = yield from self._fenced(Store.update_op, new, self.record.epoch, self.ttl)
         if stored is not None:
-            warn_receipt(dropped)  # once the receipt is durable (see p_send)
+            warn_receipt(dropped)  # once the receipt is durable (see send_flow)
         return stored
 
-    def p_lookup(self, effect: Effect, key: str) -> Protocol[LookupResult | LookupFailed]:
+    def lookup_flow(self, effect: Effect, key: str) -> Flow[LookupResult | LookupFailed]:
         """Ask ``effect``'s reconciler about ``key``; an observer may wrap it (it counts the
         results, a trace's reconcile span)."""
         hooks = _observe.hooks
         if hooks is not None:
-            return hooks.lookup(self, effect, self._p_lookup(effect, key))
-        return self._p_lookup(effect, key)
+            return hooks.lookup(self, effect, self._lookup_flow(effect, key))
+        return self._lookup_flow(effect, key)
 
-    def _p_lookup(self, effect: Effect, key: str) -> Protocol[LookupResult | LookupFailed]:
+    def _lookup_flow(self, effect: Effect, key: str) -> Flow[LookupResult | LookupFailed]:
         assert effect.reconcile is not None
         try:
-            result = yield User(effect.reconcile, (key,), {}, f"reconcile of {effect.name!r}")
+            reconcile = effect.reconcile
+            hooks = _observe.hooks
+            if hooks is not None:
+                reconcile = hooks.user_code(self, reconcile)
+            result = yield User(reconcile, (key,), {}, f"reconcile of {effect.name!r}")
         except Exception as exc:
             return LookupFailed(scrub_text(f"{type(exc).__name__}: {exc}", limit=500))
         if isinstance(result, Found | NotFound | Indeterminate):
@@ -582,8 +593,8 @@ class TaskCore:
             return receipt, text, [warning + "keeps a note instead of the receipt"]
         return reduce_receipt(selected, effect=effect.name, max_bytes=limit)
 
-    def p_reload(self, op: Operation) -> Protocol[Operation]:
-        fresh: Operation | None = yield Call("get_op", (op.key,))
+    def reload_flow(self, op: Operation) -> Flow[Operation]:
+        fresh = yield from call(Store.get_op, op.key)
         if fresh is None:
             raise InvalidInput(f"operation {op.key!r} disappeared from the journal", key=op.key)
         return fresh
@@ -596,33 +607,38 @@ class TaskCore:
         if self.closed:
             raise InvalidInput(f"task {self.id!r} handle is closed; open it again", task_id=self.id)
 
-    def _fenced(self, name: str, *args: Any, carry: bool = False) -> Protocol[Any]:
-        """A fenced write. ``carry``: the lazy receipts waiting to be written ride along (as
-        its last argument, ``also``), and stay waiting if it fails."""
-        also = list(self.unwritten.values()) if carry and self.unwritten else None
+    def carried(self) -> list[Operation]:
+        """The lazy receipts waiting to be written: they ride in the task's next fenced write
+        (as its ``also``), and stay waiting if that write fails."""
+        return list(self.unwritten.values()) if self.unwritten else []
+
+    def _fenced(
+        self, primitive: Callable[Concatenate[Store, P], R], *args: P.args, **kwargs: P.kwargs
+    ) -> Flow[R]:
+        """A fenced write: a LeaseLost it raises makes this handle unusable. The lazy
+        receipts it carries (``also``) are durable, and no longer waiting, once it returns."""
         hooks = _observe.hooks
         if hooks is not None:
             started = time.perf_counter()
         try:
-            result = yield Call(name, args if also is None else (*args, also))
+            result = yield from call(primitive, *args, **kwargs)
         except LeaseLost as exc:
             self.lost = exc
             raise
         if hooks is not None:
             hooks.commit(time.perf_counter() - started)
-        if also is not None:
-            for op in also:
-                self.unwritten.pop(op.key, None)
-                crashpoint("after_confirm", op.effect)  # the lazy receipt is durable now
+        for op in cast("Sequence[Operation]", kwargs.get("also", ())):
+            self.unwritten.pop(op.key, None)
+            crashpoint("after_confirm", op.effect)  # the lazy receipt is durable now
         return result
 
-    def p_renew(self) -> Protocol[None]:
+    def renew_flow(self) -> Flow[None]:
         """Extend the lease (run by the journal's renewer, never concurrently with itself).
         A fenced write: a worker that was taken over learns it here too."""
         if self.closed or self.lost is not None:
             return
         try:
-            yield Call("write_task", (self.id, self.record.epoch, self.ttl, TaskUpdate()))
+            yield from call(Store.write_task, self.id, self.record.epoch, self.ttl, TaskUpdate())
             self.lease_deadline = time.monotonic() + self.ttl
         except LeaseLost as exc:
             self.lost = exc

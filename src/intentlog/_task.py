@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from intentlog._driver import Protocol, run_sync
+from intentlog._driver import run_sync
 from intentlog._effect import Effect
+from intentlog._flow import Flow
 from intentlog._model import JSON, Action, Operation
 from intentlog._protocol import TaskCore
 from intentlog.stores._base import Store
@@ -63,13 +64,13 @@ class Task(TaskView):
         self._renewer = renewer
         renewer.add(core)
 
-    def _run(self, protocol: Protocol[_T]) -> _T:
-        return run_sync(protocol, self._store)
+    def _run(self, flow: Flow[_T]) -> _T:
+        return run_sync(flow, self._store)
 
     @property
     def next_action(self) -> Action | None:
         """ESCALATE, RECONCILE, SUBMIT or RESUME, from the task's operations (None if done)."""
-        return self._run(self._core.p_next_action())
+        return self._run(self._core.next_action_flow())
 
     def operations(self) -> list[Operation]:
         """This task's operations, oldest first."""
@@ -81,12 +82,12 @@ class Task(TaskView):
         ``state`` is refused with UnsafeValue (naming the path) if it holds a credential, is
         not JSON or exceeds the journal's size bound; then nothing is written.
         """
-        self._run(self._core.p_checkpoint(next_step, state))
+        self._run(self._core.checkpoint_flow(next_step, state))
 
     def complete(self, state: JSON = ...) -> None:
         """Mark the task complete (optionally with a final state) and release its lease."""
         try:
-            self._run(self._core.p_complete(state))
+            self._run(self._core.complete_flow(state))
         finally:
             if self._core.closed:
                 self._renewer.discard(self._core)
@@ -94,7 +95,7 @@ class Task(TaskView):
     def close(self) -> None:
         """Release the lease (if still held) and stop renewing it. Idempotent."""
         self._renewer.discard(self._core)
-        self._run(self._core.p_close())
+        self._run(self._core.close_flow())
 
     def __enter__(self) -> Task:
         return self
@@ -107,7 +108,7 @@ class Task(TaskView):
 
         A later ``run`` with the same arguments (or ``key=``) submits it.
         """
-        return self._run(self._core.p_plan(effect, args, kwargs, key))
+        return self._run(self._core.plan_flow(effect, args, kwargs, key))
 
     def run(self, effect: Effect, /, *args: Any, key: str | None = None, **kwargs: Any) -> JSON:
         """Perform ``effect`` at most once for this task and these arguments; return its receipt.
@@ -119,4 +120,4 @@ class Task(TaskView):
         Rejected if it FAILED, KeyConflict if ``key`` was used with other arguments, and
         StillInFlight if the decision is to wait longer than the journal's ``max_wait``.
         """
-        return self._run(self._core.p_run(effect, args, kwargs, key))
+        return self._run(self._core.run_flow(effect, args, kwargs, key))

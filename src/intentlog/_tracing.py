@@ -19,9 +19,9 @@ from opentelemetry import propagate, trace
 from opentelemetry.trace import Span, StatusCode, Tracer
 
 from intentlog._decide import LookupFailed
-from intentlog._driver import Protocol, User
 from intentlog._effect import Effect
 from intentlog._errors import Error, KeyConflict, Rejected
+from intentlog._flow import Flow
 from intentlog._model import JSON, LookupResult, Operation
 from intentlog._observe import Observer, lookup_word
 
@@ -56,13 +56,13 @@ class Tracing(Observer):
     def __init__(self, tracer: Tracer) -> None:
         self.tracer = tracer
 
-    def run(self, core: TaskCore, effect: Effect, protocol: Protocol[JSON]) -> Protocol[JSON]:
+    def run(self, core: TaskCore, effect: Effect, protocol: Flow[JSON]) -> Flow[JSON]:
         name = effect.name if isinstance(effect, Effect) else "?"
         return self._run(core, name, otel_context.get_current(), protocol)
 
     def _run(
-        self, core: TaskCore, name: str, parent: otel_context.Context, protocol: Protocol[JSON]
-    ) -> Protocol[JSON]:
+        self, core: TaskCore, name: str, parent: otel_context.Context, protocol: Flow[JSON]
+    ) -> Flow[JSON]:
         span = self.tracer.start_span(
             f"intentlog.run {name}", context=parent, attributes={"intentlog.effect": name}
         )
@@ -91,17 +91,18 @@ class Tracing(Observer):
         if isinstance(run, _Run):
             run.span.add_event("intentlog.resend", {"intentlog.resend.reason": reason})
 
-    def send(self, core: TaskCore, op: Operation, protocol: Protocol[JSON]) -> Protocol[JSON]:
+    def send(self, core: TaskCore, op: Operation, protocol: Flow[JSON]) -> Flow[JSON]:
         run = core.observed if isinstance(core.observed, _Run) else None
-        return self._send(run, _parent(run), op, protocol)
+        return self._send(core, run, _parent(run), op, protocol)
 
     def _send(
         self,
+        core: TaskCore,
         run: _Run | None,
         parent: otel_context.Context,
         op: Operation,
-        protocol: Protocol[JSON],
-    ) -> Protocol[JSON]:
+        protocol: Flow[JSON],
+    ) -> Flow[JSON]:
         attributes: dict[str, str | int] = {
             "intentlog.effect": op.effect,
             "intentlog.attempt": op.attempts,
@@ -109,8 +110,9 @@ class Tracing(Observer):
         span = self.tracer.start_span("intentlog.submit", context=parent, attributes=attributes)
         if run is not None:
             run.state, run.attempt = op.state.value, op.attempts
+        previous, core.observed_call = core.observed_call, span
         try:
-            result = yield from _user_code_in(span, protocol)
+            result = yield from protocol
         except BaseException as exc:
             state = _state_after(exc, op.state.value)
             if run is not None:
@@ -119,37 +121,51 @@ class Tracing(Observer):
             _fail(span, exc)
             span.end()
             raise
+        finally:
+            core.observed_call = previous
         span.set_attribute("intentlog.state", "CONFIRMED")
         span.end()
         return result
 
     def lookup(
-        self, core: TaskCore, effect: Effect, protocol: Protocol[LookupResult | LookupFailed]
-    ) -> Protocol[LookupResult | LookupFailed]:
+        self, core: TaskCore, effect: Effect, protocol: Flow[LookupResult | LookupFailed]
+    ) -> Flow[LookupResult | LookupFailed]:
         run = core.observed if isinstance(core.observed, _Run) else None
-        return self._lookup(_parent(run), effect.name, protocol)
+        return self._lookup(core, _parent(run), effect.name, protocol)
 
     def _lookup(
         self,
+        core: TaskCore,
         parent: otel_context.Context,
         name: str,
-        protocol: Protocol[LookupResult | LookupFailed],
-    ) -> Protocol[LookupResult | LookupFailed]:
+        protocol: Flow[LookupResult | LookupFailed],
+    ) -> Flow[LookupResult | LookupFailed]:
         span = self.tracer.start_span(
             "intentlog.reconcile", context=parent, attributes={"intentlog.effect": name}
         )
+        previous, core.observed_call = core.observed_call, span
         try:
-            result = yield from _user_code_in(span, protocol)
+            result = yield from protocol
         except BaseException as exc:
             _fail(span, exc)
             span.end()
             raise
+        finally:
+            core.observed_call = previous
         word = lookup_word(result)
         span.set_attribute("intentlog.reconcile.result", word)
         if word == "failed":
             span.set_status(StatusCode.ERROR, "the reconciler failed")
         span.end()
         return result
+
+    def user_code(self, core: TaskCore, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn``, run with the span of the send or lookup in progress as its current span
+        (so an HTTP request it makes carries that span's trace context)."""
+        span = core.observed_call
+        if not isinstance(span, Span):
+            return fn
+        return _within(trace.set_span_in_context(span), fn)
 
     def inject(self, headers: MutableMapping[str, str]) -> None:
         propagate.inject(headers)
@@ -187,28 +203,6 @@ def _state_after(exc: BaseException, known: str) -> str:
     if isinstance(exc, Error) and exc.state is not None:
         return exc.state
     return known
-
-
-def _user_code_in(span: Span, protocol: Protocol[_T]) -> Protocol[_T]:
-    """Drive ``protocol``, passing its requests on, with every piece of user code it calls
-    running with ``span`` as its current span."""
-    ctx = trace.set_span_in_context(span)
-    send: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            request = protocol.throw(error) if error is not None else protocol.send(send)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
-        if isinstance(request, User):
-            request = User(_within(ctx, request.fn), request.args, request.kwargs, request.what)
-        try:
-            send, error = (yield request), None
-        except GeneratorExit:
-            protocol.close()
-            raise
-        except BaseException as exc:  # the runner hands the protocol what the request raised
-            send, error = None, exc
 
 
 def _within(ctx: otel_context.Context, fn: Callable[..., Any]) -> Callable[..., Any]:

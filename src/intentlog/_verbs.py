@@ -15,14 +15,14 @@ from collections.abc import Iterable
 from typing import Any
 
 from intentlog._decide import LookupFailed, decide, task_action
-from intentlog._driver import Call, Protocol
 from intentlog._effect import Effect
 from intentlog._errors import InvalidInput, KeyConflict, TaskBusy, UnknownOperation
+from intentlog._flow import Flow, call
 from intentlog._hygiene import check_safe, check_text
 from intentlog._keys import validate_label, validate_task_id
 from intentlog._model import JSON, Action, LookupResult, Operation, State, TaskRecord
 from intentlog._owner import holder_is_dead
-from intentlog._protocol import Options, TaskCore, judged_by, p_acquire
+from intentlog._protocol import Options, TaskCore, acquire_flow, judged_by
 from intentlog.stores._async_store import AsyncStore
 from intentlog.stores._base import Resolution, Store
 
@@ -30,15 +30,15 @@ __all__ = [
     "Pending",
     "Recovered",
     "TaskInfo",
-    "p_attention",
-    "p_gc",
-    "p_operation",
-    "p_pending",
-    "p_recover",
-    "p_recover_one",
-    "p_resolve",
-    "p_start",
-    "p_task_info",
+    "attention_flow",
+    "gc_flow",
+    "operation_flow",
+    "pending_flow",
+    "recover_flow",
+    "recover_one_flow",
+    "resolve_flow",
+    "start_flow",
+    "task_info_flow",
 ]
 
 _OPEN_STATES = (State.PLANNED, State.SUBMITTED, State.UNRESOLVED)
@@ -85,14 +85,14 @@ class TaskInfo:
     holder_alive: bool
 
 
-def p_start(options: Options, kind: str, task_id: str, input: JSON) -> Protocol[bool]:
+def start_flow(options: Options, kind: str, task_id: str, input: JSON) -> Flow[bool]:
     """See :meth:`intentlog.Journal.start`."""
     task_id = validate_task_id(task_id)
     validate_label(kind, "task kind", 100)
     input_json = check_safe(input, what="input", max_bytes=options.max_bytes)
-    if (yield Call("create_task", (task_id, kind, input_json))) is not None:
+    if (yield from call(Store.create_task, task_id, kind, input_json)) is not None:
         return True
-    existing: TaskRecord | None = yield Call("get_task", (task_id,))
+    existing = yield from call(Store.get_task, task_id)
     if existing is None or existing.kind != kind or existing.input != json.loads(input_json):
         raise KeyConflict(
             f"task {task_id!r} already exists with another kind or input", task_id=task_id
@@ -100,16 +100,16 @@ def p_start(options: Options, kind: str, task_id: str, input: JSON) -> Protocol[
     return False
 
 
-def p_task_info(store: AnyStore, task_id: str) -> Protocol[TaskInfo]:
+def task_info_flow(store: AnyStore, task_id: str) -> Flow[TaskInfo]:
     """See :meth:`intentlog.Journal.task_info`."""
-    record: TaskRecord | None = yield Call("get_task", (validate_task_id(task_id),))
+    record = yield from call(Store.get_task, validate_task_id(task_id))
     if record is None:
         raise InvalidInput(f"no task {task_id!r} in the journal at {store.url}", task_id=task_id)
-    return (yield from _p_info(store, record))
+    return (yield from _info_flow(store, record))
 
 
-def _p_info(store: AnyStore, record: TaskRecord) -> Protocol[TaskInfo]:
-    ops: list[Operation] = yield Call("list_ops", (), {"task_id": record.task_id})
+def _info_flow(store: AnyStore, record: TaskRecord) -> Flow[TaskInfo]:
+    ops = yield from call(Store.list_ops, task_id=record.task_id)
     alive = (
         record.owner is not None
         and record.lease_expires > store.now()
@@ -118,29 +118,29 @@ def _p_info(store: AnyStore, record: TaskRecord) -> Protocol[TaskInfo]:
     return TaskInfo(record, ops, task_action((o.state for o in ops), record.completed), alive)
 
 
-def p_attention(store: AnyStore) -> Protocol[list[TaskInfo]]:
+def attention_flow(store: AnyStore) -> Flow[list[TaskInfo]]:
     """See :meth:`intentlog.Journal.attention`."""
-    records: list[TaskRecord] = yield Call("list_tasks", (), {"include_completed": False})
+    records = yield from call(Store.list_tasks, include_completed=False)
     infos = []
     for record in records:
-        info = yield from _p_info(store, record)
+        info = yield from _info_flow(store, record)
         if info.next_action is Action.ESCALATE or not info.holder_alive:
             infos.append(info)
     return infos
 
 
-def p_operation(store: AnyStore, key: str) -> Protocol[Operation]:
+def operation_flow(store: AnyStore, key: str) -> Flow[Operation]:
     """See :meth:`intentlog.Journal.operation`."""
-    op = (yield Call("get_op", (key,))) if isinstance(key, str) else None
+    op = (yield from call(Store.get_op, key)) if isinstance(key, str) else None
     if op is None:
         raise UnknownOperation(f"no operation with key {key!r} in {store.url}", key=str(key))
-    return op  # type: ignore[no-any-return]
+    return op
 
 
-def p_pending(store: AnyStore, options: Options) -> Protocol[list[Pending]]:
+def pending_flow(store: AnyStore, options: Options) -> Flow[list[Pending]]:
     """See :meth:`intentlog.Journal.pending`."""
     now = store.now()
-    ops: list[Operation] = yield Call("list_ops", (), {"states": _OPEN_STATES})
+    ops = yield from call(Store.list_ops, states=_OPEN_STATES)
     result = []
     for op in ops:
         gone = holder_is_dead(op.submitted_by)
@@ -163,38 +163,38 @@ def p_pending(store: AnyStore, options: Options) -> Protocol[list[Pending]]:
     return result
 
 
-def p_recover(
+def recover_flow(
     store: AnyStore, options: Options, effects: Iterable[Effect], wait: float, *, is_async: bool
-) -> Protocol[list[Recovered]]:
+) -> Flow[list[Recovered]]:
     """See :meth:`intentlog.Journal.recover`."""
     by_name = {e.name: e for e in effects}
     report: list[Recovered] = []
-    submitted: list[Operation] = yield Call("list_ops", (), {"states": [State.SUBMITTED]})
-    mine = {"states": [State.SUBMITTED]}
+    submitted = yield from call(Store.list_ops, states=[State.SUBMITTED])
+    mine = [State.SUBMITTED]
     for task_id in dict.fromkeys(op.task_id for op in submitted):
-        ops: list[Operation] = yield Call("list_ops", (), {"task_id": task_id, **mine})
+        ops = yield from call(Store.list_ops, task_id=task_id, states=mine)
         try:
-            record, owner = yield from p_acquire(store, options, task_id, wait)
+            record, owner = yield from acquire_flow(store, options, task_id, wait)
         except TaskBusy:
             report.extend(_report(op, Action.WAIT, "its task is leased by a live worker")
                           for op in ops)  # fmt: skip
             continue
         core = TaskCore(store, options, record, owner, is_async=is_async)
         try:
-            ops = yield Call("list_ops", (), {"task_id": task_id, **mine})
+            ops = yield from call(Store.list_ops, task_id=task_id, states=mine)
             for op in ops:
                 effect = by_name.get(op.effect)
                 if effect is not None and effect.is_async and not is_async:
                     raise InvalidInput(
                         f"effect {effect.name!r} is async: recover it with AsyncJournal"
                     )
-                report.append((yield from p_recover_one(core, op, effect)))
+                report.append((yield from recover_one_flow(core, op, effect)))
         finally:
-            yield from core.p_close()
+            yield from core.close_flow()
     return report
 
 
-def p_recover_one(core: TaskCore, op: Operation, effect: Effect | None) -> Protocol[Recovered]:
+def recover_one_flow(core: TaskCore, op: Operation, effect: Effect | None) -> Flow[Recovered]:
     """Settle one SUBMITTED operation of a leased task by lookup, never by sending."""
     if effect is None:
         return _report(op, Action.RECONCILE, f"effect {op.effect!r} was not given to recover")
@@ -204,18 +204,18 @@ def p_recover_one(core: TaskCore, op: Operation, effect: Effect | None) -> Proto
     policy = judged_by(op, effect)
     decision = decide(op, policy, now, **kwargs)
     if decision.action is Action.RECONCILE:
-        lookup: LookupResult | LookupFailed = yield from core.p_lookup(effect, op.key)
+        lookup: LookupResult | LookupFailed = yield from core.lookup_flow(effect, op.key)
         decision = decide(op, policy, now, lookup=lookup, **kwargs)
     if decision.mark is not None or decision.lookup_failed:
-        marked = yield from core.p_mark(op, decision, effect)
-        op = marked if marked is not None else (yield from core.p_reload(op))
+        marked = yield from core.mark_flow(op, decision, effect)
+        op = marked if marked is not None else (yield from core.reload_flow(op))
     action = decision.action
     if decision.mark is State.CONFIRMED:
         action = Action.USE_RECEIPT
     return _report(op, action, decision.reason)
 
 
-def p_resolve(
+def resolve_flow(
     store: AnyStore,
     options: Options,
     key: str,
@@ -223,7 +223,7 @@ def p_resolve(
     receipt: JSON,
     note: str | None,
     actor: str | None,
-) -> Protocol[Operation]:
+) -> Flow[Operation]:
     """See :meth:`intentlog.Journal.resolve`."""
     targets = {"confirmed": State.CONFIRMED, "failed": State.FAILED, "retry": State.PLANNED}
     if outcome not in targets:
@@ -247,7 +247,7 @@ def p_resolve(
     to_state = targets[outcome]
     seen: Operation | None = None
     while True:
-        op = yield from p_operation(store, key)
+        op = yield from operation_flow(store, key)
         if seen is not None and (op.state, op.attempts) != (seen.state, seen.attempts):
             # Changed under us (a worker sent it, a lookup settled it): the decision was made
             # about another situation, so it is not applied to this one.
@@ -289,18 +289,16 @@ def p_resolve(
             receipt=receipt,
             actor=actor,
         )
-        stored: Operation | None = yield Call(
-            "update_op", (new, None, options.lease_ttl), {"resolution": audit}
-        )
+        stored = yield from call(Store.update_op, new, None, options.lease_ttl, resolution=audit)
         if stored is not None:
             return stored
 
 
-def p_gc(store: AnyStore, older_than: float) -> Protocol[int]:
+def gc_flow(store: AnyStore, older_than: float) -> Flow[int]:
     """See :meth:`intentlog.Journal.gc`."""
     if older_than < 0:
         raise InvalidInput(f"older_than must be >= 0 seconds, got {older_than!r}")
-    return (yield Call("delete_completed", (store.now() - older_than,)))  # type: ignore[no-any-return]
+    return (yield from call(Store.delete_completed, store.now() - older_than))
 
 
 def _has_control(text: str, allow: str = "") -> bool:

@@ -26,7 +26,7 @@ from intentlog._owner import new_owner
 from intentlog._protocol import TaskCore
 from intentlog._task import Task
 from intentlog._validate import seconds
-from intentlog._verbs import p_recover_one
+from intentlog._verbs import recover_one_flow
 from intentlog.stores._base import TaskUpdate
 
 __all__ = ["Registry", "Worker"]
@@ -146,7 +146,7 @@ class Worker:
             for op in journal.store.list_ops(task_id=record.task_id, states=[State.SUBMITTED]):
                 effect = self.registry.effects.get(op.effect)
                 if effect is not None:  # settle what a dead worker left in flight, first
-                    run_sync(p_recover_one(core, op, effect), journal.store)
+                    run_sync(recover_one_flow(core, op, effect), journal.store)
             fn(task, record.input)
             if not task.completed:
                 task.complete()
@@ -170,5 +170,5 @@ class Worker:
         self.journal._renewer.discard(core)
         with contextlib.suppress(LeaseLost):
             update = TaskUpdate(release=True, failed=failed, not_before=not_before)
-            run_sync(core.p_write_task(update), self.journal.store)
+            run_sync(core.write_task_flow(update), self.journal.store)
         core.closed = True

@@ -5,7 +5,7 @@ how long, whether it locks a key in flight, how a replay looks) comes from an
 :class:`intentlog.Service` (``service=profiles.STRIPE``) or from keywords. Bodies are sent as
 canonical JSON, so a call made again sends the same bytes. Both share one mapping of answers
 to outcomes (:meth:`_Spec.receipt_of_answer`, :meth:`_Spec.lookup_result`) and one protocol
-for the in-progress wait (:meth:`_Spec.p_submit`), written as generators that yield the HTTP
+for the in-progress wait (:meth:`_Spec.submit_flow`), written as generators that yield the HTTP
 exchanges they need; a small sync runner and a small async runner perform them. Anything
 that does not prove "applied" or "not applied" raises :class:`AmbiguousResponse`, never
 Rejected, so the decision settles it. Credentials belong in the client
@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import json
 import re
 import time
@@ -29,6 +30,7 @@ from intentlog import _observe
 from intentlog._crash import crashpoint
 from intentlog._effect import Effect
 from intentlog._errors import InvalidInput, KeyConflict, Rejected
+from intentlog._flow import drive, drive_async
 from intentlog._hygiene import scrub_text
 from intentlog._keys import canonical_json
 from intentlog._model import Found, Indeterminate, LookupResult, NotFound
@@ -161,7 +163,7 @@ class _Spec:
         content = canonical_json(body, what=f"the body of effect {self.name!r}").encode()
         return _Send(self.method, url, content, headers, True)
 
-    def p_submit(self, key: str, body: Any) -> _Protocol[Receipt]:
+    def submit_flow(self, key: str, body: Any) -> _Protocol[Receipt]:
         send = self.request(key, body)
         give_up: float | None = None
         pause = 0.05
@@ -192,13 +194,13 @@ class _Spec:
                 yield _Pause(pause)
                 pause = min(pause * 2, 1.0)
                 if self.lookup is not None:
-                    found = yield from self.p_lookup(key)
+                    found = yield from self.lookup_flow(key)
                     if isinstance(found, Found):
                         return found.receipt  # type: ignore[no-any-return]
                 if self.idempotent:
                     break  # resend the same key: the service deduplicates it
 
-    def p_lookup(self, key: str) -> _Protocol[LookupResult]:
+    def lookup_flow(self, key: str) -> _Protocol[LookupResult]:
         assert self.lookup is not None
         send = _Send("GET", self.lookup.url_for(key), None, {}, False)
         try:
@@ -381,60 +383,57 @@ class _Exchange:
         )
 
 
-def _drive_sync(protocol: _Protocol[T], client: httpx.Client, spec: _Spec) -> T:
-    value: Any = None
-    error: AmbiguousResponse | None = None
-    while True:
-        try:
-            step = protocol.throw(error) if error is not None else protocol.send(value)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
-        value, error = None, None
-        if isinstance(step, _Pause):
-            time.sleep(step.seconds)
-            continue
-        ex = _Exchange(step, spec)
-        try:
-            response = client.send(client.build_request(*ex.args, **ex.kwargs), stream=True)
-            try:
-                ex.mark()  # no-op if the trace did it; else a transport without trace events
-                for chunk in response.iter_bytes():
-                    if ex.add(chunk):
-                        break
-            finally:
-                response.close()
-            value = ex.answer(response.status_code, response.headers)
-        except _httpx().HTTPError as exc:
-            error = ex.failed(exc)
+def _drive_sync(flow: _Protocol[T], client: httpx.Client, spec: _Spec) -> T:
+    return drive(flow, functools.partial(_exchange_sync, client, spec))
 
 
-async def _drive_async(protocol: _Protocol[T], client: httpx.AsyncClient, spec: _Spec) -> T:
-    value: Any = None
-    error: AmbiguousResponse | None = None
-    while True:
+async def _drive_async(flow: _Protocol[T], client: httpx.AsyncClient, spec: _Spec) -> T:
+    return await drive_async(flow, functools.partial(_exchange_async, client, spec))
+
+
+def _exchange_sync(client: httpx.Client, spec: _Spec, step: _Send | _Pause) -> _Answer | None:
+    """Perform one step: a pause, or an exchange whose answer it returns (a request that got
+    no answer raises AmbiguousResponse, which the flow is handed)."""
+    if isinstance(step, _Pause):
+        time.sleep(step.seconds)
+        return None
+    ex = _Exchange(step, spec)
+    try:
+        response = client.send(client.build_request(*ex.args, **ex.kwargs), stream=True)
         try:
-            step = protocol.throw(error) if error is not None else protocol.send(value)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
-        value, error = None, None
-        if isinstance(step, _Pause):
-            await asyncio.sleep(step.seconds)
-            continue
-        ex = _Exchange(step, spec)
-        if step.mark_sent:
-            ex.kwargs["extensions"] = {"trace": ex.atrace}  # httpcore awaits an async one
+            ex.mark()  # no-op if the trace did it; else a transport without trace events
+            for chunk in response.iter_bytes():
+                if ex.add(chunk):
+                    break
+        finally:
+            response.close()
+    except _httpx().HTTPError as exc:
+        raise ex.failed(exc) from exc
+    return ex.answer(response.status_code, response.headers)
+
+
+async def _exchange_async(
+    client: httpx.AsyncClient, spec: _Spec, step: _Send | _Pause
+) -> _Answer | None:
+    """See :func:`_exchange_sync`."""
+    if isinstance(step, _Pause):
+        await asyncio.sleep(step.seconds)
+        return None
+    ex = _Exchange(step, spec)
+    if step.mark_sent:
+        ex.kwargs["extensions"] = {"trace": ex.atrace}  # httpcore awaits an async one
+    try:
+        response = await client.send(client.build_request(*ex.args, **ex.kwargs), stream=True)
         try:
-            response = await client.send(client.build_request(*ex.args, **ex.kwargs), stream=True)
-            try:
-                ex.mark()
-                async for chunk in response.aiter_bytes():
-                    if ex.add(chunk):
-                        break
-            finally:
-                await response.aclose()
-            value = ex.answer(response.status_code, response.headers)
-        except _httpx().HTTPError as exc:
-            error = ex.failed(exc)
+            ex.mark()
+            async for chunk in response.aiter_bytes():
+                if ex.add(chunk):
+                    break
+        finally:
+            await response.aclose()
+    except _httpx().HTTPError as exc:
+        raise ex.failed(exc) from exc
+    return ex.answer(response.status_code, response.headers)
 
 
 @contextlib.contextmanager
@@ -616,11 +615,11 @@ def http_effect(
 
     def submit(key: str, /, **fields: Any) -> Receipt:
         with _sync_client(client) as c:
-            return _drive_sync(spec.p_submit(key, _call_body(fields)), c, spec)
+            return _drive_sync(spec.submit_flow(key, _call_body(fields)), c, spec)
 
     def reconcile(key: str) -> LookupResult:
         with _sync_client(client) as c:
-            return _drive_sync(spec.p_lookup(key), c, spec)
+            return _drive_sync(spec.lookup_flow(key), c, spec)
 
     return _effect(spec, contract, submit, reconcile, lazy_receipt)
 
@@ -649,11 +648,11 @@ def async_http_effect(
 
     async def submit(key: str, /, **fields: Any) -> Receipt:
         async with _async_client(client) as c:
-            return await _drive_async(spec.p_submit(key, _call_body(fields)), c, spec)
+            return await _drive_async(spec.submit_flow(key, _call_body(fields)), c, spec)
 
     async def reconcile(key: str) -> LookupResult:
         async with _async_client(client) as c:
-            return await _drive_async(spec.p_lookup(key), c, spec)
+            return await _drive_async(spec.lookup_flow(key), c, spec)
 
     return _effect(spec, contract, submit, reconcile, lazy_receipt)
 
