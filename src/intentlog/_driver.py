@@ -23,6 +23,8 @@ from intentlog.stores._base import Store
 __all__ = ["run_async", "run_sync"]
 
 T = TypeVar("T")
+# What user code returns nearly always: asking these whether they are awaitable is wasted time.
+_PLAIN = frozenset({dict, list, str, int, float, bool, type(None)})
 
 
 def run_sync(flow: Flow[T], store: Store) -> T:
@@ -37,13 +39,13 @@ def _perform_sync(store: Store, request: Request) -> Any:
         time.sleep(request.seconds)
         return None
     assert isinstance(request, User)
-    if inspect.iscoroutinefunction(request.fn):
+    if not request.plain and inspect.iscoroutinefunction(request.fn):
         raise InvalidInput(
             f"{request.what} is an async function: use it with "
             "intentlog.open_async(...) and 'await task.run(...)'"
         )
     result = request.fn(*request.args, **request.kwargs)
-    if inspect.isawaitable(result):
+    if type(result) not in _PLAIN and inspect.isawaitable(result):
         _close(result)
         raise InvalidInput(
             f"{request.what} returned an awaitable: use it with "
@@ -120,10 +122,14 @@ def _perform_in_thread(store: Store, request: Request) -> Any:
     sleeps, ``async def`` user code, and an awaitable that synchronous user code returned."""
     if isinstance(request, Call):
         return getattr(store, request.name)(*request.args, **request.kwargs)
-    if isinstance(request, Sleep) or inspect.iscoroutinefunction(request.fn):
+    if isinstance(request, Sleep) or (
+        not request.plain and inspect.iscoroutinefunction(request.fn)
+    ):
         return Elsewhere(request)
     result = request.fn(*request.args, **request.kwargs)
-    return Elsewhere(result) if inspect.isawaitable(result) else result
+    if type(result) not in _PLAIN and inspect.isawaitable(result):
+        return Elsewhere(result)
+    return result
 
 
 def _close(awaitable: Any) -> None:

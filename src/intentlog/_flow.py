@@ -65,6 +65,8 @@ class User:
     args: tuple[Any, ...] = ()
     kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
     what: str = ""
+    #: ``fn`` is known not to be an ``async def`` (the effect said so): drivers skip asking.
+    plain: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

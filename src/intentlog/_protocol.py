@@ -27,7 +27,7 @@ from intentlog._errors import (
     StillInFlight,
     TaskBusy,
 )
-from intentlog._flow import Flow, Sleep, User, call
+from intentlog._flow import Call, Flow, Sleep, User, call
 from intentlog._hygiene import (
     check_safe,
     describe,
@@ -441,7 +441,9 @@ class TaskCore:
         ``submitted_at`` (the in-flight window counts that in), however long the intent's
         write or anything else before the send took: when more has passed, the send is
         stamped again first."""
-        op = yield from self.restamp_flow(op)
+        assert op.submitted_at is not None
+        if self.store.now() - op.submitted_at > send_slack(op.policy):  # the intent stalled
+            op = yield from self.restamp_flow(op)
         if time.monotonic() > self.lease_deadline - _LEASE_SAFETY * self.ttl:
             # Paused (or starved) since the intent was written: the lease may be gone, so
             # this handle must neither send nor write any more.
@@ -457,7 +459,11 @@ class TaskCore:
             if hooks is not None:
                 submit = hooks.user_code(self, submit)
             result = yield User(
-                submit, (op.key, *args), kwargs, f"submit of effect {effect.name!r}"
+                submit,
+                (op.key, *args),
+                kwargs,
+                f"submit of effect {effect.name!r}",
+                plain=not effect.is_async,
             )
         except (Rejected, KeyConflict) as exc:
             # The service said "not applied" (a KeyConflict is its 422 for a reused key). The
@@ -569,7 +575,9 @@ class TaskCore:
             hooks = _observe.hooks
             if hooks is not None:
                 reconcile = hooks.user_code(self, reconcile)
-            result = yield User(reconcile, (key,), {}, f"reconcile of {effect.name!r}")
+            result = yield User(
+                reconcile, (key,), {}, f"reconcile of {effect.name!r}", plain=not effect.is_async
+            )
         except Exception as exc:
             return LookupFailed(scrub_text(f"{type(exc).__name__}: {exc}", limit=500))
         if isinstance(result, Found | NotFound | Indeterminate):
@@ -607,10 +615,10 @@ class TaskCore:
         if self.closed:
             raise InvalidInput(f"task {self.id!r} handle is closed; open it again", task_id=self.id)
 
-    def carried(self) -> list[Operation]:
+    def carried(self) -> Sequence[Operation]:
         """The lazy receipts waiting to be written: they ride in the task's next fenced write
         (as its ``also``), and stay waiting if that write fails."""
-        return list(self.unwritten.values()) if self.unwritten else []
+        return tuple(self.unwritten.values()) if self.unwritten else ()
 
     def _fenced(
         self, primitive: Callable[Concatenate[Store, P], R], *args: P.args, **kwargs: P.kwargs
@@ -621,7 +629,8 @@ class TaskCore:
         if hooks is not None:
             started = time.perf_counter()
         try:
-            result = yield from call(primitive, *args, **kwargs)
+            # The request call() makes, made here: one generator less on every write.
+            result = cast(R, (yield Call(primitive.__name__, args, kwargs)))
         except LeaseLost as exc:
             self.lost = exc
             raise

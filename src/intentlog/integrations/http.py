@@ -110,7 +110,7 @@ class _Answer:
     replayed: bool = False  # the service's replay header marked it as a repeated answer
 
 
-_Protocol = Generator[_Send | _Pause, Any, T]
+_Flow = Generator[_Send | _Pause, Any, T]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,7 +163,7 @@ class _Spec:
         content = canonical_json(body, what=f"the body of effect {self.name!r}").encode()
         return _Send(self.method, url, content, headers, True)
 
-    def submit_flow(self, key: str, body: Any) -> _Protocol[Receipt]:
+    def submit_flow(self, key: str, body: Any) -> _Flow[Receipt]:
         send = self.request(key, body)
         give_up: float | None = None
         pause = 0.05
@@ -200,7 +200,7 @@ class _Spec:
                 if self.idempotent:
                     break  # resend the same key: the service deduplicates it
 
-    def lookup_flow(self, key: str) -> _Protocol[LookupResult]:
+    def lookup_flow(self, key: str) -> _Flow[LookupResult]:
         assert self.lookup is not None
         send = _Send("GET", self.lookup.url_for(key), None, {}, False)
         try:
@@ -383,11 +383,11 @@ class _Exchange:
         )
 
 
-def _drive_sync(flow: _Protocol[T], client: httpx.Client, spec: _Spec) -> T:
+def _drive_sync(flow: _Flow[T], client: httpx.Client, spec: _Spec) -> T:
     return drive(flow, functools.partial(_exchange_sync, client, spec))
 
 
-async def _drive_async(flow: _Protocol[T], client: httpx.AsyncClient, spec: _Spec) -> T:
+async def _drive_async(flow: _Flow[T], client: httpx.AsyncClient, spec: _Spec) -> T:
     return await drive_async(flow, functools.partial(_exchange_async, client, spec))
 
 
