@@ -16,7 +16,18 @@ import time
 from typing import Any, TypeVar
 
 from intentlog._errors import InvalidInput
-from intentlog._flow import Call, Elsewhere, Finished, Flow, Request, Sleep, User, advance, drive
+from intentlog._flow import (
+    Call,
+    Elsewhere,
+    Finished,
+    Flow,
+    Request,
+    Sleep,
+    User,
+    advance,
+    drive,
+    drive_async,
+)
 from intentlog.stores._async_store import AsyncStore
 from intentlog.stores._base import Store
 
@@ -68,19 +79,10 @@ async def run_async(
     """
     loop = asyncio.get_running_loop()
     if isinstance(store, AsyncStore):
-        perform = functools.partial(_perform_on_loop, loop, executor, store)
-        value: Any = None
-        error: BaseException | None = None
-        while True:
-            step = advance(flow, Elsewhere, value, error)
-            if isinstance(step, Finished):
-                return step.value
-            try:
-                value, error = await perform(step.what), None
-            except BaseException as exc:  # handed to the flow to decide
-                value, error = None, exc
+        return await drive_async(flow, functools.partial(_perform_on_loop, loop, executor, store))
     in_thread = functools.partial(_perform_in_thread, store)
-    value, error = None, None
+    value: Any = None
+    error: BaseException | None = None
     while True:
         step = await loop.run_in_executor(executor, advance, flow, in_thread, value, error)
         if isinstance(step, Finished):
