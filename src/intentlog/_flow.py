@@ -41,13 +41,16 @@ __all__ = [
     "drive_async",
 ]
 
+# The request classes are not frozen: a frozen dataclass sets each field through
+# object.__setattr__, and a request is made for every store call and every send. Nothing
+# changes one after it is made.
 P = ParamSpec("P")
 R = TypeVar("R")
 Q = TypeVar("Q")
 T = TypeVar("T")
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(slots=True)
 class Call:
     """Call the store primitive ``name`` (journal I/O, never user code). Made by :func:`call`,
     which types it; a driver performs it as ``getattr(store, name)(*args, **kwargs)``."""
@@ -57,7 +60,7 @@ class Call:
     kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(slots=True)
 class User:
     """Call user code (an effect's submit or reconcile), which may be sync or async."""
 
@@ -69,7 +72,7 @@ class User:
     plain: bool = False
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(slots=True)
 class Sleep:
     """Wait ``seconds`` (without blocking an event loop, where there is one)."""
 
@@ -89,14 +92,14 @@ def call(
     return cast(R, (yield Call(primitive.__name__, args, kwargs)))
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(slots=True)
 class Finished(Generic[T]):
     """What :func:`advance` returns when the flow has returned ``value``."""
 
     value: T
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(slots=True)
 class Elsewhere:
     """A ``perform``'s answer to :func:`advance`: this request is not performed here;
     :func:`advance` stops and returns this, and its caller performs ``what`` (the request, or
