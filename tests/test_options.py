@@ -57,7 +57,7 @@ ENTRIES = ["open", "open_async", "Journal", "AsyncJournal"]
 
 
 def test_options_are_stated_once() -> None:
-    fields = {field.name: field.default for field in dataclasses.fields(intentlog.Options)}
+    fields: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(intentlog.Options)}
     assert set(typing.get_type_hints(intentlog.JournalOptions)) == set(fields)
     assert intentlog.Options() == intentlog.Options(**fields)
     assert EXPECTED.keywords() == dataclasses.asdict(EXPECTED)
