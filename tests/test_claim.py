@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import threading
 import time
 from datetime import timedelta
@@ -137,3 +138,31 @@ def test_the_async_journal_claims_and_releases_the_same_way(journal_url: str) ->
             assert (await journal.task_info("b")).record.completed
 
     asyncio.run(main())
+
+
+def test_an_async_claim_that_commits_after_the_caller_gave_up_is_given_back(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "journal.db"
+
+    async def main() -> int:
+        async with intentlog.open_async(path, lease_ttl=60) as journal:
+            await journal.start("pay", "t")
+            # Another connection holds the write lock: the claim waits in the writer thread.
+            blocker = sqlite3.connect(path, isolation_level=None)
+            blocker.execute("BEGIN IMMEDIATE")
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(journal.claim(["pay"]), 0.2)
+            blocker.execute("COMMIT")  # now the claim commits, after the caller gave up
+            blocker.close()
+            for _ in range(3000):  # a bound for a hang only: it breaks once given back
+                record = (await journal.task_info("t")).record
+                if record.epoch == 1 and record.owner is None:
+                    break  # claimed, then given back
+                await asyncio.sleep(0.02)
+            task = await journal.claim(["pay"])  # at once, not after 60 s
+            assert task is not None
+            await task.close()
+            return task.epoch
+
+    assert asyncio.run(main()) == 2

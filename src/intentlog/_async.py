@@ -14,7 +14,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import os
-from collections.abc import Generator, Iterable
+from collections.abc import Awaitable, Generator, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
 from intentlog._driver import Protocol, p_call, run_async
@@ -253,14 +253,17 @@ class AsyncJournal:
                 self._sync = SharedJournal(self._store, **options)
         return self._sync
 
-    def _give_back(self, acquiring: asyncio.Future[tuple[TaskRecord, str]]) -> None:
+    def _give_back(self, acquiring: Awaitable[tuple[TaskRecord, str] | None]) -> None:
         """Release the lease ``acquiring`` claims, if it does, in the background."""
 
         async def release() -> None:
             try:
-                record, owner = await acquiring
+                claimed = await acquiring
             except BaseException:  # nothing was claimed: nothing to give back
                 return
+            if claimed is None:
+                return
+            record, owner = claimed
             core = TaskCore(self._store, self.options, record, owner, is_async=True)
             with contextlib.suppress(Exception):  # not released: the lease expires instead
                 await self._drive(core.p_close())
@@ -307,12 +310,22 @@ class AsyncJournal:
         """See :meth:`intentlog.Journal.claim`."""
         wanted = task_kinds(kinds)
         owner = new_owner()
-        record: TaskRecord | None = await self._drive(
-            p_call("claim_next", owner, self.options.lease_ttl, wanted)
-        )
-        if record is None:
+
+        async def claim() -> tuple[TaskRecord, str] | None:
+            claimed = p_call("claim_next", owner, self.options.lease_ttl, wanted)
+            record: TaskRecord | None = await self._drive(claimed)
+            return None if record is None else (record, owner)
+
+        claiming = asyncio.ensure_future(claim())
+        try:
+            got = await asyncio.shield(claiming)
+        except asyncio.CancelledError:
+            self._give_back(claiming)  # as in task(): a claim that commits late is given back
+            raise
+        if got is None:
             return None
-        return AsyncTask(self, TaskCore(self._store, self.options, record, owner, is_async=True))
+        core = TaskCore(self._store, self.options, got[0], owner, is_async=True)
+        return AsyncTask(self, core)
 
     async def start(self, kind: str, task_id: str, input: JSON = None) -> bool:
         """See :meth:`intentlog.Journal.start`."""
