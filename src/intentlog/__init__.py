@@ -39,6 +39,7 @@ from intentlog._model import (
     State,
     TaskRecord,
 )
+from intentlog._options import JournalOptions, Options
 from intentlog._service import FOREVER, PROCESS, KeyPlace, Replay, Retention, Service
 from intentlog._task import Task
 from intentlog._worker import Registry, Worker
@@ -64,12 +65,14 @@ __all__ = [
     "JournalCorrupt",
     "JournalError",
     "JournalFull",
+    "JournalOptions",
     "JournalReadOnly",
     "KeyConflict",
     "KeyPlace",
     "LeaseLost",
     "NotFound",
     "Operation",
+    "Options",
     "OutcomeUnknown",
     "Pending",
     "Policy",

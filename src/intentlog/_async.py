@@ -13,21 +13,22 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import dataclasses
 import os
-from collections.abc import Generator, Iterable
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Generator, Iterable
+from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
 from intentlog._driver import run_async
 from intentlog._effect import Effect, Seconds
 from intentlog._flow import Flow, call
-from intentlog._journal import Journal, make_options, open_store, task_wait
 from intentlog._keys import validate_task_id
 from intentlog._lease import AsyncRenewer, Renewer
 from intentlog._model import JSON, Action, Operation, State, TaskRecord
-from intentlog._protocol import Options, TaskCore, acquire_flow
-from intentlog._task import TaskView
-from intentlog._validate import count, seconds
+from intentlog._open import open_store
+from intentlog._options import DEFAULT_WORKERS, JournalOptions, Options, make_options, task_wait
+from intentlog._owner import new_owner
+from intentlog._protocol import TaskCore, acquire_flow
+from intentlog._task import TaskView, release_flow
+from intentlog._validate import count, seconds, task_kinds
 from intentlog._verbs import (
     Pending,
     Recovered,
@@ -43,6 +44,9 @@ from intentlog._verbs import (
 )
 from intentlog.stores._async_store import AsyncStore
 from intentlog.stores._base import Resolution, Store
+
+if TYPE_CHECKING:  # the sync face is imported where it is used: see sync_journal()
+    from intentlog._journal import Journal
 
 __all__ = ["AsyncJournal", "AsyncTask", "open_async"]
 
@@ -89,6 +93,18 @@ class AsyncTask(TaskView):
         """Release the lease (if still held). Idempotent."""
         self._journal._renewer.discard(self._core)
         await self._journal._drive(self._core.close_flow())
+
+    async def release(
+        self,
+        *,
+        failed: str | None = None,
+        retry_in: Seconds | None = None,
+        not_before: float | None = None,
+    ) -> None:
+        """See :meth:`intentlog.Task.release`."""
+        update = self._release_update(failed, retry_in, not_before)
+        self._journal._renewer.discard(self._core)
+        await self._journal._drive(release_flow(self._core, update))
 
     async def plan(
         self, effect: Effect, /, *args: Any, key: str | None = None, **kwargs: Any
@@ -161,22 +177,23 @@ class _Opening:
 class AsyncJournal:
     """The journal for asyncio programs: ``async with intentlog.open_async(url) as journal``.
 
-    The verbs are those of :class:`intentlog.Journal`, awaited, with the same options.
-    ``store``: an :class:`AsyncStore` (PostgreSQL) or a synchronous store (SQLite), whose
-    calls then run in the thread pool. ``workers`` bounds that pool, which also runs
-    synchronous user code; concurrent tasks' journal writes share commits (group commit)
-    without weakening any guarantee. ``executor`` replaces the pool.
+    The verbs are those of :class:`intentlog.Journal`, awaited, with the same options
+    (:class:`intentlog.Options`, checked the same way). ``store``: an :class:`AsyncStore`
+    (PostgreSQL) or a synchronous store (SQLite), whose calls then run in the thread pool.
+    ``workers`` bounds that pool, which also runs synchronous user code; concurrent tasks'
+    journal writes share commits (group commit) without weakening any guarantee.
+    ``executor`` replaces the pool.
     """
 
     def __init__(
         self,
         store: Store | AsyncStore,
         *,
-        workers: int = 64,
+        workers: int = DEFAULT_WORKERS,
         executor: concurrent.futures.Executor | None = None,
-        **options: Any,
+        **options: Unpack[JournalOptions],
     ) -> None:
-        self.options: Options = make_options(**options)
+        self.options: Options = make_options(options, caller="AsyncJournal")
         workers = count("workers", workers)
         self._store = store
         # ``executor``: where a synchronous store's calls and synchronous user code run
@@ -191,7 +208,7 @@ class AsyncJournal:
             self._renewer = AsyncRenewer(self.options.lease_ttl, store, self._executor)
         else:
             self._renewer = Renewer(self.options.lease_ttl, store)
-        self._sync: Journal | None = None
+        self._sync: Journal | None = None  # see sync_journal()
         self._background: set[asyncio.Task[None]] = set()
 
     @property
@@ -203,7 +220,16 @@ class AsyncJournal:
         return self.options.lease_ttl
 
     @property
+    def max_bytes(self) -> int:
+        return self.options.max_bytes
+
+    @property
+    def lookup_limit(self) -> int:
+        return self.options.lookup_limit
+
+    @property
     def url(self) -> str:
+        """Where the journal lives, safe to print."""
         return self._store.url
 
     def __repr__(self) -> str:
@@ -216,22 +242,29 @@ class AsyncJournal:
         """A synchronous :class:`Journal` on the same journal and options, for code that
         must call it from a worker thread (framework tools). Opened on first use (on
         PostgreSQL with a connection pool of its own) and closed with this journal."""
+        # Imported here, not at the top: the async face does not depend on the sync one
+        # (both stand on the same protocols), and most async programs never need this.
+        from intentlog._journal import Journal, SharedJournal
+
         if self._sync is None:
-            kwargs = dataclasses.asdict(self.options)
+            options = self.options.keywords()
             if isinstance(self._store, AsyncStore):
-                self._sync = Journal(self._store.sync_store(), **kwargs)
+                self._sync = Journal(self._store.sync_store(), **options)
             else:
-                self._sync = _Shared(self._store, **kwargs)
+                self._sync = SharedJournal(self._store, **options)
         return self._sync
 
-    def _give_back(self, acquiring: asyncio.Future[tuple[TaskRecord, str]]) -> None:
+    def _give_back(self, acquiring: Awaitable[tuple[TaskRecord, str] | None]) -> None:
         """Release the lease ``acquiring`` claims, if it does, in the background."""
 
         async def release() -> None:
             try:
-                record, owner = await acquiring
+                claimed = await acquiring
             except BaseException:  # nothing was claimed: nothing to give back
                 return
+            if claimed is None:
+                return
+            record, owner = claimed
             core = TaskCore(self._store, self.options, record, owner, is_async=True)
             with contextlib.suppress(Exception):  # not released: the lease expires instead
                 await self._drive(core.close_flow())
@@ -273,6 +306,27 @@ class AsyncJournal:
         """Lease the task: ``async with journal.task(id) as task`` (or ``await``). See
         :meth:`intentlog.Journal.task`."""
         return _Opening(self, validate_task_id(task_id), task_wait(wait))
+
+    async def claim(self, kinds: Iterable[str]) -> AsyncTask | None:
+        """See :meth:`intentlog.Journal.claim`."""
+        wanted = task_kinds(kinds)
+        owner = new_owner()
+
+        async def claim() -> tuple[TaskRecord, str] | None:
+            claimed = call(Store.claim_next, owner, self.options.lease_ttl, wanted)
+            record: TaskRecord | None = await self._drive(claimed)
+            return None if record is None else (record, owner)
+
+        claiming = asyncio.ensure_future(claim())
+        try:
+            got = await asyncio.shield(claiming)
+        except asyncio.CancelledError:
+            self._give_back(claiming)  # as in task(): a claim that commits late is given back
+            raise
+        if got is None:
+            return None
+        core = TaskCore(self._store, self.options, got[0], owner, is_async=True)
+        return AsyncTask(self, core)
 
     async def start(self, kind: str, task_id: str, input: JSON = None) -> bool:
         """See :meth:`intentlog.Journal.start`."""
@@ -332,21 +386,20 @@ class AsyncJournal:
         return await self._drive(gc_flow(self._store, older))
 
 
-class _Shared(Journal):
-    """A synchronous journal over a store another journal owns: closing it stops its lease
-    renewal but leaves the store open."""
-
-    def close(self) -> None:
-        self._renewer.close()
-
-
-def open_async(url: str | os.PathLike[str] | None = None, **options: Any) -> AsyncJournal:
+def open_async(
+    url: str | os.PathLike[str] | None = None,
+    *,
+    workers: int = DEFAULT_WORKERS,
+    **options: Unpack[JournalOptions],
+) -> AsyncJournal:
     """Open (creating if needed) a journal for asyncio code; same URLs as :func:`open`.
 
     Use ``async with intentlog.open_async(url) as journal:``. Opening checks the journal
     (the file header and schema, or the PostgreSQL schema) synchronously, once; after that
-    nothing blocks the event loop.
+    nothing blocks the event loop. ``workers``: see :class:`AsyncJournal`; ``options``: the
+    journal options (see :class:`intentlog.Options`), checked before anything is opened or
+    created.
     """
-    workers = count("workers", options.pop("workers", 64))
-    make_options(**options)  # bad options fail before anything is opened
+    count("workers", workers)  # bad options fail before anything is opened
+    make_options(options, caller="open_async")
     return AsyncJournal(open_store(url, asynchronous=True), workers=workers, **options)

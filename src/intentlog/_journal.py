@@ -4,25 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import warnings
 from collections.abc import Iterable
-from datetime import timedelta
-from pathlib import Path
-from typing import Any, TypeVar, overload
+from typing import TypeVar, Unpack
 
-from intentlog._decide import DEFAULT_LOOKUP_LIMIT
 from intentlog._driver import run_sync
 from intentlog._effect import Effect, Seconds
-from intentlog._errors import InvalidInput
 from intentlog._flow import Flow
-from intentlog._hygiene import DEFAULT_MAX_BYTES
 from intentlog._keys import validate_task_id
 from intentlog._lease import Renewer
 from intentlog._model import JSON, Operation, State, TaskRecord
-from intentlog._protocol import Options, TaskCore, acquire_flow
+from intentlog._open import open_store
+from intentlog._options import JournalOptions, Options, make_options, task_wait
+from intentlog._owner import new_owner
+from intentlog._protocol import TaskCore, acquire_flow
 from intentlog._task import Task
-from intentlog._validate import seconds
+from intentlog._validate import seconds, task_kinds
 from intentlog._verbs import (
     Pending,
     Recovered,
@@ -36,56 +33,32 @@ from intentlog._verbs import (
     start_flow,
     task_info_flow,
 )
-from intentlog.stores._async_store import AsyncStore
 from intentlog.stores._base import Resolution, Store
 
 __all__ = [
-    "DEFAULT_PATH",
     "BlockingCallWarning",
     "Journal",
     "Pending",
     "Recovered",
+    "SharedJournal",
     "TaskInfo",
-    "make_options",
     "open",
 ]
 
-DEFAULT_PATH = Path(".intentlog") / "journal.db"
-ENV_URL = "INTENTLOG_URL"
 _T = TypeVar("_T")
 
 
 class Journal:
     """The durable store of tasks and operations. Thread-safe; close it when done.
 
-    ``lease_ttl``: seconds a task lease lasts without renewal. ``lease_wait``: how long
-    ``task()`` waits for a live holder before raising TaskBusy. ``max_wait``: how long ``run``
-    waits for an in-flight window to pass before raising StillInFlight. ``max_bytes``: size
-    bound of every stored JSON value. ``lookup_limit``: inconclusive lookups before an
-    operation becomes UNRESOLVED. ``attempts_per_run``: sends one ``run`` call may make.
-    Times are seconds or timedeltas, at most a year (``lease_ttl`` > 0, waits >= 0), the
-    others integers >= 1; anything else raises InvalidInput naming the option and its range.
+    ``options``: the journal options (``lease_ttl``, ``lease_wait``, ``max_wait``,
+    ``max_bytes``, ``lookup_limit``, ``attempts_per_run``), checked into ``journal.options``:
+    see :class:`intentlog.Options` for what each means, its default and its range. A bad
+    value raises InvalidInput naming the option; an unknown name raises TypeError.
     """
 
-    def __init__(
-        self,
-        store: Store,
-        *,
-        lease_ttl: Seconds = 30.0,
-        lease_wait: Seconds = 10.0,
-        max_wait: Seconds = 60.0,
-        max_bytes: int = DEFAULT_MAX_BYTES,
-        lookup_limit: int = DEFAULT_LOOKUP_LIMIT,
-        attempts_per_run: int = 3,
-    ) -> None:
-        self.options = make_options(
-            lease_ttl=lease_ttl,
-            lease_wait=lease_wait,
-            max_wait=max_wait,
-            max_bytes=max_bytes,
-            lookup_limit=lookup_limit,
-            attempts_per_run=attempts_per_run,
-        )
+    def __init__(self, store: Store, **options: Unpack[JournalOptions]) -> None:
+        self.options: Options = make_options(options, caller="Journal")
         self._store = store
         self._renewer = Renewer(self.options.lease_ttl, store)
 
@@ -142,6 +115,30 @@ class Journal:
         wait = task_wait(wait)
         _warn_if_in_event_loop()
         record, owner = self._run(acquire_flow(self._store, self.options, task_id, wait))
+        return Task(
+            TaskCore(self._store, self.options, record, owner, is_async=False), self._renewer
+        )
+
+    def claim(self, kinds: Iterable[str]) -> Task | None:
+        """Lease the next runnable task of one of ``kinds`` for a worker and return its
+        handle, or None when none is runnable now. :class:`intentlog.Worker` runs on this.
+
+        Runnable: started (``start``) with one of these kinds, not complete, past the time
+        its last release asked for, not leased by anyone live (unleased, released or
+        expired), and with no UNRESOLVED operation; the one due first. The claim is one
+        atomic compare-and-set that raises the task's epoch, so concurrent claimers (threads,
+        processes, hosts) never get the same task, and a task of another kind is never
+        touched. The handle is renewed in the background like one from ``task()``; give it
+        back with ``complete``, ``close`` or ``release`` (which can record a failure and a
+        time before which no worker claims it again). ``task.record`` is the claimed record:
+        its ``kind``, ``input`` and ``runs`` (failed runs so far).
+        """
+        wanted = task_kinds(kinds)
+        _warn_if_in_event_loop()
+        owner = new_owner()
+        record = self._store.claim_next(owner, self.options.lease_ttl, wanted)
+        if record is None:
+            return None
         return Task(
             TaskCore(self._store, self.options, record, owner, is_async=False), self._renewer
         )
@@ -239,36 +236,12 @@ class Journal:
         return self._run(gc_flow(self._store, seconds("older_than", older_than, bounded=False)))
 
 
-def make_options(
-    *,
-    lease_ttl: Seconds = 30.0,
-    lease_wait: Seconds = 10.0,
-    max_wait: Seconds = 60.0,
-    max_bytes: int = DEFAULT_MAX_BYTES,
-    lookup_limit: int = DEFAULT_LOOKUP_LIMIT,
-    attempts_per_run: int = 3,
-) -> Options:
-    """A journal's settings, checked: :class:`Options` raises InvalidInput naming the option
-    and its range (see :class:`Journal` for what each means)."""
-    return Options(
-        lease_ttl=_plain(lease_ttl),
-        lease_wait=_plain(lease_wait),
-        max_wait=_plain(max_wait),
-        max_bytes=max_bytes,
-        lookup_limit=lookup_limit,
-        attempts_per_run=attempts_per_run,
-    )
+class SharedJournal(Journal):
+    """A synchronous journal over a store another journal owns (an AsyncJournal's
+    ``sync_journal()``): closing it stops its lease renewal but leaves the store open."""
 
-
-def _plain(value: Seconds) -> float:
-    """A timedelta as seconds; anything else as it is, for Options to check."""
-    return value.total_seconds() if isinstance(value, timedelta) else value
-
-
-def task_wait(wait: Seconds | None) -> float | None:
-    """The ``wait`` of ``journal.task(id, wait=...)``, checked (None: the journal's
-    ``lease_wait``)."""
-    return None if wait is None else seconds("wait", wait)
+    def close(self) -> None:
+        self._renewer.close()
 
 
 class BlockingCallWarning(RuntimeWarning):
@@ -288,71 +261,17 @@ def _warn_if_in_event_loop() -> None:
     )
 
 
-def open(url: str | os.PathLike[str] | None = None, **options: Any) -> Journal:
+def open(url: str | os.PathLike[str] | None = None, **options: Unpack[JournalOptions]) -> Journal:
     """Open (creating if needed) a journal.
 
     ``url``: a file path, ``sqlite:///path``, or ``postgresql://...``; default
-    ``$INTENTLOG_URL``, else ``./.intentlog/journal.db``. ``options`` go to :class:`Journal`.
+    ``$INTENTLOG_URL``, else ``./.intentlog/journal.db``. ``options``: the journal options
+    (see :class:`intentlog.Options`), checked before anything is opened or created.
     """
-    make_options(**options)  # bad options fail before anything is opened (or created)
+    make_options(options, caller="open")  # bad options fail before anything is opened
     store = open_store(url)
     try:
         return Journal(store, **options)
     except BaseException:
-        store.close()  # bad options: do not leave a connection (or a pool) behind
+        store.close()  # do not leave a connection (or a pool) behind
         raise
-
-
-@overload
-def open_store(url: str | os.PathLike[str] | None = None) -> Store: ...
-@overload
-def open_store(
-    url: str | os.PathLike[str] | None = None, *, asynchronous: bool
-) -> Store | AsyncStore: ...
-def open_store(
-    url: str | os.PathLike[str] | None = None, *, asynchronous: bool = False
-) -> Store | AsyncStore:
-    """The store a journal URL names (see :func:`open`). ``asynchronous``: for an
-    AsyncJournal, an asynchronous store where the backend has one (PostgreSQL)."""
-    if url is None:
-        url = os.environ.get(ENV_URL) or DEFAULT_PATH
-    text = os.fspath(url)
-    if not text:
-        raise InvalidInput("journal URL is empty")
-    scheme, sep, rest = text.partition("://")
-    if not sep:
-        return _sqlite(text, asynchronous)
-    if scheme == "sqlite":
-        if not rest.startswith("/") or len(rest) < 2:
-            raise InvalidInput(
-                f"sqlite URL needs a path (sqlite:///path/journal.db), got {_masked(text)!r}"
-            )
-        return _sqlite(rest, asynchronous)
-    if scheme in ("postgresql", "postgres"):
-        return _postgres(text, asynchronous)
-    raise InvalidInput(f"unknown journal URL scheme {scheme!r}; use a path or sqlite:///path")
-
-
-def _masked(url: str) -> str:
-    """The URL with any password replaced, so it is safe in an error message."""
-    return re.sub(r"(://[^/:@]*:)[^/@]*@", r"\1***@", url)
-
-
-def _sqlite(path: str, asynchronous: bool) -> Store | AsyncStore:
-    if asynchronous:
-        from intentlog.stores.sqlite_async import AsyncSQLiteStore
-
-        return AsyncSQLiteStore(path)
-    from intentlog.stores.sqlite import SQLiteStore
-
-    return SQLiteStore(path)
-
-
-def _postgres(url: str, asynchronous: bool) -> Store | AsyncStore:
-    try:  # psycopg is an optional extra: import it only for a postgresql:// journal
-        from intentlog.stores.postgres import AsyncPostgresStore, PostgresStore
-    except ImportError as exc:
-        raise InvalidInput(
-            f"postgresql:// journals need psycopg 3: pip install 'intentlog[postgres]' ({exc})"
-        ) from exc
-    return AsyncPostgresStore(url) if asynchronous else PostgresStore(url)

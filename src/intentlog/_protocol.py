@@ -9,7 +9,6 @@ is preceded by a durable, fenced write (the intent), and every receipt is durabl
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Concatenate, ParamSpec, TypeVar, cast
@@ -49,46 +48,17 @@ from intentlog._model import (
     State,
     TaskRecord,
 )
+from intentlog._options import Options
 from intentlog._owner import holder_is_dead, new_owner
-from intentlog._validate import count, seconds
 from intentlog.stores._async_store import AsyncStore
 from intentlog.stores._base import Store, TaskUpdate
 
-__all__ = ["Options", "TaskCore", "acquire_flow", "judged_by"]
+__all__ = ["TaskCore", "acquire_flow", "judged_by"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
 _LEASE_SAFETY = 0.2  # fraction of the lease that must remain before a send
 _RESTAMPS = 5  # re-stamps of a send whose intent write stalled, before giving up on this send
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Options:
-    """A journal's settings, shared by its sync and async faces (see ``Journal``).
-
-    Checked when made: each must be in its range, or InvalidInput names it and the range.
-    Times are seconds (a timedelta is taken too), at most a year: ``lease_ttl`` > 0, the
-    waits >= 0; the counts are integers >= 1.
-    """
-
-    lease_ttl: float = 30.0
-    lease_wait: float = 10.0
-    max_wait: float = 60.0
-    max_bytes: int = 64 * 1024
-    lookup_limit: int = 5
-    attempts_per_run: int = 3
-
-    def __post_init__(self) -> None:
-        checked = {
-            "lease_ttl": seconds("lease_ttl", self.lease_ttl, positive=True),
-            "lease_wait": seconds("lease_wait", self.lease_wait),
-            "max_wait": seconds("max_wait", self.max_wait),
-            "max_bytes": count("max_bytes", self.max_bytes),
-            "lookup_limit": count("lookup_limit", self.lookup_limit),
-            "attempts_per_run": count("attempts_per_run", self.attempts_per_run),
-        }
-        for name, value in checked.items():
-            object.__setattr__(self, name, value)  # frozen: normalised once, here
 
 
 def acquire_flow(

@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
+import contextlib
+import math
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from intentlog._driver import run_sync
-from intentlog._effect import Effect
+from intentlog._effect import Effect, Seconds
+from intentlog._errors import InvalidInput, LeaseLost
 from intentlog._flow import Flow
-from intentlog._model import JSON, Action, Operation
+from intentlog._hygiene import scrub_text
+from intentlog._model import JSON, Action, Operation, State, TaskRecord
 from intentlog._protocol import TaskCore
-from intentlog.stores._base import Store
+from intentlog._validate import seconds
+from intentlog._verbs import recover_one_flow
+from intentlog.stores._base import Store, TaskUpdate
 
 if TYPE_CHECKING:
     from intentlog._lease import Renewer
 
-__all__ = ["Task", "TaskView"]
+__all__ = ["Task", "TaskView", "recover_submitted", "release_flow"]
 
 _T = TypeVar("_T")
 
@@ -47,6 +54,32 @@ class TaskView:
     @property
     def completed(self) -> bool:
         return self._core.record.completed
+
+    @property
+    def record(self) -> TaskRecord:
+        """The task's record as this handle last claimed or wrote it: for a claimed task, its
+        ``kind``, ``input``, ``runs`` (failed runs so far) and ``last_error``."""
+        return self._core.record
+
+    def _release_update(
+        self, failed: str | None, retry_in: Seconds | None, not_before: float | None
+    ) -> TaskUpdate:
+        """The write of ``release``, checked before anything is written."""
+        if retry_in is not None and not_before is not None:
+            raise InvalidInput("release() takes retry_in or not_before, not both")
+        if retry_in is not None:
+            not_before = self._core.store.now() + seconds("retry_in", retry_in)
+        elif not_before is not None and (
+            isinstance(not_before, bool)
+            or not isinstance(not_before, int | float)
+            or not math.isfinite(not_before)
+        ):
+            raise InvalidInput(
+                f"not_before must be a time on the journal's clock, got {not_before!r}",
+                option="not_before",
+            )
+        reason = None if failed is None else scrub_text(failed, limit=500)
+        return TaskUpdate(release=True, failed=reason, not_before=not_before)
 
 
 class Task(TaskView):
@@ -97,6 +130,27 @@ class Task(TaskView):
         self._renewer.discard(self._core)
         self._run(self._core.close_flow())
 
+    def release(
+        self,
+        *,
+        failed: str | None = None,
+        retry_in: Seconds | None = None,
+        not_before: float | None = None,
+    ) -> None:
+        """Give the lease back without completing the task, so that a worker may claim it
+        again (see :meth:`intentlog.Journal.claim`), and close this handle.
+
+        ``failed``: why this run failed; it is kept as ``record.last_error`` (credential
+        shapes masked, at most 500 characters) and counted in ``record.runs``. ``retry_in``
+        (seconds or a timedelta) or ``not_before`` (a time on the journal's clock, such as
+        ``StillInFlight.not_before``): no worker claims the task before then. One fenced
+        write: if another worker has taken the task over (its lease was lost), nothing is
+        written and this returns quietly. On a closed (or completed) handle it does nothing.
+        """
+        update = self._release_update(failed, retry_in, not_before)
+        self._renewer.discard(self._core)
+        self._run(release_flow(self._core, update))
+
     def __enter__(self) -> Task:
         return self
 
@@ -121,3 +175,28 @@ class Task(TaskView):
         StillInFlight if the decision is to wait longer than the journal's ``max_wait``.
         """
         return self._run(self._core.run_flow(effect, args, kwargs, key))
+
+
+def release_flow(core: TaskCore, update: TaskUpdate) -> Flow[None]:
+    """The protocol of ``release``: one fenced write that gives the lease back (with what
+    ``update`` records); a lost lease writes nothing. Closes ``core`` either way."""
+    if core.closed:
+        return
+    with contextlib.suppress(LeaseLost):  # taken over: nothing of ours to release
+        yield from core.write_task_flow(update)
+    core.closed = True
+
+
+def recover_submitted(task: Task, effects: Mapping[str, Effect]) -> None:
+    """Reconcile the SUBMITTED operations of the leased ``task`` whose effects are in
+    ``effects`` (by name), by lookup, never by sending, as :meth:`intentlog.Journal.recover`
+    does for unleased tasks: what a dead worker left in flight, settled before the task
+    function runs again. Fenced by the handle's lease (LeaseLost if it was taken over).
+
+    For :class:`intentlog.Worker`; not a public verb (yet), so it lives beside ``Task``, whose
+    protocol state it drives.
+    """
+    for op in task._store.list_ops(task_id=task.id, states=[State.SUBMITTED]):
+        effect = effects.get(op.effect)
+        if effect is not None:
+            task._run(recover_one_flow(task._core, op, effect))

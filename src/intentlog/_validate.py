@@ -7,12 +7,13 @@ never end, a negative one would end at once, and ``True`` is not a number of sec
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
 
 from intentlog._errors import InvalidInput
 
-__all__ = ["MAX_SECONDS", "count", "seconds"]
+__all__ = ["MAX_SECONDS", "count", "seconds", "task_kinds"]
 
 #: The longest wait or lease an option may ask for: a year. Longer is a mistake (a unit taken
 #: for another), and far beyond it the clocks' timers overflow.
@@ -47,3 +48,14 @@ def count(name: str, value: Any, *, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise InvalidInput(f"{name} must be an integer >= {minimum}, got {value!r}", option=name)
     return int(value)
+
+
+def task_kinds(kinds: Iterable[str]) -> tuple[str, ...]:
+    """The ``kinds`` of ``journal.claim(kinds)`` as a tuple of strings."""
+    if isinstance(kinds, str):  # one kind would be taken as its characters
+        raise InvalidInput(f"kinds must be a collection of task kinds, not one string: {kinds!r}")
+    wanted = tuple(kinds)
+    for kind in wanted:
+        if not isinstance(kind, str):
+            raise InvalidInput(f"a task kind must be a string, got {kind!r}")
+    return wanted

@@ -21,8 +21,9 @@ from intentlog._flow import Flow, call
 from intentlog._hygiene import check_safe, check_text
 from intentlog._keys import validate_label, validate_task_id
 from intentlog._model import JSON, Action, LookupResult, Operation, State, TaskRecord
+from intentlog._options import Options
 from intentlog._owner import holder_is_dead
-from intentlog._protocol import Options, TaskCore, acquire_flow, judged_by
+from intentlog._protocol import TaskCore, acquire_flow, judged_by
 from intentlog.stores._async_store import AsyncStore
 from intentlog.stores._base import Resolution, Store
 

@@ -16,18 +16,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from intentlog._check import log_at_start
-from intentlog._driver import run_sync
 from intentlog._effect import Effect
 from intentlog._errors import InvalidInput, LeaseLost, OutcomeUnknown, StillInFlight
-from intentlog._hygiene import scrub_text
 from intentlog._journal import Journal
-from intentlog._model import JSON, State, TaskRecord
-from intentlog._owner import new_owner
-from intentlog._protocol import TaskCore
-from intentlog._task import Task
+from intentlog._model import JSON
+from intentlog._task import Task, recover_submitted
 from intentlog._validate import seconds
-from intentlog._verbs import recover_one_flow
-from intentlog.stores._base import TaskUpdate
 
 __all__ = ["Registry", "Worker"]
 
@@ -127,26 +121,21 @@ class Worker:
         such was runnable. A task of another kind (another application's, or a newer
         version's during a rolling deploy) is never claimed, so it never fails or backs
         off here: it waits, untouched, for a worker that has its function."""
-        owner = new_owner()
         kinds = tuple(self.registry.functions)  # read each time: tasks may be added later
-        record = self.journal.store.claim_next(owner, self.journal.lease_ttl, kinds)
-        if record is None:
+        task = self.journal.claim(kinds)
+        if task is None:
             return False
-        self._run(record, owner)
+        self._run(task)
         return True
 
-    def _run(self, record: TaskRecord, owner: str) -> None:
-        journal = self.journal
-        core = TaskCore(journal.store, journal.options, record, owner, is_async=False)
-        task = Task(core, journal._renewer)
+    def _run(self, task: Task) -> None:
+        record = task.record
         fn = self.registry.functions.get(record.kind or "")
         try:
             if fn is None:  # not expected: the claim asks only for registered kinds
                 raise InvalidInput(f"no task function registered for kind {record.kind!r}")
-            for op in journal.store.list_ops(task_id=record.task_id, states=[State.SUBMITTED]):
-                effect = self.registry.effects.get(op.effect)
-                if effect is not None:  # settle what a dead worker left in flight, first
-                    run_sync(recover_one_flow(core, op, effect), journal.store)
+            # Settle what a dead worker left in flight, first.
+            recover_submitted(task, self.registry.effects)
             fn(task, record.input)
             if not task.completed:
                 task.complete()
@@ -155,20 +144,10 @@ class Worker:
             self.parked += 1  # parked: not claimable while an operation is UNRESOLVED
             task.close()
         except StillInFlight as exc:
-            self._release(task, core, None, getattr(exc, "not_before", None))
+            task.release(not_before=getattr(exc, "not_before", None))
         except LeaseLost:
-            journal._renewer.discard(core)  # another worker has it: write nothing more
+            task.close()  # another worker has it: a lost lease writes nothing more
         except Exception as exc:
             self.failed += 1
             backoff = min(2.0 ** min(record.runs, 16), _BACKOFF_CAP)
-            reason = scrub_text(f"{type(exc).__name__}: {exc}", limit=500)
-            self._release(task, core, reason, journal.store.now() + backoff)
-
-    def _release(
-        self, task: Task, core: TaskCore, failed: str | None, not_before: float | None
-    ) -> None:
-        self.journal._renewer.discard(core)
-        with contextlib.suppress(LeaseLost):
-            update = TaskUpdate(release=True, failed=failed, not_before=not_before)
-            run_sync(core.write_task_flow(update), self.journal.store)
-        core.closed = True
+            task.release(failed=f"{type(exc).__name__}: {exc}", retry_in=backoff)

@@ -52,7 +52,7 @@ from typing import Any, ClassVar
 import click
 
 import intentlog
-from intentlog._journal import DEFAULT_PATH
+from intentlog._open import DEFAULT_PATH
 
 __all__ = ["cli", "main"]
 

@@ -57,6 +57,23 @@ async def async_workflow(url: str) -> None:
         assert blocking.task_info("order-43").record.completed
 
 
+def options(path: str, store: intentlog.Journal) -> None:
+    # The same keyword options everywhere; times as seconds or timedeltas.
+    settings: intentlog.JournalOptions = {"lease_ttl": timedelta(minutes=1), "lookup_limit": 3}
+    intentlog.open(path, **settings).close()
+    intentlog.open_async(path, workers=8, **settings)
+    intentlog.Journal(store.store, lease_wait=0, max_wait=5, max_bytes=1 << 20).close()
+    intentlog.AsyncJournal(store.store, lease_ttl=30.0, attempts_per_run=2)
+    intentlog.AsyncJournal(store.store, **store.options.keywords())  # the same as ``store``
+    shown: intentlog.Options = store.options
+    assert shown.lease_ttl > 0
+    # A misspelled option is a type error (the ignore is checked: strict mypy warns when it
+    # is not needed), as well as a TypeError at run time.
+    intentlog.open(path, lease_tll=60)  # type: ignore[call-arg]
+    intentlog.open_async(path, max_wiat=5)  # type: ignore[call-arg]
+    intentlog.open(path, lease_ttl="60")  # type: ignore[arg-type]
+
+
 registry = intentlog.Registry(effects=[charge, mail])
 
 

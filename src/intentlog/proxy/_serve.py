@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from intentlog._async import AsyncJournal, open_async
 from intentlog._errors import InvalidInput
-from intentlog._journal import ENV_URL, open_store
+from intentlog._open import ENV_URL, open_store
 from intentlog.proxy._bridge import Bridge
 from intentlog.proxy._calls import Calls
 from intentlog.proxy._policy import ProxyFile, default_policy

@@ -1,0 +1,75 @@
+"""From a journal URL to its store: the one place that knows the URL schemes.
+
+Below both faces: ``intentlog.open`` and ``intentlog.open_async`` open their stores here.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import overload
+
+from intentlog._errors import InvalidInput
+from intentlog.stores._async_store import AsyncStore
+from intentlog.stores._base import Store
+
+__all__ = ["DEFAULT_PATH", "ENV_URL", "open_store"]
+
+DEFAULT_PATH = Path(".intentlog") / "journal.db"
+ENV_URL = "INTENTLOG_URL"
+
+
+@overload
+def open_store(url: str | os.PathLike[str] | None = None) -> Store: ...
+@overload
+def open_store(
+    url: str | os.PathLike[str] | None = None, *, asynchronous: bool
+) -> Store | AsyncStore: ...
+def open_store(
+    url: str | os.PathLike[str] | None = None, *, asynchronous: bool = False
+) -> Store | AsyncStore:
+    """The store a journal URL names (see :func:`intentlog.open`). ``asynchronous``: for an
+    AsyncJournal, an asynchronous store where the backend has one (PostgreSQL)."""
+    if url is None:
+        url = os.environ.get(ENV_URL) or DEFAULT_PATH
+    text = os.fspath(url)
+    if not text:
+        raise InvalidInput("journal URL is empty")
+    scheme, sep, rest = text.partition("://")
+    if not sep:
+        return _sqlite(text, asynchronous)
+    if scheme == "sqlite":
+        if not rest.startswith("/") or len(rest) < 2:
+            raise InvalidInput(
+                f"sqlite URL needs a path (sqlite:///path/journal.db), got {_masked(text)!r}"
+            )
+        return _sqlite(rest, asynchronous)
+    if scheme in ("postgresql", "postgres"):
+        return _postgres(text, asynchronous)
+    raise InvalidInput(f"unknown journal URL scheme {scheme!r}; use a path or sqlite:///path")
+
+
+def _masked(url: str) -> str:
+    """The URL with any password replaced, so it is safe in an error message."""
+    return re.sub(r"(://[^/:@]*:)[^/@]*@", r"\1***@", url)
+
+
+def _sqlite(path: str, asynchronous: bool) -> Store | AsyncStore:
+    if asynchronous:
+        from intentlog.stores.sqlite_async import AsyncSQLiteStore
+
+        return AsyncSQLiteStore(path)
+    from intentlog.stores.sqlite import SQLiteStore
+
+    return SQLiteStore(path)
+
+
+def _postgres(url: str, asynchronous: bool) -> Store | AsyncStore:
+    try:  # psycopg is an optional extra: import it only for a postgresql:// journal
+        from intentlog.stores.postgres import AsyncPostgresStore, PostgresStore
+    except ImportError as exc:
+        raise InvalidInput(
+            f"postgresql:// journals need psycopg 3: pip install 'intentlog[postgres]' ({exc})"
+        ) from exc
+    return AsyncPostgresStore(url) if asynchronous else PostgresStore(url)
