@@ -15,6 +15,7 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import os
+import warnings
 from collections.abc import Generator, Iterable
 from typing import Any, TypeVar
 
@@ -23,9 +24,9 @@ from intentlog._effect import Effect, Seconds
 from intentlog._journal import Journal, make_options, open_store, task_wait
 from intentlog._keys import validate_task_id
 from intentlog._lease import AsyncRenewer, Renewer
-from intentlog._model import JSON, Action, Operation, State, TaskRecord
+from intentlog._model import JSON, Action, Operation, Outcome, OutcomeName, State, TaskRecord
 from intentlog._protocol import Options, TaskCore, p_acquire
-from intentlog._task import TaskView
+from intentlog._task import NEXT_ACTION_DEPRECATED, TaskView
 from intentlog._validate import count, seconds
 from intentlog._verbs import (
     Pending,
@@ -65,9 +66,15 @@ class AsyncTask(TaskView):
         self._core = core
         journal._renewer.add(core)
 
+    async def info(self) -> TaskInfo:
+        """See :meth:`intentlog.Task.info`."""
+        return await self._journal.task_info(self.id)
+
     async def next_action(self) -> Action | None:
-        """ESCALATE, RECONCILE, SUBMIT or RESUME, from the task's operations (None if done)."""
-        return await self._journal._drive(self._core.p_next_action())
+        """Deprecated: use ``(await task.info()).next_action``."""
+        message = NEXT_ACTION_DEPRECATED.format(call="(await task.info())")
+        warnings.warn(message, DeprecationWarning, stacklevel=2)
+        return (await self.info()).next_action
 
     async def operations(self) -> list[Operation]:
         return await self._journal._drive(p_call("list_ops", task_id=self.id))
@@ -311,7 +318,7 @@ class AsyncJournal:
     async def resolve(
         self,
         key: str,
-        outcome: str,
+        outcome: Outcome | OutcomeName,
         *,
         receipt: JSON = None,
         note: str | None = None,

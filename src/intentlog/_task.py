@@ -2,20 +2,28 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from intentlog._driver import Protocol, run_sync
 from intentlog._effect import Effect
 from intentlog._model import JSON, Action, Operation
 from intentlog._protocol import TaskCore
+from intentlog._verbs import TaskInfo, p_task_info
 from intentlog.stores._base import Store
 
 if TYPE_CHECKING:
     from intentlog._lease import Renewer
 
-__all__ = ["Task", "TaskView"]
+__all__ = ["NEXT_ACTION_DEPRECATED", "Task", "TaskView"]
 
 _T = TypeVar("_T")
+
+#: The warning of the old ``next_action`` spelling, the same on both faces.
+NEXT_ACTION_DEPRECATED = (
+    "next_action on a task handle is deprecated: use {call}.next_action, the same TaskInfo "
+    "that journal.task_info() returns"
+)
 
 
 class TaskView:
@@ -66,10 +74,19 @@ class Task(TaskView):
     def _run(self, protocol: Protocol[_T]) -> _T:
         return run_sync(protocol, self._store)
 
+    def info(self) -> TaskInfo:
+        """The task as the journal holds it now: its record, its operations and its next
+        action (``.next_action``: ESCALATE, RECONCILE, SUBMIT or RESUME; None once complete).
+        The same :class:`intentlog.TaskInfo` as ``journal.task_info(task.id)``; reads the
+        journal on every call."""
+        return self._run(p_task_info(self._store, self.id))
+
     @property
     def next_action(self) -> Action | None:
-        """ESCALATE, RECONCILE, SUBMIT or RESUME, from the task's operations (None if done)."""
-        return self._run(self._core.p_next_action())
+        """Deprecated: use ``task.info().next_action`` (a property should not do I/O)."""
+        message = NEXT_ACTION_DEPRECATED.format(call="task.info()")
+        warnings.warn(message, DeprecationWarning, stacklevel=2)
+        return self.info().next_action
 
     def operations(self) -> list[Operation]:
         """This task's operations, oldest first."""
