@@ -7,7 +7,7 @@ import os
 import sys
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -113,27 +113,44 @@ class BlockingAsyncStore:
 
 
 @pytest.fixture(params=["sqlite", "sqlite-async", "postgres", "postgres-async"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    """Every store backend, for the one contract suite."""
-    s: Store
+def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], Store]]:
+    """Opens a store of one backend, each call a new store object (its own connections) on
+    the same fresh journal; all are closed after the test. For the contract suite (``store``)
+    and for tests where several stores race on one journal, as several workers do."""
+    opened: list[Store] = []
+    url = ""
     if request.param.startswith("postgres"):
         url = request.getfixturevalue("pg_url")  # skips (or fails in CI) without a server
-        from intentlog.stores.postgres import AsyncPostgresStore, PostgresStore
 
-        if request.param == "postgres":
-            s = PostgresStore(url)
+    def open_one() -> Store:
+        s: Store
+        if request.param.startswith("postgres"):
+            from intentlog.stores.postgres import AsyncPostgresStore, PostgresStore
+
+            if request.param == "postgres":
+                s = PostgresStore(url)
+            else:
+                s = BlockingAsyncStore(AsyncPostgresStore(url))  # type: ignore[assignment]
+        elif request.param == "sqlite-async":
+            from intentlog.stores.sqlite_async import AsyncSQLiteStore
+
+            s = BlockingAsyncStore(AsyncSQLiteStore(tmp_path / "contract.db"))  # type: ignore[assignment]
         else:
-            s = BlockingAsyncStore(AsyncPostgresStore(url))  # type: ignore[assignment]
-    elif request.param == "sqlite-async":
-        from intentlog.stores.sqlite_async import AsyncSQLiteStore
+            from intentlog.stores.sqlite import SQLiteStore
 
-        s = BlockingAsyncStore(AsyncSQLiteStore(tmp_path / "contract.db"))  # type: ignore[assignment]
-    else:
-        from intentlog.stores.sqlite import SQLiteStore
+            s = SQLiteStore(tmp_path / "contract.db")
+        opened.append(s)
+        return s
 
-        s = SQLiteStore(tmp_path / "contract.db")
-    yield s
-    s.close()
+    yield open_one
+    for s in opened:
+        s.close()
+
+
+@pytest.fixture
+def store(open_store: Callable[[], Store]) -> Store:
+    """Every store backend, for the one contract suite."""
+    return open_store()
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

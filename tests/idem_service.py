@@ -241,7 +241,7 @@ def work(argv: list[str]) -> int:
     if config.get("service"):
         options["service"] = service_of(config["service"])
     effect = http_effect(
-        "charge", "POST", config["url"] + "/charges", receipt_fields=RECEIPT_FIELDS, **options
+        "charge", "POST", config["url"] + "/charges", receipt=RECEIPT_FIELDS, **options
     )
     args = {name: value for name, value in config["args"]}  # in the order given
     try:

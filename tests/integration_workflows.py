@@ -34,7 +34,7 @@ def http_effects(service: ServiceInfo, *, is_async: bool = False) -> list[intent
             name,
             "POST",
             service.url + "/payments",
-            receipt_fields=["id", "status"],
+            receipt=["id", "status"],
             lookup=Lookup.by_key(service.url + "/payments/by-key/{key}") if lookups else None,
             idempotent=dedupes,
             key_retention=service.retention if dedupes else None,

@@ -13,7 +13,7 @@ import intentlog
 from intentlog.testing import payment_effect
 
 URL = os.environ.get("INTENTLOG_TEST_SERVICE", "http://127.0.0.1:9")
-pay = payment_effect(URL, "both", name="pay", retention=3600, timeout=5.0)
+pay = payment_effect(URL, "both", name="pay", key_retention=3600, timeout=5.0)
 registry = intentlog.Registry(effects=[pay])
 
 

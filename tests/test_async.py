@@ -37,7 +37,7 @@ def test_run_replay_and_receipt(tmp_path: Path, journal_url: str) -> None:
                 first = await task.run(charge, amount=5)
                 assert await task.run(charge, 5) == first
                 await task.checkpoint(next_step="ship", state={"charge": first["id"]})
-                assert await task.next_action() is Action.RESUME
+                assert (await task.info()).next_action is Action.RESUME
                 await task.complete()
             again = await journal.task("t")
             assert again.completed

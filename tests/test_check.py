@@ -190,16 +190,14 @@ def invoke(*args: str) -> Any:
 
 
 def test_cli_on_the_demos_effects() -> None:
-    result = invoke(
-        "check", "--effects", "intentlog._demo_agents:EFFECTS", "--restart-within", "1h"
-    )
+    result = invoke("check", "--effects", "intentlog.demo:EFFECTS", "--restart-within", "1h")
     assert result.exit_code == 3, result.output
     lines = result.output.splitlines()
     assert lines[0].split() == ["EFFECT", "SERVICE", "VERDICT", "WHY"]
     assert lines[1].split()[:3] == ["charge", "-", "ok"]
     assert lines[3].split()[:3] == ["send_mail", "-", "PROBLEM"]
     assert "3 effect(s) checked for a restart within 1h: 1 problem(s), 0 note(s)" in result.output
-    accepted = invoke("check", "--effects", "intentlog._demo_agents:EFFECTS",
+    accepted = invoke("check", "--effects", "intentlog.demo:EFFECTS",
                       "--restart-within", "3600", "--accept", "send_mail")  # fmt: skip
     assert accepted.exit_code == 0, accepted.output
     assert "0 problem(s), 1 note(s)" in accepted.output
@@ -259,7 +257,7 @@ def test_cli_needs_no_journal(tmp_path: Path) -> None:
     env = {**os.environ, "INTENTLOG_URL": str(tmp_path / "absent.db")}
     run = subprocess.run(
         [sys.executable, "-m", "intentlog.cli", "check", "--effects",
-         "intentlog._demo_agents:EFFECTS", "--restart-within", "1h"],
+         "intentlog.demo:EFFECTS", "--restart-within", "1h"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert run.returncode == 3, run.stderr

@@ -617,9 +617,9 @@ def test_demo_takes_json_on_either_side(monkeypatch: pytest.MonkeyPatch) -> None
         seen.append(as_json)
         return 0
 
-    import intentlog._demo  # the demo itself runs in tests/test_demo.py; here, only its options
+    import intentlog.demo._run  # the demo itself runs in tests/test_demo.py; here, its options
 
-    monkeypatch.setattr(intentlog._demo, "run_demo", run_demo)
+    monkeypatch.setattr(intentlog.demo._run, "run_demo", run_demo)
     for argv in (["--json", "demo"], ["demo", "--json"], ["demo"]):
         assert invoke_argv(*argv).exit_code == 0
     assert seen == [True, True, False]

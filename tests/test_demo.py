@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 import intentlog
-import intentlog._demo
+import intentlog.demo._run
 from intentlog.cli import cli
 from intentlog.testing import ReferenceService, payment_effect
 
@@ -93,7 +93,7 @@ def test_demo_refuses_a_non_empty_dir(tmp_path: Path) -> None:
 
 def test_demo_failed_claim_exits_1(tmpdir_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A claim that does not hold is printed as FAILED and makes the exit code 1."""
-    monkeypatch.setattr(intentlog._demo, "KILLED", -15)  # expect SIGTERM: the kills now "fail"
+    monkeypatch.setattr(intentlog.demo._run, "KILLED", -15)  # expect SIGTERM: the kills now "fail"
     result = CliRunner().invoke(cli, ["demo"])
     assert result.exit_code == 1, result.output
     assert "FAILED: naive: run 1 killed by SIGKILL after the charge (exit -9)" in result.output
@@ -119,7 +119,7 @@ def test_demo_resolves_as_retry_when_the_mail_did_not_land(
                 self.set_faults(error_before_commit=1, key=key)
             return self
 
-    monkeypatch.setattr(intentlog._demo, "ReferenceService", RefusingMailer)
+    monkeypatch.setattr(intentlog.demo._run, "ReferenceService", RefusingMailer)
     result = CliRunner().invoke(cli, ["demo"])
     assert result.exit_code == 0, result.output
     assert f"resolve {key}" in result.output

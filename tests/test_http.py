@@ -41,7 +41,7 @@ def payments(
     build = async_http_effect if is_async else http_effect
     dedupes = service.mode in ("dedupe", "both")
     options: dict[str, Any] = {
-        "receipt_fields": ["id", "status", "amount"],
+        "receipt": ["id", "status", "amount"],
         "idempotent": dedupes,
         "key_retention": 3600 if dedupes else None,
         "timeout": 0.5,
@@ -304,7 +304,7 @@ def ticket_effect(state: Tickets, *, lookup: bool = True, **settings: Any) -> in
         pick=lambda body: body["results"][0] if body["results"] else None,
     )
     options: dict[str, Any] = {
-        "receipt_fields": ["number", "state"],
+        "receipt": ["number", "state"],
         "key_header": "X-Request-Id",
         "in_progress": (423,),
         "key_reused": (409,),
@@ -435,7 +435,7 @@ def test_status_resource_of_a_client_chosen_id(tmp_path: Path, tickets: Tickets)
         "put_ticket",
         "PUT",
         tickets.url + "/api/tickets/{key}",
-        receipt_fields=["number"],
+        receipt=["number"],
         lookup=Lookup.by_key(tickets.url + "/api/tickets/{key}"),
         not_applied=(404, 405),
     )
@@ -450,8 +450,8 @@ def test_bad_settings_are_refused() -> None:
     bad: list[tuple[dict[str, Any], str]] = [
         ({"method": "GET"}, "method must be one of"),
         ({"url": "ftp://x/y"}, "http:// or https://"),
-        ({"receipt_fields": "id"}, "non-empty list"),
-        ({"receipt_fields": []}, "non-empty list"),
+        ({"receipt": "id"}, "non-empty list"),
+        ({"receipt": []}, "non-empty list"),
         ({"not_applied": (500,)}, "4xx status codes"),
         ({"not_applied": (409,)}, "one of not_applied"),
         ({"key_header": "Bad Header"}, "no header name"),
@@ -460,19 +460,19 @@ def test_bad_settings_are_refused() -> None:
         ({"lookup": "http://x/{key}"}, "Lookup.by_key"),
     ]
     for change, message in bad:
-        options: dict[str, Any] = {"method": "POST", "url": url, "receipt_fields": ["id"]}
+        options: dict[str, Any] = {"method": "POST", "url": url, "receipt": ["id"]}
         options.update(change)
         with pytest.raises(intentlog.InvalidInput, match=message):
             http_effect("x", options.pop("method"), options.pop("url"), **options)
     with pytest.raises(intentlog.InvalidInput, match=r"httpx\.AsyncClient"), httpx.Client() as c:
-        async_http_effect("x", "POST", url, receipt_fields=["id"], client=c)
+        async_http_effect("x", "POST", url, receipt=["id"], client=c)
     with pytest.raises(intentlog.InvalidInput, match="placeholder"):
         Lookup.by_key("http://x/lookup")
 
 
 def test_unreachable_service_is_ambiguous(tmp_path: Path) -> None:
     # Nothing listens on port 9 here: no answer, so the outcome is unknown to the effect.
-    effect = http_effect("x", "POST", "http://127.0.0.1:9/x", receipt_fields=["id"], timeout=0.5)
+    effect = http_effect("x", "POST", "http://127.0.0.1:9/x", receipt=["id"], timeout=0.5)
     with pytest.raises(intentlog.OutcomeUnknown):
         run_once(tmp_path / "j.db", effect, is_async=False, a=1)
     assert only_op(tmp_path / "j.db").state is intentlog.State.UNRESOLVED
@@ -482,7 +482,7 @@ def test_missing_httpx_names_the_extra() -> None:
     code = (
         "import sys; sys.modules['httpx'] = None\n"
         "from intentlog.integrations.http import http_effect\n"
-        "http_effect('x', 'POST', 'http://h/x', receipt_fields=['id'])\n"
+        "http_effect('x', 'POST', 'http://h/x', receipt=['id'])\n"
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert run.returncode == 1 and "pip install 'intentlog[http]'" in run.stderr

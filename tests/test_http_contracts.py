@@ -276,7 +276,7 @@ def test_a_replay_confirms_in_process_sync_and_async(
         else {"idempotent": True, "key_retention": 3600, "replay": replay, "timeout": 2}
     )  # fmt: skip
     build = async_http_effect if is_async else http_effect
-    charge = build("charge", "POST", api.url + "/charges", receipt_fields=RECEIPT_FIELDS,
+    charge = build("charge", "POST", api.url + "/charges", receipt=RECEIPT_FIELDS,
                    **options)  # fmt: skip
 
     async def run_async(path: Path) -> Any:
@@ -303,7 +303,7 @@ def test_a_profile_url_and_credentials_are_all_a_user_writes(
 ) -> None:
     api = start_api()
     with httpx.Client(headers={"Authorization": "Bearer sk_test_abcdefghijklmnop"}) as client:
-        charge = http_effect("charge", "POST", api.url + "/charges", receipt_fields=["id"],
+        charge = http_effect("charge", "POST", api.url + "/charges", receipt=["id"],
                              service=profiles.STRIPE, client=client)  # fmt: skip
         with intentlog.open(tmp_path / "j.db") as journal, journal.task("o") as task:
             receipt = task.run(charge, amount=5)
@@ -321,7 +321,7 @@ def test_the_key_goes_where_the_service_takes_it(
     api = start_api("--key", place)
     where = intentlog.KeyPlace.body if place == "body" else intentlog.KeyPlace.query
     service = intentlog.Service("charges-api", key=where("idempotency_key"), retention=3600)
-    charge = http_effect("charge", "POST", api.url + "/charges", receipt_fields=RECEIPT_FIELDS,
+    charge = http_effect("charge", "POST", api.url + "/charges", receipt=RECEIPT_FIELDS,
                          service=service, timeout=2)  # fmt: skip
     with intentlog.open(tmp_path / "j.db") as journal, journal.task("o") as task:
         task.run(charge, note="x", amount=5)
@@ -342,7 +342,7 @@ def test_a_body_that_cannot_take_the_key_is_refused_unsent(
     service = intentlog.Service(
         "charges-api", key=intentlog.KeyPlace.body("idempotency_key"), retention=3600
     )
-    charge = http_effect("charge", "POST", api.url + "/charges", receipt_fields=RECEIPT_FIELDS,
+    charge = http_effect("charge", "POST", api.url + "/charges", receipt=RECEIPT_FIELDS,
                          service=service, timeout=2)  # fmt: skip
     with intentlog.open(tmp_path / "j.db") as journal, journal.task("o") as task:
         with pytest.raises(intentlog.Rejected, match="already has a field 'idempotency_key'"):
@@ -359,10 +359,10 @@ def test_service_and_its_keywords_together_are_refused() -> None:
         with pytest.raises(
             intentlog.InvalidInput, match="idempotent, key_header come from service 'stripe'"
         ):
-            build("c", "POST", url, receipt_fields=["id"], service=profiles.STRIPE,
+            build("c", "POST", url, receipt=["id"], service=profiles.STRIPE,
                   idempotent=True, key_header="X-Key")  # fmt: skip
         with pytest.raises(intentlog.InvalidInput) as caught:
-            build("c", "POST", url, receipt_fields=["id"], service=profiles.STRIPE,
+            build("c", "POST", url, receipt=["id"], service=profiles.STRIPE,
                   key_retention=60, lookup_lag=1, locks_in_flight=False,
                   replay=intentlog.Replay(statuses=(409,)), key_header="X-Key")  # fmt: skip
         message = str(caught.value)
@@ -370,7 +370,7 @@ def test_service_and_its_keywords_together_are_refused() -> None:
             assert name in message, message
         assert "stripe" in message and "service.replace" in message
         # timeout may override the service's deadline for this effect
-        effect = build("c", "POST", url, receipt_fields=["id"], service=profiles.STRIPE,
+        effect = build("c", "POST", url, receipt=["id"], service=profiles.STRIPE,
                        timeout=5)  # fmt: skip
         assert effect.timeout == 5 and effect.policy.key_retention == 86400
     bad: list[tuple[dict[str, Any], str]] = [
@@ -383,8 +383,8 @@ def test_service_and_its_keywords_together_are_refused() -> None:
     ]
     for options, message in bad:
         with pytest.raises(intentlog.InvalidInput, match=message):
-            http_effect("c", "POST", url, receipt_fields=["id"], **options)
+            http_effect("c", "POST", url, receipt=["id"], **options)
     # S3-style: the key names the resource, a second create is refused with 412
-    put = http_effect("put", "PUT", "http://127.0.0.1:9/b/{key}", receipt_fields=["etag"],
+    put = http_effect("put", "PUT", "http://127.0.0.1:9/b/{key}", receipt=["etag"],
                       service=profiles.S3_CONDITIONAL)  # fmt: skip
     assert put.policy.idempotent and put.policy.key_retention is None

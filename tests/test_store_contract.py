@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
+from collections.abc import Callable
 
 import pytest
 
@@ -243,3 +245,126 @@ def test_concurrent_claim_next_hands_each_task_to_exactly_one_claimer(store: Sto
     for i in range(10):
         record = store.get_task(f"b-{i}")
         assert record is not None and (record.owner, record.epoch) == (None, 0)
+
+
+def test_create_task_is_insert_if_absent_unleased_at_epoch_zero(store: Store) -> None:
+    created = store.create_task("t1", "pay", '{"amount": 5}')
+    assert created is not None
+    assert (created.task_id, created.kind, created.input) == ("t1", "pay", {"amount": 5})
+    assert (created.epoch, created.owner, created.completed) == (0, None, False)
+    assert created.lease_expires <= store.now()  # unleased: claimable at once
+    assert (created.runs, created.last_error, created.next_step) == (0, None, None)
+    assert store.get_task("t1") == created
+    # An existing id: None, and nothing changes (not its kind, input, epoch or lease).
+    assert store.create_task("t1", "refund", '{"amount": 6}') is None
+    assert store.get_task("t1") == created
+    # Nor does it take over a task leased through claim_task (journal.task()), which has no
+    # kind: no worker may claim it.
+    leased = store.claim_task("t2", "me", TTL, None)
+    assert leased is not None
+    assert store.create_task("t2", "pay", "null") is None
+    assert store.get_task("t2") == leased
+    assert store.claim_next("w", TTL, ["pay"]) is not None  # t1
+    assert store.claim_next("w", TTL, ["pay"]) is None  # never t2
+    assert store.get_task("t2") == leased
+
+
+def test_claim_next_waits_for_not_before_and_takes_the_task_due_first(store: Store) -> None:
+    for task_id in ("x", "y"):
+        store.create_task(task_id, "k", "null")
+    first = store.claim_next("w1", TTL, ["k"])
+    assert first is not None and first.task_id == "x"  # created first, due first
+    # The run fails: the worker releases the task with a backoff, as Worker does.
+    later = store.now() + 0.5
+    failed = TaskUpdate(failed="ValueError: boom", not_before=later, release=True)
+    store.write_task("x", first.epoch, TTL, failed)
+    second = store.claim_next("w2", TTL, ["k"])
+    assert second is not None and second.task_id == "y"  # x is backing off
+    assert store.claim_next("w2", TTL, ["k"]) is None
+    while store.now() < later:
+        time.sleep(0.05)
+    again = store.claim_next("w2", TTL, ["k"])
+    assert again is not None and again.task_id == "x"
+    assert (again.epoch, again.owner, again.runs, again.last_error) == (
+        2,
+        "w2",
+        1,
+        "ValueError: boom",
+    )
+
+
+def test_claim_next_takes_over_an_expired_lease_and_fences_the_old_holder(store: Store) -> None:
+    store.create_task("t1", "k", "null")
+    held = store.claim_next("w1", TTL, ["k"])
+    assert held is not None and held.epoch == 1
+    assert store.claim_next("w2", TTL, ["k"]) is None  # a live lease is never taken
+    # The holder stops renewing: a fenced write with ttl 0 leaves the lease expiring now.
+    store.write_task("t1", 1, 0.0, TaskUpdate())
+    time.sleep(0.01)
+    taken = store.claim_next("w2", TTL, ["k"])
+    assert taken is not None and (taken.epoch, taken.owner) == (2, "w2")
+    with pytest.raises(intentlog.LeaseLost):  # the old holder's next write changes nothing
+        store.write_task("t1", 1, TTL, TaskUpdate(next_step="late"))
+    record = store.get_task("t1")
+    assert record is not None and record.next_step is None and record.owner == "w2"
+
+
+def test_claim_next_parks_a_task_with_an_unresolved_operation(store: Store) -> None:
+    for task_id in ("parked", "submitted", "done"):
+        store.create_task(task_id, "k", "null")
+        record = store.claim_next("w1", TTL, ["k"])
+        assert record is not None and record.task_id == task_id
+    unresolved, _ = store.insert_op(make_op(store, "k1", "parked", state=State.UNRESOLVED), 1, TTL)
+    store.insert_op(make_op(store, "k2", "submitted"), 1, TTL)  # open, but no person needed
+    store.write_task("done", 1, TTL, TaskUpdate(completed=True, release=True))
+    for task_id in ("parked", "submitted"):
+        store.write_task(task_id, 1, TTL, TaskUpdate(release=True))
+    claimed = store.claim_next("w2", TTL, ["k"])
+    assert claimed is not None and claimed.task_id == "submitted"
+    assert store.claim_next("w2", TTL, ["k"]) is None  # parked, and complete
+    # A person resolves it (an operator's write, not fenced): the task is runnable again.
+    assert store.update_op(unresolved.replace(state=State.PLANNED), None, TTL) is not None
+    resumed = store.claim_next("w2", TTL, ["k"])
+    assert resumed is not None and (resumed.task_id, resumed.epoch) == ("parked", 2)
+
+
+def test_claimers_on_several_store_objects_never_get_the_same_task(
+    open_store: Callable[[], Store],
+) -> None:
+    # Several workers: each its own store object (its own connections) on one journal, two
+    # threads on each, racing to claim every task.
+    stores = [open_store() for _ in range(4)]
+    wanted = {f"a-{i}" for i in range(40)}
+    for task_id in sorted(wanted):
+        stores[0].create_task(task_id, "a", "null")
+    claims: list[tuple[str, str]] = []
+    errors: list[BaseException] = []
+    start = threading.Barrier(8)
+    deadline = time.monotonic() + 60
+
+    def claimer(store: Store, name: str) -> None:
+        try:
+            start.wait()
+            # Until every task is claimed: on PostgreSQL a claim may pass over rows another
+            # claimer holds locked for a moment (SKIP LOCKED) and find nothing now; a worker
+            # polls again, and so does this.
+            while len(claims) < len(wanted) and time.monotonic() < deadline:
+                record = store.claim_next(name, TTL, ["a"])
+                if record is None:
+                    time.sleep(0.001)
+                    continue
+                claims.append((record.task_id, name))
+        except BaseException as exc:  # reported below: a thread's failure must fail the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=claimer, args=(stores[i % 4], f"w{i}")) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert sorted(task_id for task_id, _ in claims) == sorted(wanted)  # each exactly once
+    for task_id, name in claims:
+        record = stores[1].get_task(task_id)
+        assert record is not None and (record.owner, record.epoch) == (name, 1)
+    assert len({name for _, name in claims}) > 1  # they did race

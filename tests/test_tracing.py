@@ -329,7 +329,7 @@ def test_trace_context_reaches_the_service(
     charges.drop_first = True
     build = async_http_effect if is_async else http_effect
     charge = build(
-        "charge", "POST", charges.url + "/charges", receipt_fields=["id"], idempotent=True,
+        "charge", "POST", charges.url + "/charges", receipt=["id"], idempotent=True,
         key_retention=3600, timeout=5.0,
         lookup=Lookup.by_key(charges.url + "/charges/by-key/{key}"),
     )  # fmt: skip
@@ -362,9 +362,7 @@ def test_trace_context_reaches_the_service(
     intentlog.tracing.disable()  # off: nothing is added to the request
     charges.seen.clear()
     charges.drop_first = False
-    again = build(
-        "charge2", "POST", charges.url + "/charges", receipt_fields=["id"], idempotent=True
-    )
+    again = build("charge2", "POST", charges.url + "/charges", receipt=["id"], idempotent=True)
     assert run(again, "another") == {"id": SECRET_RECEIPT}
     assert [(m, traceparent(h)) for m, h in charges.seen] == [("POST", None)]
     assert len(traced.spans()) == 3  # no new span either

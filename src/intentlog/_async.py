@@ -14,6 +14,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import os
+import warnings
 from collections.abc import Awaitable, Generator, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
@@ -22,12 +23,12 @@ from intentlog._effect import Effect, Seconds
 from intentlog._flow import Flow, call
 from intentlog._keys import validate_task_id
 from intentlog._lease import AsyncRenewer, Renewer
-from intentlog._model import JSON, Action, Operation, State, TaskRecord
+from intentlog._model import JSON, Action, Operation, Outcome, OutcomeName, State, TaskRecord
 from intentlog._open import open_store
 from intentlog._options import DEFAULT_WORKERS, JournalOptions, Options, make_options, task_wait
 from intentlog._owner import new_owner
 from intentlog._protocol import TaskCore, acquire_flow
-from intentlog._task import TaskView, release_flow
+from intentlog._task import NEXT_ACTION_DEPRECATED, TaskView, release_flow
 from intentlog._validate import count, seconds, task_kinds
 from intentlog._verbs import (
     Pending,
@@ -70,9 +71,15 @@ class AsyncTask(TaskView):
         self._core = core
         journal._renewer.add(core)
 
+    async def info(self) -> TaskInfo:
+        """See :meth:`intentlog.Task.info`."""
+        return await self._journal.task_info(self.id)
+
     async def next_action(self) -> Action | None:
-        """ESCALATE, RECONCILE, SUBMIT or RESUME, from the task's operations (None if done)."""
-        return await self._journal._drive(self._core.next_action_flow())
+        """Deprecated: use ``(await task.info()).next_action``."""
+        message = NEXT_ACTION_DEPRECATED.format(call="(await task.info())")
+        warnings.warn(message, DeprecationWarning, stacklevel=2)
+        return (await self.info()).next_action
 
     async def operations(self) -> list[Operation]:
         return await self._journal._drive(call(Store.list_ops, task_id=self.id))
@@ -366,7 +373,7 @@ class AsyncJournal:
     async def resolve(
         self,
         key: str,
-        outcome: str,
+        outcome: Outcome | OutcomeName,
         *,
         receipt: JSON = None,
         note: str | None = None,

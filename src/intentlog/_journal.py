@@ -13,7 +13,7 @@ from intentlog._effect import Effect, Seconds
 from intentlog._flow import Flow
 from intentlog._keys import validate_task_id
 from intentlog._lease import Renewer
-from intentlog._model import JSON, Operation, State, TaskRecord
+from intentlog._model import JSON, Operation, Outcome, OutcomeName, State, TaskRecord
 from intentlog._open import open_store
 from intentlog._options import JournalOptions, Options, make_options, task_wait
 from intentlog._owner import new_owner
@@ -200,7 +200,7 @@ class Journal:
     def resolve(
         self,
         key: str,
-        outcome: str,
+        outcome: Outcome | OutcomeName,
         *,
         receipt: JSON = None,
         note: str | None = None,
@@ -208,15 +208,16 @@ class Journal:
     ) -> Operation:
         """Settle an operation by hand; the resolution is kept as an audit record.
 
-        ``outcome``: "confirmed" (it happened; ``receipt`` is what you saw), "failed" (it did
-        not happen and must not be retried with this key) or "retry" (it did not happen; the
-        next run sends it again with the same key). Allowed from PLANNED, SUBMITTED and
-        UNRESOLVED ("retry" not from PLANNED). ``actor``: who resolves it, kept in the audit
-        record (a printable string of at most 200 characters; default ``user@host`` of this
-        process). Raises UnknownOperation for an unknown key,
-        InvalidInput for an outcome that does not fit (or when the operation's state or sends
-        change while it is being resolved: look again), UnsafeValue for a receipt or an actor
-        that looks like a credential; in every error case nothing is written.
+        ``outcome``: an :class:`intentlog.Outcome` or its string: "confirmed" (it happened;
+        ``receipt`` is what you saw), "failed" (it did not happen and must not be retried with
+        this key) or "retry" (it did not happen; the next run sends it again with the same
+        key). Allowed from PLANNED, SUBMITTED and UNRESOLVED ("retry" not from PLANNED).
+        ``actor``: who resolves it, kept in the audit record (a printable string of at most
+        200 characters; default ``user@host`` of this process). Raises UnknownOperation for an
+        unknown key, InvalidInput for an outcome that does not fit (or when the operation's
+        state or sends change while it is being resolved: look again), UnsafeValue for a
+        receipt or an actor that looks like a credential; in every error case nothing is
+        written.
         """
         return self._run(
             resolve_flow(self._store, self.options, key, outcome, receipt, note, actor)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Any
+from typing import Any, Literal
 
 __all__ = [
     "Action",
@@ -17,6 +17,8 @@ __all__ = [
     "LookupResult",
     "NotFound",
     "Operation",
+    "Outcome",
+    "OutcomeName",
     "Policy",
     "State",
     "TaskRecord",
@@ -48,6 +50,20 @@ class Action(enum.StrEnum):
     ESCALATE = "ESCALATE"  # blocked until resolved by a person or a policy
     RESUME = "RESUME"  # task level: continue at next_step
     WAIT = "WAIT"  # a request may still land; decide again later
+
+
+class Outcome(enum.StrEnum):
+    """What a person resolves an operation as (``journal.resolve(key, outcome)``). A
+    ``StrEnum``: each member equals its string, so ``"retry"`` and ``Outcome.RETRY`` are the
+    same outcome everywhere."""
+
+    CONFIRMED = "confirmed"  # it happened; the receipt is what the person saw
+    FAILED = "failed"  # it did not happen and must not be retried with this key
+    RETRY = "retry"  # it did not happen; the next run sends it again with the same key
+
+
+#: The outcomes as string literals, for callers that pass plain strings.
+OutcomeName = Literal["confirmed", "failed", "retry"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

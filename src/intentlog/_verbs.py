@@ -11,6 +11,7 @@ import getpass
 import json
 import os
 import platform
+import warnings
 from collections.abc import Iterable
 from typing import Any
 
@@ -72,8 +73,18 @@ class Recovered:
     task_id: str
     effect: str
     state: State  # the state after recovery
-    action: Action  # the next action from here
+    next_action: Action  # the next action from here (named as on Pending and TaskInfo)
     reason: str
+
+    @property
+    def action(self) -> Action:
+        """Deprecated: use ``next_action``, the name Pending and TaskInfo use."""
+        warnings.warn(
+            "Recovered.action is deprecated: use Recovered.next_action",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.next_action
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

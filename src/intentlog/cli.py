@@ -52,6 +52,7 @@ from typing import Any, ClassVar
 import click
 
 import intentlog
+from intentlog import Outcome
 from intentlog._open import DEFAULT_PATH
 
 __all__ = ["cli", "main"]
@@ -418,7 +419,7 @@ def resolve(
       intentlog resolve charge-1ec2efaa48 --confirmed \\
           --receipt '{"id": "ch_1"}' --note "seen in the dashboard"
     """
-    flags = {"confirmed": confirmed, "failed": failed, "retry": retry}
+    flags = {Outcome.CONFIRMED: confirmed, Outcome.FAILED: failed, Outcome.RETRY: retry}
     chosen = [name for name, on in flags.items() if on]
     if len(chosen) != 1:
         raise click.UsageError(
@@ -513,7 +514,8 @@ def recover(ctx: click.Context, specs: tuple[str, ...], wait: float, as_json: bo
     code = EXIT_PERSON if unresolved else EXIT_OK
     cols = ("key", "task_id", "effect", "state", "next_action", "reason")
     items = [
-        _pick(r, *cols[:4]) | {"next_action": r.action.value, "reason": r.reason} for r in report
+        _pick(r, *cols[:4]) | {"next_action": r.next_action.value, "reason": r.reason}
+        for r in report
     ]
     if as_json:
         names = [e.name for e in effects]
@@ -702,7 +704,7 @@ def demo(ctx: click.Context, directory: Path | None, as_json: bool) -> None:
       intentlog demo
       intentlog demo --dir ./demo && intentlog --db ./demo/journal.db status
     """
-    from intentlog._demo import run_demo
+    from intentlog.demo import run_demo
 
     ctx.exit(run_demo(directory, as_json=as_json))
 

@@ -36,7 +36,16 @@ def workflow(path: str) -> str | None:
         for item in pending:
             action: intentlog.Action = item.next_action
             assert action
+        info: intentlog.TaskInfo = task.info()  # reads the journal: a method, not a property
+        assert info.next_action is None
         return task.next_step
+
+
+def operator(path: str, key: str) -> list[intentlog.Action]:
+    with intentlog.open(path) as journal:
+        journal.resolve(key, intentlog.Outcome.CONFIRMED, receipt={"id": "ch_1"})
+        journal.resolve(key, "retry", note="not in the service's log")  # a literal works too
+        return [r.next_action for r in journal.recover([charge])]
 
 
 @intentlog.effect(idempotent=True, lazy_receipt=True)
@@ -48,7 +57,8 @@ async def async_workflow(url: str) -> None:
     async with intentlog.open_async(url) as journal, journal.task("order-43") as task:
         receipt = await task.run(publish, subject="orders")
         await task.checkpoint(next_step="done", state={"seq": receipt["seq"]})
-        action: intentlog.Action | None = await task.next_action()
+        info: intentlog.TaskInfo = await task.info()
+        action: intentlog.Action | None = info.next_action
         assert action is not None
         await task.complete()
         pending: list[intentlog.Pending] = await journal.pending()

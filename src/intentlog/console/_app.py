@@ -32,7 +32,7 @@ from intentlog.console._facts import overview, retry_phrase, retry_risk, task_vi
 
 __all__ = ["OUTCOMES", "create_app"]
 
-OUTCOMES = ("confirmed", "failed", "retry")
+OUTCOMES = tuple(intentlog.Outcome)
 _FIELDS = ("csrf", "key", "seen", "outcome", "receipt", "note", "actor", "confirm")
 
 
@@ -161,7 +161,7 @@ class Console:
             try:
                 self.journal.resolve(
                     key,
-                    fields["outcome"],
+                    intentlog.Outcome(fields["outcome"]),  # checked above: one of OUTCOMES
                     receipt=receipt,
                     note=fields["note"] or None,
                     actor=fields["actor"],

@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 import intentlog
-from intentlog import Action, Operation, Pending, Policy, State, TaskInfo, TaskRecord
+from intentlog import Action, Operation, Outcome, Pending, Policy, State, TaskInfo, TaskRecord
 from intentlog._check import human
 from intentlog._owner import holder_is_dead
 from intentlog.stores._base import Resolution
@@ -88,7 +88,7 @@ class OpView:
     reason: str
     wait: float | None  # seconds until a WAIT can be decided again
     needs_person: bool
-    outcomes: tuple[str, ...]  # what a person may resolve it as (empty: settled)
+    outcomes: tuple[Outcome, ...]  # what a person may resolve it as (empty: settled)
     policy_text: str
     retry_warning: str | None  # a retry may apply it twice: why
     retry_phrase: str | None  # what a person must type to retry anyway
@@ -241,12 +241,12 @@ def _op_view(
     not_before: float | None,
     now: float,
 ) -> OpView:
-    outcomes: tuple[str, ...] = ()
+    outcomes: tuple[Outcome, ...] = ()
     if op.state is State.PLANNED:
-        outcomes = ("confirmed", "failed")
+        outcomes = (Outcome.CONFIRMED, Outcome.FAILED)
     elif op.state in _OPEN:
-        outcomes = ("confirmed", "failed", "retry")
-    warning, phrase_needed = retry_risk(op, now) if "retry" in outcomes else (None, False)
+        outcomes = tuple(Outcome)
+    warning, phrase_needed = retry_risk(op, now) if Outcome.RETRY in outcomes else (None, False)
     return OpView(
         op=op,
         number=number,

@@ -23,6 +23,7 @@ import json
 import re
 import time
 import urllib.parse
+import warnings
 from collections.abc import AsyncIterator, Callable, Generator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -522,18 +523,37 @@ def _contract(
     )  # fmt: skip
 
 
+def _receipt_names(
+    name: str, receipt: Sequence[str] | None, receipt_fields: Sequence[str] | None
+) -> Sequence[str] | None:
+    """The receipt's field names: ``receipt=``, or ``receipt_fields=``, its old name (with a
+    DeprecationWarning). Both at once is refused: which one was meant is not clear."""
+    if receipt_fields is None:
+        return receipt  # None: _spec refuses it, naming receipt=
+    if receipt is not None:
+        raise InvalidInput(
+            f"effect {name!r}: give receipt= only (receipt_fields= is its deprecated old name)"
+        )
+    warnings.warn(
+        "http_effect(receipt_fields=...) is deprecated: use receipt=..., as on Effect",
+        DeprecationWarning,
+        stacklevel=3,  # the caller of http_effect or async_http_effect
+    )
+    return receipt_fields
+
+
 def _spec(
-    name: str, method: str, url: str, receipt_fields: Sequence[str], lookup: Lookup | None,
+    name: str, method: str, url: str, receipt: Sequence[str] | None, lookup: Lookup | None,
     contract: _Contract, in_progress_wait: Seconds | None, not_applied: Sequence[int],
     in_progress: Sequence[int], key_reused: Sequence[int],
 ) -> _Spec:  # fmt: skip
     if not isinstance(method, str) or method.upper() not in _METHODS:
         raise InvalidInput(f"effect {name!r}: method must be one of {_METHODS}, got {method!r}")
     _check_url(url)
-    if isinstance(receipt_fields, str) or not receipt_fields:
-        raise InvalidInput(f"effect {name!r}: receipt_fields must be a non-empty list of names")
-    if not all(isinstance(f, str) and f for f in receipt_fields):
-        raise InvalidInput(f"effect {name!r}: receipt_fields must be field names (strings)")
+    if receipt is None or isinstance(receipt, str) or not receipt:
+        raise InvalidInput(f"effect {name!r}: receipt must be a non-empty list of field names")
+    if not all(isinstance(f, str) and f for f in receipt):
+        raise InvalidInput(f"effect {name!r}: receipt must be field names (strings)")
     if lookup is not None and not isinstance(lookup, Lookup):
         raise InvalidInput(f"effect {name!r}: lookup must be Lookup.by_key(...), got {lookup!r}")
     sets: dict[str, frozenset[int]] = {}
@@ -558,15 +578,16 @@ def _spec(
                            "not_applied; leave them out of not_applied")  # fmt: skip
     wait = _seconds(in_progress_wait, "in_progress_wait", allow_zero=True)
     return _Spec(
-        name, method.upper(), url, tuple(receipt_fields), lookup, contract.deduplicates,
+        name, method.upper(), url, tuple(receipt), lookup, contract.deduplicates,
         contract.timeout, contract.timeout if wait is None else wait, sets["not_applied"],
         sets["in_progress"], sets["key_reused"], contract.key, contract.replay,
     )  # fmt: skip
 
 
 def http_effect(
-    name: str, method: str, url: str, *, receipt_fields: Sequence[str],
-    service: Service | None = None, lookup: Lookup | None = None,
+    name: str, method: str, url: str, *, receipt: Sequence[str] | None = None,
+    receipt_fields: Sequence[str] | None = None, service: Service | None = None,
+    lookup: Lookup | None = None,
     idempotent: bool | None = None, key_retention: Seconds | None = None,
     timeout: Seconds | None = None, lookup_lag: Seconds | None = None,
     locks_in_flight: bool | None = None, replay: Replay | None = None,
@@ -590,8 +611,9 @@ def http_effect(
     ``lookup_lag`` how far its lookup lags a commit, ``replay`` how a replayed answer looks,
     and ``key_header`` (default ``Idempotency-Key``) carries the key.
 
-    ``receipt_fields`` are what the receipt keeps, and what a 2xx answer (or a replay) must
-    hold to count as an answer. ``lookup`` makes it reconcilable. ``timeout`` bounds every
+    ``receipt`` (required) names the fields the receipt keeps, as on :class:`intentlog.Effect`,
+    and that a 2xx answer (or a replay) must hold to count as an answer (``receipt_fields``
+    is its deprecated old name). ``lookup`` makes it reconcilable. ``timeout`` bounds every
     phase of each request (httpx's timeout) and is the deadline the decision counts with.
     Statuses in ``not_applied`` raise Rejected (FAILED), in ``key_reused`` KeyConflict; an
     ``in_progress`` answer is waited on, for up to ``in_progress_wait`` seconds (default:
@@ -610,7 +632,8 @@ def http_effect(
     contract = _contract(name, url, service, idempotent=idempotent, key_retention=key_retention,
                          timeout=timeout, lookup_lag=lookup_lag, locks_in_flight=locks_in_flight,
                          replay=replay, key_header=key_header)  # fmt: skip
-    spec = _spec(name, method, url, receipt_fields, lookup, contract, in_progress_wait,
+    receipt = _receipt_names(name, receipt, receipt_fields)
+    spec = _spec(name, method, url, receipt, lookup, contract, in_progress_wait,
                  not_applied, in_progress, key_reused)  # fmt: skip
 
     def submit(key: str, /, **fields: Any) -> Receipt:
@@ -625,8 +648,9 @@ def http_effect(
 
 
 def async_http_effect(
-    name: str, method: str, url: str, *, receipt_fields: Sequence[str],
-    service: Service | None = None, lookup: Lookup | None = None,
+    name: str, method: str, url: str, *, receipt: Sequence[str] | None = None,
+    receipt_fields: Sequence[str] | None = None, service: Service | None = None,
+    lookup: Lookup | None = None,
     idempotent: bool | None = None, key_retention: Seconds | None = None,
     timeout: Seconds | None = None, lookup_lag: Seconds | None = None,
     locks_in_flight: bool | None = None, replay: Replay | None = None,
@@ -643,7 +667,8 @@ def async_http_effect(
     contract = _contract(name, url, service, idempotent=idempotent, key_retention=key_retention,
                          timeout=timeout, lookup_lag=lookup_lag, locks_in_flight=locks_in_flight,
                          replay=replay, key_header=key_header)  # fmt: skip
-    spec = _spec(name, method, url, receipt_fields, lookup, contract, in_progress_wait,
+    receipt = _receipt_names(name, receipt, receipt_fields)
+    spec = _spec(name, method, url, receipt, lookup, contract, in_progress_wait,
                  not_applied, in_progress, key_reused)  # fmt: skip
 
     async def submit(key: str, /, **fields: Any) -> Receipt:

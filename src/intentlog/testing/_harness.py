@@ -56,7 +56,7 @@ class ServiceInfo:
             self.url,
             self.mode,
             name=name,
-            retention=self.retention,
+            key_retention=self.retention,
             lookup_lag=self.lookup_lag,
             timeout=self.timeout,
             lazy_receipt=lazy_receipt and self.mode != "neither",

@@ -1,7 +1,7 @@
 """The two agents ``intentlog demo`` runs as child processes, kills and restarts.
 
-    python -m intentlog._demo_agents naive PROGRESS_JSON PAYMENTS_URL ORDER
-    python -m intentlog._demo_agents intentlog JOURNAL PAYMENTS_URL MAILER_URL ORDER
+    python -m intentlog.demo._agents naive PROGRESS_JSON PAYMENTS_URL ORDER
+    python -m intentlog.demo._agents intentlog JOURNAL PAYMENTS_URL MAILER_URL ORDER
 
 Both are armed by ``INTENTLOG_CRASH`` (see :mod:`intentlog._crash`). The naive agent passes the
 same ``after_remote_commit`` point for its charge, so the demo kills both agents at the same
@@ -55,7 +55,7 @@ def demo_effects(payments_url: str, mailer_url: str) -> list[intentlog.Effect]:
     ]
 
 
-# The same contracts for ``intentlog check --effects intentlog._demo_agents:EFFECTS``: a check
+# The same contracts for ``intentlog check --effects intentlog.demo:EFFECTS``: a check
 # reads only what the effects declare and sends nothing, so no service needs to run.
 EFFECTS = demo_effects("http://127.0.0.1:8401", "http://127.0.0.1:8402")
 

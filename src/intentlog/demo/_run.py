@@ -2,7 +2,7 @@
 
 Everything runs on 127.0.0.1: two reference services in threads ("payments" deduplicates keys
 and answers lookups; "mailer" can do neither) and real agent processes
-(:mod:`intentlog._demo_agents`) that crash points kill with SIGKILL. Every claim printed is
+(:mod:`intentlog.demo._agents`) that crash points kill with SIGKILL. Every claim printed is
 checked against a service's own record (``applied()``, ``truth()``) or the journal, and the
 demo exits 0 only when all of them hold:
 
@@ -36,12 +36,13 @@ import click
 
 import intentlog
 from intentlog._crash import ENV_VAR
-from intentlog._demo_agents import EXIT_UNRESOLVED
+from intentlog.demo._agents import EXIT_UNRESOLVED
 from intentlog.testing._service import ReferenceService
 
 __all__ = ["Check", "run_demo"]
 
 WIDTH = 100
+AGENTS = "intentlog.demo._agents"  # the module the agent processes run (python -m)
 KILLED = -9  # returncode of a child killed by SIGKILL
 MAIL_TIMEOUT = 1.0  # the agents' request timeout: a mail in flight lands within it or never
 
@@ -82,7 +83,7 @@ class _Demo:
             env[ENV_VAR] = crash
         src = str(Path(intentlog.__file__).resolve().parent.parent)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [src, env.get("PYTHONPATH")]))
-        cmd = [sys.executable, "-m", "intentlog._demo_agents", *args]
+        cmd = [sys.executable, "-m", AGENTS, *args]
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
         if done.returncode not in (0, KILLED, EXIT_UNRESOLVED):  # show why it broke
             self.wrap(f"agent failed: {(done.stderr.strip().splitlines() or ['-'])[-1]}")

@@ -1,0 +1,186 @@
+"""The public surface's spellings: the current ones, and each deprecated old one, which still
+works and warns with a DeprecationWarning naming its replacement."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import intentlog
+from intentlog import Action, Outcome, State
+from intentlog.integrations.http import async_http_effect, http_effect
+from intentlog.testing import ReferenceService, payment_effect
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[ReferenceService]:
+    with ReferenceService("both", db_path=tmp_path / "service.db") as svc:
+        yield svc
+
+
+def unresolved(journal: intentlog.Journal, task_id: str = "t") -> str:
+    """The key of a new UNRESOLVED operation (an ambiguous error on an effect that can
+    neither deduplicate nor be asked)."""
+
+    def mail(key: str) -> None:
+        raise TimeoutError("no answer from the relay")
+
+    with journal.task(task_id) as task, pytest.raises(intentlog.OutcomeUnknown) as caught:
+        task.run(intentlog.Effect("mail", mail))
+    assert caught.value.key is not None
+    return caught.value.key
+
+
+# -- resolve: an Outcome or its string -------------------------------------------------------
+
+
+def test_outcome_is_a_str_enum_of_the_three_resolutions() -> None:
+    assert [o.value for o in Outcome] == ["confirmed", "failed", "retry"]
+    assert Outcome.RETRY == "retry" and Outcome("failed") is Outcome.FAILED
+    assert "Outcome" in intentlog.__all__
+
+
+@pytest.mark.parametrize("outcome", [Outcome.CONFIRMED, "confirmed"])
+def test_resolve_takes_an_outcome_or_its_string(journal: intentlog.Journal, outcome: Any) -> None:
+    key = unresolved(journal)
+    op = journal.resolve(key, outcome, receipt={"id": "m-1"}, note="seen in the relay's log")
+    assert (op.state, op.receipt) == (State.CONFIRMED, {"id": "m-1"})
+    (audit,) = journal.resolutions(key)
+    assert audit.to_state is State.CONFIRMED
+
+
+def test_resolve_refuses_an_outcome_that_is_none_of_them(journal: intentlog.Journal) -> None:
+    key = unresolved(journal)
+    with pytest.raises(intentlog.InvalidInput, match="outcome must be one of"):
+        journal.resolve(key, "done")  # type: ignore[arg-type]  # the point: not an Outcome
+    assert journal.operation(key).state is State.UNRESOLVED
+
+
+def test_async_resolve_takes_an_outcome(tmp_path: Path) -> None:
+    with intentlog.open(tmp_path / "j.db") as journal:
+        key = unresolved(journal)
+
+    async def main() -> None:
+        async with intentlog.open_async(tmp_path / "j.db") as journal:
+            op = await journal.resolve(key, Outcome.RETRY, note="not in the relay's log")
+            assert op.state is State.PLANNED
+
+    asyncio.run(main())
+
+
+# -- task.info(): the task's next action is read by a method -----------------------------------
+
+
+def test_task_info_is_the_journal_s_task_info(journal: intentlog.Journal) -> None:
+    noop = intentlog.Effect("noop", lambda key: {"id": key}, idempotent=True)
+    with journal.task("t") as task:
+        assert task.info().next_action is Action.RESUME
+        task.plan(noop)
+        info = task.info()
+        assert info.next_action is Action.SUBMIT
+        assert info == journal.task_info("t")
+        task.run(noop)
+        task.complete()
+        assert task.info().next_action is None
+
+
+def test_async_task_info_is_the_journal_s_task_info(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with intentlog.open_async(tmp_path / "j.db") as journal, journal.task("t") as task:
+            await task.checkpoint(next_step="ship")
+            info = await task.info()
+            assert info.next_action is Action.RESUME
+            assert info == await journal.task_info("t")
+
+    asyncio.run(main())
+
+
+def test_the_old_task_next_action_property_warns_and_still_works(
+    journal: intentlog.Journal,
+) -> None:
+    warns = pytest.warns(DeprecationWarning, match=r"use task\.info\(\)\.next_action")
+    with journal.task("t") as task, warns:
+        assert task.next_action is Action.RESUME
+
+
+def test_the_old_async_task_next_action_method_warns_and_still_works(tmp_path: Path) -> None:
+    async def main() -> None:
+        warns = pytest.warns(DeprecationWarning, match=r"\(await task\.info\(\)\)")
+        async with intentlog.open_async(tmp_path / "j.db") as journal, journal.task("t") as task:
+            with warns:
+                assert await task.next_action() is Action.RESUME
+
+    asyncio.run(main())
+
+
+# -- Recovered.next_action, as on Pending and TaskInfo -----------------------------------------
+
+
+def test_recovered_names_its_action_next_action_and_the_old_name_warns(tmp_path: Path) -> None:
+    def charge(key: str, amount: int) -> None:
+        raise TimeoutError("no answer")
+
+    # Deduplicating, with a long request deadline: the ambiguous send waits (StillInFlight).
+    effect = intentlog.Effect("charge", charge, idempotent=True, key_retention=3600, timeout=60)
+    with intentlog.open(tmp_path / "j.db", max_wait=0, attempts_per_run=1) as journal:
+        with journal.task("t") as task, pytest.raises(intentlog.StillInFlight):
+            task.run(effect, amount=1)
+        (report,) = journal.recover([effect])
+    assert (report.state, report.next_action) == (State.SUBMITTED, Action.WAIT)
+    with pytest.warns(DeprecationWarning, match=r"use Recovered\.next_action"):
+        assert report.action is Action.WAIT
+
+
+# -- http_effect(receipt=...), as on Effect ---------------------------------------------------
+
+
+def charge_once(path: Path, effect: intentlog.Effect) -> Any:
+    with intentlog.open(path) as journal, journal.task("order") as task:
+        return task.run(effect, amount=7)
+
+
+def test_http_effect_takes_receipt_and_the_old_receipt_fields_warns(
+    tmp_path: Path, service: ReferenceService
+) -> None:
+    url = service.url + "/payments"
+    new = http_effect("charge", "POST", url, receipt=["id", "amount"], idempotent=True)
+    with pytest.warns(DeprecationWarning, match=r"use receipt=") as caught:
+        old = http_effect("charge", "POST", url, receipt_fields=["id", "amount"], idempotent=True)
+    assert caught[0].filename == __file__  # the warning points at the caller's line
+    assert old.receipt == new.receipt == ["id", "amount"]
+    receipt = charge_once(tmp_path / "j.db", old)  # the old spelling still sends and keeps
+    assert set(receipt) == {"id", "amount"} and receipt["amount"] == 7
+    assert list(service.truth().values()) == [1]
+    with pytest.warns(DeprecationWarning, match=r"use receipt="):
+        async_old = async_http_effect("charge", "POST", url, receipt_fields=["id"])
+    assert async_old.receipt == ["id"]
+
+
+def test_http_effect_refuses_receipt_twice_or_not_at_all() -> None:
+    url = "http://127.0.0.1:9/x"
+    for build in (http_effect, async_http_effect):
+        with pytest.raises(intentlog.InvalidInput, match="give receipt= only"):
+            build("x", "POST", url, receipt=["id"], receipt_fields=["id"])
+        with pytest.raises(intentlog.InvalidInput, match="receipt must be a non-empty list"):
+            build("x", "POST", url)
+
+
+# -- payment_effect(key_retention=...), as on Effect -------------------------------------------
+
+
+def test_payment_effect_takes_key_retention_and_the_old_retention_warns(
+    tmp_path: Path, service: ReferenceService
+) -> None:
+    new = payment_effect(service.url, "both", key_retention=3600)
+    with pytest.warns(DeprecationWarning, match=r"use key_retention=") as caught:
+        old = payment_effect(service.url, "both", retention=3600)
+    assert caught[0].filename == __file__
+    assert old.policy == new.policy and old.policy.key_retention == 3600
+    assert charge_once(tmp_path / "j.db", old)["amount"] == 7  # the old spelling still works
+    assert list(service.truth().values()) == [1]
+    with pytest.raises(intentlog.InvalidInput, match="give key_retention= only"):
+        payment_effect(service.url, "both", key_retention=60, retention=60)
