@@ -54,6 +54,12 @@ class OneStatement(Generic[_T]):
       already taken, a fence or a version that moved on) is then decided there, its reads in
       the same transaction as its write. No argument about what may have changed between the
       statement and a later read is needed: nothing of the first statement stands.
+
+    Why not just read after the autocommitted statement? For the fence that would hold
+    (epochs only rise, so an epoch that still matches matched then), but a key may belong to
+    another task, which may complete and be collected between the two: the read would find
+    no row for a key that refused the insert. The whole transaction costs more statements
+    only on those rare outcomes.
     """
 
     __slots__ = ("params", "result", "sql", "transaction")

@@ -4,6 +4,13 @@ WAL mode with ``synchronous=FULL``, so every commit is on disk before it returns
 NORMAL would lose the last commits on power loss, and an intent that is not on disk is no
 intent). Writes open with ``BEGIN IMMEDIATE`` so two processes never deadlock upgrading a read
 lock; a busy timeout makes them queue instead of failing. Several processes may share one file.
+A lone intent or receipt whose write is one statement (the fenced insert-if-absent, the fenced
+compare-and-set) is autocommitted instead, with the same locking, atomicity and durability
+and two statements fewer (``_group_commit.OneStatement`` says why nothing is weaker).
+
+The ``tx_*`` methods build each primitive's write transaction without running it, so that
+two committers run the same statements: this store's group commit, and the writer thread of
+:class:`~intentlog.stores.sqlite_async.AsyncSQLiteStore`.
 
 Errors. Every call (opening, each read, each write transaction) turns a driver error into ours
 in one place, ``intentlog.stores._sqlite_errors``: a damaged page is JournalCorrupt, a
