@@ -194,8 +194,8 @@ def test_every_store_primitive_on_a_damaged_journal_is_journal_corrupt(damaged: 
 def test_a_group_commit_on_a_damaged_journal_fails_each_write_clearly(damaged: Path) -> None:
     store = SQLiteStore(damaged)
     try:
-        batch = [WriteRequest(store.w_claim_task(f"new-{n}", "me", 30, None)) for n in range(4)]
-        batch.append(WriteRequest(store.w_create_task("other", "kind", "null")))
+        batch = [WriteRequest(store.tx_claim_task(f"new-{n}", "me", 30, None)) for n in range(4)]
+        batch.append(WriteRequest(store.tx_create_task("other", "kind", "null")))
         store.run_batch(batch)
         for request in batch:
             assert isinstance(request.error, intentlog.JournalCorrupt), request.error

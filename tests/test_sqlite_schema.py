@@ -194,6 +194,83 @@ def test_a_write_blocked_by_another_process_is_a_journal_error(tmp_path: Path) -
         store.close()
 
 
+def test_a_lone_intent_or_receipt_is_one_statement_committed_when_it_returns(
+    tmp_path: Path,
+) -> None:
+    # No BEGIN and COMMIT around the fenced INSERT and the fenced UPDATE: SQLite autocommits
+    # each. Another connection sees the write as soon as the call returns (it is committed),
+    # and outcomes other than "one row changed" run the whole transaction.
+    store = SQLiteStore(tmp_path / "journal.db")
+    other = sqlite3.connect(tmp_path / "journal.db", isolation_level=None)
+    statements: list[str] = []
+    try:
+        record = store.claim_task("t1", "a", TTL, None)
+        assert record is not None
+        store._conn.set_trace_callback(statements.append)
+        commits = store.commits
+        op, created = store.insert_op(_op(store, "k0"), record.epoch, TTL)
+        assert created and op.version == 1
+        assert [s.split()[0] for s in statements] == ["INSERT"]
+        assert other.execute("SELECT version FROM operations WHERE key = 'k0'").fetchall() == [(1,)]
+        statements.clear()
+        done = store.update_op(op.replace(state=State.CONFIRMED), record.epoch, TTL)
+        assert done is not None and done.version == 2
+        assert [s.split()[0] for s in statements] == ["UPDATE"]
+        assert other.execute("SELECT state FROM operations WHERE key = 'k0'").fetchall() == [
+            ("CONFIRMED",)
+        ]
+        assert store.commits == commits + 2
+        statements.clear()
+        existing, created = store.insert_op(_op(store, "k0"), record.epoch, TTL)
+        assert not created and existing.state is State.CONFIRMED
+        assert statements[0].startswith("INSERT") and "BEGIN IMMEDIATE" in statements
+        assert store.update_op(op.replace(state=State.FAILED), record.epoch, TTL) is None
+        assert not store._conn.in_transaction
+    finally:
+        store._conn.set_trace_callback(None)
+        other.close()
+        store.close()
+
+
+def test_a_lone_write_waits_for_another_writer_and_checks_the_fence_after_it(
+    tmp_path: Path,
+) -> None:
+    # Another process holds the write lock and takes the task over meanwhile: the
+    # autocommitted intent waits for it (the busy timeout, as BEGIN IMMEDIATE would), then
+    # sees the new epoch and is refused. Nothing is written under the old lease.
+    store = SQLiteStore(tmp_path / "journal.db")
+    other = sqlite3.connect(tmp_path / "journal.db", isolation_level=None, check_same_thread=False)
+    try:
+        record = store.claim_task("t1", "a", TTL, None)
+        assert record is not None
+        other.execute("BEGIN IMMEDIATE")
+        other.execute("UPDATE tasks SET epoch = epoch + 1, owner = 'b' WHERE task_id = 't1'")
+        timer = threading.Timer(0.3, other.execute, args=("COMMIT",))
+        timer.start()
+        try:
+            with pytest.raises(LeaseLost):
+                store.insert_op(_op(store, "k0"), record.epoch, TTL)
+        finally:
+            timer.join()
+        assert store.get_op("k0") is None
+        op, created = store.insert_op(_op(store, "k0"), record.epoch + 1, TTL)
+        assert created
+        other.execute("BEGIN IMMEDIATE")
+        other.execute("UPDATE operations SET version = 7 WHERE key = 'k0'")
+        timer = threading.Timer(0.3, other.execute, args=("COMMIT",))
+        timer.start()
+        try:  # the compare-and-set waits too, then sees the version moved on
+            moved = store.update_op(op.replace(state=State.CONFIRMED), record.epoch + 1, TTL)
+            assert moved is None
+        finally:
+            timer.join()
+        stored = store.get_op("k0")
+        assert stored is not None and stored.version == 7 and stored.state is State.SUBMITTED
+    finally:
+        other.close()
+        store.close()
+
+
 def test_concurrent_writers_each_get_their_own_outcome(store: SQLiteStore) -> None:
     # Lone writers commit directly, contended ones share batches; either way every caller
     # gets its own result or error, and only after a commit that holds its write.

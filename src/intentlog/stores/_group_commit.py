@@ -4,6 +4,9 @@ Writers that arrive while a commit is in progress queue up; the next one to get 
 commits every queued write in one transaction, each inside its own savepoint. Every writer
 still returns only after the commit that holds its write: they share the fsync, not the risk.
 
+A lone writer whose write is a :class:`OneStatement` runs that statement without BEGIN and
+COMMIT (SQLite autocommits it); every other write, and every batch, is an explicit transaction.
+
 A driver error (in BEGIN, COMMIT, or a write's own statements) reaches its caller as the
 store's own error (``describe``), never raw; a writer's own exceptions (LeaseLost, a lost
 compare-and-set) reach it as they are. Where SQLite rolls the whole transaction back itself (a
@@ -16,18 +19,65 @@ import contextlib
 import sqlite3
 import threading
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from intentlog._errors import Error, JournalError
 from intentlog.stores._sqlite_errors import DRIVER_ERRORS as _DRIVER_ERRORS
 
-__all__ = ["GroupCommit", "WriteRequest"]
+__all__ = ["GroupCommit", "OneStatement", "WriteRequest"]
 
 _T = TypeVar("_T")
 
 
 def _write_failed(exc: BaseException) -> Error:
     return JournalError(f"journal write failed: {exc}")
+
+
+class OneStatement(Generic[_T]):
+    """A write transaction whose usual outcome is its first statement changing exactly one
+    row, with nothing left to do: ``sql`` with ``params``, then ``result``. Callable as the
+    whole ``transaction``, which every batch runs and every other outcome falls back to.
+
+    A lone writer runs ``sql`` alone in autocommit mode, without BEGIN IMMEDIATE and COMMIT
+    (two statements fewer per write). Nothing is weaker for it:
+
+    - Atomic and durable: SQLite commits the statement when it ends, as a COMMIT would, and
+      ``synchronous=FULL`` syncs the WAL at that commit; the statement returns only then. A
+      statement that fails (a full disk at the commit included) is rolled back whole.
+    - Locking: a writing statement opens its transaction as a write transaction up front, as
+      BEGIN IMMEDIATE does, and the busy handler waits for another process's writer the same
+      way (SQLite retries a stale snapshot as SQLITE_BUSY when no transaction was open).
+    - Checks: the fence, the insert-if-absent and the compare-and-set are in ``sql`` itself,
+      evaluated inside the write lock, exactly as in the transaction.
+    - Any other outcome: a statement that changed no row wrote nothing, so running the whole
+      ``transaction`` afterwards is the same as if it alone had run. The outcome (a key
+      already taken, a fence or a version that moved on) is then decided there, its reads in
+      the same transaction as its write. No argument about what may have changed between the
+      statement and a later read is needed: nothing of the first statement stands.
+
+    Why not just read after the autocommitted statement? For the fence that would hold
+    (epochs only rise, so an epoch that still matches matched then), but a key may belong to
+    another task, which may complete and be collected between the two: the read would find
+    no row for a key that refused the insert. The whole transaction costs more statements
+    only on those rare outcomes.
+    """
+
+    __slots__ = ("params", "result", "sql", "transaction")
+
+    def __init__(
+        self,
+        sql: str,
+        params: tuple[Any, ...],
+        result: _T,
+        transaction: Callable[[sqlite3.Connection], _T],
+    ) -> None:
+        self.sql = sql
+        self.params = params
+        self.result = result
+        self.transaction = transaction
+
+    def __call__(self, conn: sqlite3.Connection) -> _T:
+        return self.transaction(conn)
 
 
 class WriteRequest:
@@ -74,8 +124,8 @@ class GroupCommit:
         for every caller; concurrent threads just share the fsync.
 
         A lone writer (nobody queued, the connection free) commits its body directly, without
-        the queue; a writer that queues meanwhile waits for the connection and leads its own
-        batch, as it would behind any other batch.
+        the queue (a :class:`OneStatement` in autocommit mode); a writer that queues meanwhile
+        waits for the connection and leads its own batch, as it would behind any other batch.
         """
         if not self._queue and self.lock.acquire(blocking=False):
             try:
@@ -97,8 +147,20 @@ class GroupCommit:
     def _run_alone(self, body: Callable[[sqlite3.Connection], _T]) -> _T:
         """One body in its own transaction; the same outcomes as a batch of one: the body's
         own exception propagates (after a rollback), a driver error anywhere (BEGIN, the
-        body's statements, COMMIT, ROLLBACK) as ``describe`` says."""
+        body's statements, COMMIT, ROLLBACK) as ``describe`` says. A :class:`OneStatement`
+        first tries its statement alone (see there)."""
         conn = self.conn
+        # in_transaction: never autocommit into a transaction left open by a failed ROLLBACK
+        # (the statement would join it and commit nothing); BEGIN below then fails clearly.
+        if isinstance(body, OneStatement) and not conn.in_transaction:
+            try:
+                changed = conn.execute(body.sql, body.params).rowcount
+            except _DRIVER_ERRORS as exc:
+                raise self._abort(exc) from exc
+            if changed == 1:
+                self.commits += 1
+                return body.result  # type: ignore[no-any-return]
+            body = body.transaction  # it wrote nothing: the whole write decides
         try:
             conn.execute("BEGIN IMMEDIATE")
         except _DRIVER_ERRORS as exc:
@@ -137,12 +199,20 @@ class GroupCommit:
             self._run_batch(batch)
 
     def _run_batch(self, batch: list[WriteRequest]) -> None:
+        if len(batch) == 1:  # the same outcomes as below, and a OneStatement may autocommit
+            request = batch[0]
+            try:
+                request.result = self._run_alone(request.body)
+            except BaseException as exc:
+                request.error = exc
+            finally:
+                request.done = True
+            return
         conn = self.conn
         try:
             conn.execute("BEGIN IMMEDIATE")
             for request in batch:
-                if len(batch) > 1:
-                    conn.execute("SAVEPOINT one")
+                conn.execute("SAVEPOINT one")
                 try:
                     request.result = request.body(conn)
                 except BaseException as exc:
@@ -151,11 +221,8 @@ class GroupCommit:
                         # I/O error): every write of the batch is gone, so all fail with it.
                         raise
                     request.error = self._abort_one(exc)
-                    conn.execute("ROLLBACK TO one" if len(batch) > 1 else "ROLLBACK")
-                    if len(batch) == 1:
-                        return
-                if len(batch) > 1:
-                    conn.execute("RELEASE one")
+                    conn.execute("ROLLBACK TO one")
+                conn.execute("RELEASE one")
             conn.execute("COMMIT")
             self.commits += 1
         except _DRIVER_ERRORS as exc:

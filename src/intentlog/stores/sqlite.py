@@ -4,6 +4,13 @@ WAL mode with ``synchronous=FULL``, so every commit is on disk before it returns
 NORMAL would lose the last commits on power loss, and an intent that is not on disk is no
 intent). Writes open with ``BEGIN IMMEDIATE`` so two processes never deadlock upgrading a read
 lock; a busy timeout makes them queue instead of failing. Several processes may share one file.
+A lone intent or receipt whose write is one statement (the fenced insert-if-absent, the fenced
+compare-and-set) is autocommitted instead, with the same locking, atomicity and durability
+and two statements fewer (``_group_commit.OneStatement`` says why nothing is weaker).
+
+The ``tx_*`` methods build each primitive's write transaction without running it, so that
+two committers run the same statements: this store's group commit, and the writer thread of
+:class:`~intentlog.stores.sqlite_async.AsyncSQLiteStore`.
 
 Errors. Every call (opening, each read, each write transaction) turns a driver error into ours
 in one place, ``intentlog.stores._sqlite_errors``: a damaged page is JournalCorrupt, a
@@ -36,7 +43,7 @@ from intentlog.stores._base import (
     resolution_from_row,
     task_from_row,
 )
-from intentlog.stores._group_commit import GroupCommit
+from intentlog.stores._group_commit import GroupCommit, OneStatement
 from intentlog.stores._sqlite_errors import DRIVER_ERRORS, describe, describe_os_error
 
 __all__ = ["SQLiteStore", "VersionMoved"]
@@ -271,9 +278,9 @@ class SQLiteStore(Store):
     def claim_task(
         self, task_id: str, owner: str, ttl: float, expect_epoch: int | None
     ) -> TaskRecord | None:
-        return self._commit(self.w_claim_task(task_id, owner, ttl, expect_epoch))
+        return self._commit(self.tx_claim_task(task_id, owner, ttl, expect_epoch))
 
-    def w_claim_task(
+    def tx_claim_task(
         self, task_id: str, owner: str, ttl: float, expect_epoch: int | None
     ) -> Callable[[sqlite3.Connection], TaskRecord | None]:
         """The write transaction of :meth:`claim_task`, for a committer to run."""
@@ -322,9 +329,9 @@ class SQLiteStore(Store):
         update: TaskUpdate,
         also: Sequence[Operation] = (),
     ) -> TaskRecord:
-        return self._commit(self.w_write_task(task_id, epoch, ttl, update, also))
+        return self._commit(self.tx_write_task(task_id, epoch, ttl, update, also))
 
-    def w_write_task(
+    def tx_write_task(
         self,
         task_id: str,
         epoch: int,
@@ -351,9 +358,9 @@ class SQLiteStore(Store):
         return body
 
     def create_task(self, task_id: str, kind: str, input_json: str) -> TaskRecord | None:
-        return self._commit(self.w_create_task(task_id, kind, input_json))
+        return self._commit(self.tx_create_task(task_id, kind, input_json))
 
-    def w_create_task(
+    def tx_create_task(
         self, task_id: str, kind: str, input_json: str
     ) -> Callable[[sqlite3.Connection], TaskRecord | None]:
         """The write transaction of :meth:`create_task`, for a committer to run."""
@@ -376,9 +383,9 @@ class SQLiteStore(Store):
     def claim_next(self, owner: str, ttl: float, kinds: Collection[str]) -> TaskRecord | None:
         if not kinds:
             return None
-        return self._commit(self.w_claim_next(owner, ttl, kinds))
+        return self._commit(self.tx_claim_next(owner, ttl, kinds))
 
-    def w_claim_next(
+    def tx_claim_next(
         self, owner: str, ttl: float, kinds: Collection[str]
     ) -> Callable[[sqlite3.Connection], TaskRecord | None]:
         """The write transaction of :meth:`claim_next`, for a committer to run."""
@@ -409,9 +416,9 @@ class SQLiteStore(Store):
         return [task_from_row(r) for r in self._read(f"SELECT * FROM tasks{where} ORDER BY rowid")]
 
     def delete_completed(self, before: float) -> int:
-        return self._commit(self.w_delete_completed(before))
+        return self._commit(self.tx_delete_completed(before))
 
-    def w_delete_completed(self, before: float) -> Callable[[sqlite3.Connection], int]:
+    def tx_delete_completed(self, before: float) -> Callable[[sqlite3.Connection], int]:
         """The write transaction of :meth:`delete_completed`, for a committer to run."""
 
         def body(conn: sqlite3.Connection) -> int:
@@ -438,15 +445,16 @@ class SQLiteStore(Store):
     def insert_op(
         self, op: Operation, epoch: int, ttl: float, also: Sequence[Operation] = ()
     ) -> tuple[Operation, bool]:
-        return self._commit(self.w_insert_op(op, epoch, ttl, also))
+        return self._commit(self.tx_insert_op(op, epoch, ttl, also))
 
-    def w_insert_op(
+    def tx_insert_op(
         self, op: Operation, epoch: int, ttl: float, also: Sequence[Operation] = ()
     ) -> Callable[[sqlite3.Connection], tuple[Operation, bool]]:
-        """The write transaction of :meth:`insert_op`, for a committer to run."""
+        """The write transaction of :meth:`insert_op`, for a committer to run; without
+        ``also``, one statement when the key is free and the fence holds."""
         values = (*op_values(op, 1), op.task_id, epoch)
 
-        def body(conn: sqlite3.Connection) -> tuple[Operation, bool]:
+        def transaction(conn: sqlite3.Connection) -> tuple[Operation, bool]:
             # One statement claims the key (the primary key: two workers racing for one key
             # cannot both win) and checks the fence (the task's epoch) at the same time.
             if conn.execute(_INSERT_OP_FENCED, values).rowcount == 1:
@@ -457,7 +465,9 @@ class SQLiteStore(Store):
             stored = conn.execute("SELECT * FROM operations WHERE key = ?", (op.key,)).fetchone()
             return op_from_row(stored), False
 
-        return body
+        if also:
+            return transaction
+        return OneStatement(_INSERT_OP_FENCED, values, (op.replace(version=1), True), transaction)
 
     def update_op(
         self,
@@ -468,11 +478,11 @@ class SQLiteStore(Store):
         also: Sequence[Operation] = (),
     ) -> Operation | None:
         try:
-            return self._commit(self.w_update_op(op, epoch, ttl, resolution, also))
+            return self._commit(self.tx_update_op(op, epoch, ttl, resolution, also))
         except VersionMoved:
             return None  # the version moved on; this write was rolled back
 
-    def w_update_op(
+    def tx_update_op(
         self,
         op: Operation,
         epoch: int | None,
@@ -480,11 +490,13 @@ class SQLiteStore(Store):
         resolution: Resolution | None = None,
         also: Sequence[Operation] = (),
     ) -> Callable[[sqlite3.Connection], Operation]:
-        """The write transaction of :meth:`update_op`, for a committer to run."""
+        """The write transaction of :meth:`update_op`, for a committer to run; without
+        ``resolution`` or ``also``, one statement when the version and the fence hold."""
         values = op_values(op, op.version + 1)
+        sql, params = _update_op_statement(op, epoch, values)
 
-        def body(conn: sqlite3.Connection) -> Operation:
-            if not _update_op(conn, op, epoch, values):
+        def transaction(conn: sqlite3.Connection) -> Operation:
+            if conn.execute(sql, params).rowcount != 1:
                 if epoch is not None:
                     self._check_fence(conn, op.task_id, epoch)
                 raise VersionMoved
@@ -506,7 +518,9 @@ class SQLiteStore(Store):
                 )
             return op.replace(version=op.version + 1)
 
-        return body
+        if also or resolution is not None:
+            return transaction
+        return OneStatement(sql, params, op.replace(version=op.version + 1), transaction)
 
     def list_ops(
         self, *, task_id: str | None = None, states: Iterable[State] | None = None
@@ -585,6 +599,7 @@ _UPDATE_OP = (
     " WHERE key = ? AND version = ?"
 )
 _FENCE = " AND EXISTS (SELECT 1 FROM tasks WHERE task_id = ? AND epoch = ?)"
+_UPDATE_OP_FENCED = _UPDATE_OP + _FENCE
 _INSERT_OP_FENCED = (
     f"INSERT INTO operations ({', '.join(OP_COLUMNS)})"
     f" SELECT {', '.join('?' for _ in OP_COLUMNS)} WHERE TRUE{_FENCE}"
@@ -592,26 +607,25 @@ _INSERT_OP_FENCED = (
 )
 
 
-def _update_op(
-    conn: sqlite3.Connection,
-    op: Operation,
-    epoch: int | None = None,
-    row: tuple[Any, ...] | None = None,
-) -> bool:
-    """Compare-and-set ``op`` on its version (and, with ``epoch``, on the task's epoch); True
-    if it was stored. ``row``: ``op_values(op, op.version + 1)`` if the caller has it. The
-    identity columns (key, task id, effect, fingerprint, creation time) are the stored ones."""
+def _update_op_statement(
+    op: Operation, epoch: int | None = None, row: tuple[Any, ...] | None = None
+) -> tuple[str, tuple[Any, ...]]:
+    """The compare-and-set of ``op`` on its version (and, with ``epoch``, on the task's epoch)
+    as a statement and its parameters; it changes one row if it stored ``op``. ``row``:
+    ``op_values(op, op.version + 1)`` if the caller has it. The identity columns (key, task
+    id, effect, fingerprint, creation time) are the stored ones."""
     if row is None:
         row = op_values(op, op.version + 1)
     values = (*_update_values(row), op.key, op.version)
     if epoch is None:
-        return conn.execute(_UPDATE_OP, values).rowcount == 1
-    return conn.execute(_UPDATE_OP + _FENCE, (*values, op.task_id, epoch)).rowcount == 1
+        return _UPDATE_OP, values
+    return _UPDATE_OP_FENCED, (*values, op.task_id, epoch)
 
 
 def _store_also(conn: sqlite3.Connection, also: Sequence[Operation]) -> None:
     for op in also:
-        _update_op(conn, op)  # a version that moved on means a newer state: it stands
+        # A version that moved on means a newer state: it stands.
+        conn.execute(*_update_op_statement(op))
 
 
 def _check_header(path: Path) -> None:

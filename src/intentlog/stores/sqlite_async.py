@@ -123,7 +123,7 @@ class AsyncSQLiteStore(AsyncStore):
     async def claim_task(
         self, task_id: str, owner: str, ttl: float, expect_epoch: int | None
     ) -> TaskRecord | None:
-        return await self._write(self._store.w_claim_task(task_id, owner, ttl, expect_epoch))
+        return await self._write(self._store.tx_claim_task(task_id, owner, ttl, expect_epoch))
 
     async def write_task(
         self,
@@ -133,21 +133,21 @@ class AsyncSQLiteStore(AsyncStore):
         update: TaskUpdate,
         also: Sequence[Operation] = (),
     ) -> TaskRecord:
-        return await self._write(self._store.w_write_task(task_id, epoch, ttl, update, also))
+        return await self._write(self._store.tx_write_task(task_id, epoch, ttl, update, also))
 
     async def create_task(self, task_id: str, kind: str, input_json: str) -> TaskRecord | None:
-        return await self._write(self._store.w_create_task(task_id, kind, input_json))
+        return await self._write(self._store.tx_create_task(task_id, kind, input_json))
 
     async def claim_next(self, owner: str, ttl: float, kinds: Collection[str]) -> TaskRecord | None:
         if not kinds:
             return None
-        return await self._write(self._store.w_claim_next(owner, ttl, kinds))
+        return await self._write(self._store.tx_claim_next(owner, ttl, kinds))
 
     async def list_tasks(self, *, include_completed: bool = True) -> list[TaskRecord]:
         return await self._read(self._store.list_tasks, include_completed=include_completed)
 
     async def delete_completed(self, before: float) -> int:
-        return await self._write(self._store.w_delete_completed(before))
+        return await self._write(self._store.tx_delete_completed(before))
 
     async def get_op(self, key: str) -> Operation | None:
         return await self._read(self._store.get_op, key)
@@ -155,7 +155,7 @@ class AsyncSQLiteStore(AsyncStore):
     async def insert_op(
         self, op: Operation, epoch: int, ttl: float, also: Sequence[Operation] = ()
     ) -> tuple[Operation, bool]:
-        return await self._write(self._store.w_insert_op(op, epoch, ttl, also))
+        return await self._write(self._store.tx_insert_op(op, epoch, ttl, also))
 
     async def update_op(
         self,
@@ -166,7 +166,7 @@ class AsyncSQLiteStore(AsyncStore):
         also: Sequence[Operation] = (),
     ) -> Operation | None:
         try:
-            return await self._write(self._store.w_update_op(op, epoch, ttl, resolution, also))
+            return await self._write(self._store.tx_update_op(op, epoch, ttl, resolution, also))
         except VersionMoved:
             return None  # the version moved on; this write was rolled back
 
