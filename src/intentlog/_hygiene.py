@@ -23,7 +23,7 @@ import warnings
 from typing import Any
 
 from intentlog._errors import InvalidInput, UnsafeValue
-from intentlog._keys import MAX_DEPTH, nested_deeper, too_deep
+from intentlog._keys import MAX_DEPTH, json_encoder, nested_deeper, too_deep
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -85,7 +85,7 @@ _SECRET_VALUE_START = _one_pattern([p for p in _SECRET_VALUE_RES if p.pattern.st
 _SECRET_VALUE_INSIDE = _one_pattern([p for p in _SECRET_VALUE_RES if not p.pattern.startswith("^")])
 # What the journal's JSON texts are made with (json.dumps builds a new encoder per call
 # when given options; these are the same options, built once).
-_encode = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
+_encode = json_encoder(allow_nan=False, separators=(",", ":"))
 # Reads back a text that ``_encode`` made: the scanner alone, without ``json.loads``'s checks
 # for surrounding whitespace (there is none), at a third of its cost.
 _scan = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]  # typeshed: a TODO

@@ -11,6 +11,7 @@ import functools
 import hashlib
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 from intentlog._errors import InvalidInput
@@ -34,12 +35,51 @@ MAX_DEPTH = 100
 MAX_TASK_ID_LENGTH = 200
 _KEY_RE = re.compile(r"^[\x21-\x7e]+$")  # printable ASCII, no spaces: safe in any HTTP header
 _SLUG_RE = re.compile(r"[^a-z0-9_.-]+")
-# json.dumps builds a new encoder on every call given options; these are built once, with
-# exactly the options the texts (and so every key ever derived) were made with.
-_canonical = json.JSONEncoder(
-    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-).encode
-_key_material = json.JSONEncoder(ensure_ascii=False).encode
+
+
+def json_encoder(
+    *, sort_keys: bool = False, allow_nan: bool = True, separators: tuple[str, str] = (", ", ": ")
+) -> Callable[[Any], str]:
+    """``json.JSONEncoder(ensure_ascii=False, ...).encode``, the same text and the same errors
+    for every value, made cheaper for the per-effect path.
+
+    The standard ``encode`` sets up a new C encoder (and a closure) on every call, which costs
+    more than encoding a small receipt. This one is set up once, without the C encoder's
+    cycle check (it needs a fresh set per call); a value that is circular, or nests deeper
+    than the interpreter can recurse, ends in RecursionError there, and then the standard
+    encoder encodes it again and raises what it always raised.
+    """
+    item_separator, key_separator = separators
+    standard = json.JSONEncoder(
+        ensure_ascii=False, sort_keys=sort_keys, allow_nan=allow_nan, separators=separators
+    )
+    make = getattr(json.encoder, "c_make_encoder", None)  # None without the C accelerator
+    if make is None:
+        return standard.encode
+    one_shot = make(
+        None,  # markers: no cycle check (see above)
+        standard.default,
+        json.encoder.encode_basestring,
+        None,  # indent
+        key_separator,
+        item_separator,
+        sort_keys,
+        False,  # skipkeys
+        allow_nan,
+    )
+
+    def encode(value: Any) -> str:
+        try:
+            return "".join(one_shot(value, 0))
+        except RecursionError:  # circular or too deep: the standard encoder says which
+            return standard.encode(value)
+
+    return encode
+
+
+# Built once, with exactly the options the texts (and so every key ever derived) were made with.
+_canonical = json_encoder(sort_keys=True, separators=(",", ":"), allow_nan=False)
+_key_material = json_encoder()
 
 
 def canonical_json(value: Any, *, what: str = "value") -> str:

@@ -24,6 +24,7 @@ from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 from intentlog._errors import LeaseLost
+from intentlog._keys import json_encoder
 from intentlog._model import Operation, Policy, State, TaskRecord
 
 __all__ = [
@@ -77,7 +78,7 @@ TASK_COLUMNS = (
     "updated_at",
 )
 _JSON_FIELDS = ("receipt", "error", "args")
-_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+_dumps = json_encoder(separators=(",", ":"))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
