@@ -184,11 +184,11 @@ class Plans:
 
     # -- tasks ------------------------------------------------------------------------------
 
-    def p_get_task(self, task_id: str) -> Plan[TaskRecord | None]:
+    def plan_get_task(self, task_id: str) -> Plan[TaskRecord | None]:
         rows = (yield Q(_GET_TASK, (task_id,))).rows
         return task_from_row(rows[0]) if rows else None
 
-    def p_claim_task(
+    def plan_claim_task(
         self, task_id: str, owner: str, ttl: float, expect_epoch: int | None
     ) -> Plan[TaskRecord | None]:
         now = self.now()
@@ -216,7 +216,7 @@ class Plans:
                 return None
         return task_from_row(rows[0])
 
-    def p_write_task(
+    def plan_write_task(
         self, task_id: str, epoch: int, ttl: float, update: TaskUpdate, also: Sequence[Operation]
     ) -> Plan[TaskRecord]:
         now = self.now()
@@ -235,7 +235,7 @@ class Plans:
             raise lease_lost(task_id, epoch)
         return task_from_row(rows[0])
 
-    def p_create_task(self, task_id: str, kind: str, input_json: str) -> Plan[TaskRecord | None]:
+    def plan_create_task(self, task_id: str, kind: str, input_json: str) -> Plan[TaskRecord | None]:
         now = self.now()
         sql = (
             "INSERT INTO {s}.tasks (task_id, epoch, owner, lease_expires, state, created_at,"
@@ -245,7 +245,7 @@ class Plans:
         rows = (yield Q(sql, (task_id, now, now, kind, input_json))).rows
         return task_from_row(rows[0]) if rows else None
 
-    def p_claim_next(
+    def plan_claim_next(
         self, owner: str, ttl: float, kinds: Collection[str]
     ) -> Plan[TaskRecord | None]:
         now = self.now()
@@ -269,12 +269,12 @@ class Plans:
         rows = (yield Q(sql, params)).rows
         return task_from_row(rows[0]) if rows else None
 
-    def p_list_tasks(self, include_completed: bool) -> Plan[list[TaskRecord]]:
+    def plan_list_tasks(self, include_completed: bool) -> Plan[list[TaskRecord]]:
         where = "" if include_completed else " WHERE NOT completed"
         rows = (yield Q(f"SELECT * FROM {{s}}.tasks{where} ORDER BY seq")).rows
         return [task_from_row(r) for r in rows]
 
-    def p_delete_completed(self, before: float) -> Plan[int]:
+    def plan_delete_completed(self, before: float) -> Plan[int]:
         """Runs in a transaction of several statements (see the stores)."""
         # Lock the tasks first, in a fixed order, as fenced writes do (the task row, then
         # its operations): no deadlock with them, and no operation is added meanwhile.
@@ -291,11 +291,11 @@ class Plans:
 
     # -- operations -------------------------------------------------------------------------
 
-    def p_get_op(self, key: str) -> Plan[Operation | None]:
+    def plan_get_op(self, key: str) -> Plan[Operation | None]:
         rows = (yield Q(_GET_OP, (key,))).rows
         return op_from_row(rows[0]) if rows else None
 
-    def p_insert_op(
+    def plan_insert_op(
         self, op: Operation, epoch: int, ttl: float, also: Sequence[Operation]
     ) -> Plan[tuple[Operation, bool]]:
         row = _op_values(op, version=1)
@@ -308,7 +308,7 @@ class Plans:
             return op.replace(version=1), True
         # Nothing inserted: the lease was lost, or the key was taken (by someone else, or by
         # our own earlier attempt whose reply was lost).
-        yield from self._p_check_epoch(op.task_id, epoch)
+        yield from self._plan_check_epoch(op.task_id, epoch)
         stored = (yield Q(_GET_OP, (op.key,))).rows
         if not stored:  # deleted by gc between the two statements
             raise JournalError(f"operation {op.key!r} vanished while being claimed", key=op.key)
@@ -316,7 +316,7 @@ class Plans:
             return op.replace(version=1), True
         return op_from_row(stored[0]), False
 
-    def p_update_op(
+    def plan_update_op(
         self,
         op: Operation,
         epoch: int | None,
@@ -346,7 +346,7 @@ class Plans:
         if (yield Q(sql, params)).rows:
             return op.replace(version=op.version + 1)
         if epoch is not None:
-            yield from self._p_check_epoch(op.task_id, epoch)
+            yield from self._plan_check_epoch(op.task_id, epoch)
         if resolution is not None:
             # An operator's earlier attempt is known by its audit record, which nothing else
             # writes or changes (the operation itself may have moved on since).
@@ -360,7 +360,7 @@ class Plans:
             return op.replace(version=op.version + 1)
         return None  # the version had moved on: nothing was written
 
-    def p_list_ops(
+    def plan_list_ops(
         self, task_id: str | None, states: Iterable[State] | None
     ) -> Plan[list[Operation]]:
         clauses: list[str] = []
@@ -375,18 +375,18 @@ class Plans:
         sql = f"SELECT * FROM {{s}}.operations{where} ORDER BY created_at, seq"
         return [op_from_row(r) for r in (yield Q(sql, params)).rows]
 
-    def p_count_ops(self) -> Plan[dict[State, int]]:
+    def plan_count_ops(self) -> Plan[dict[State, int]]:
         sql = "SELECT state, count(*) AS n FROM {s}.operations GROUP BY state"
         counts = dict.fromkeys(State, 0)
         counts.update({State(r["state"]): int(r["n"]) for r in (yield Q(sql)).rows})
         return counts
 
-    def p_resolutions(self, key: str | None) -> Plan[list[Resolution]]:
+    def plan_resolutions(self, key: str | None) -> Plan[list[Resolution]]:
         where, params = (" WHERE key = %s", (key,)) if key is not None else ("", ())
         rows = (yield Q(f"SELECT * FROM {{s}}.resolutions{where} ORDER BY id", params)).rows
         return [resolution_from_row(r) for r in rows]
 
-    def _p_check_epoch(self, task_id: str, epoch: int) -> Plan[None]:
+    def _plan_check_epoch(self, task_id: str, epoch: int) -> Plan[None]:
         rows = (yield Q("SELECT epoch FROM {s}.tasks WHERE task_id = %s", (task_id,))).rows
         if not rows or rows[0]["epoch"] != epoch:
             raise lease_lost(task_id, epoch)
