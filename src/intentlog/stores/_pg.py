@@ -5,12 +5,13 @@ A plan is a generator that yields the statements of one primitive (:class:`Q`) a
 each one's :class:`Result`; the stores in :mod:`intentlog.stores.postgres` drive plans on a
 psycopg connection, blocking or awaited. So the SQL and the logic around it exist once.
 
-One round trip per write. Every fenced write is a single statement: the fence (an UPDATE of
-the task's row on its epoch, which also extends the lease and takes the row lock that
-serialises the write with a takeover) is a data-modifying CTE, the operation's INSERT or
-UPDATE reads from it and so happens only if the fence held, and lazy receipts riding along
-are further CTEs reading from it. Run in autocommit, the statement is its own transaction:
-one round trip where BEGIN, fence, write and COMMIT took four.
+One round trip per write. Every fenced write is a single statement: the fence is a CTE that
+finds the task's row on its epoch and locks it (``write_task``: an UPDATE of that row, which
+also extends the lease; an operation write: ``FOR SHARE``, which writes no new row version;
+see ``_FENCE`` for why either serialises the write with a takeover), the operation's INSERT
+or UPDATE reads from it and so happens only if the fence held, and lazy receipts riding
+along are further CTEs reading from it. Run in autocommit, the statement is its own
+transaction: one round trip where BEGIN, fence, write and COMMIT took four.
 
 Retries. With one statement per write, a connection lost mid-call cannot tell whether the
 write committed. Every write plan therefore recognises its own earlier attempt: when its
@@ -134,10 +135,23 @@ _TYPES = {  # for the casts of INSERT ... SELECT, whose parameters have no colum
 }
 _UPDATED = [c for c in OP_COLUMNS if c != "key"]
 _SET_OP = ", ".join(f"{c} = %s" for c in _UPDATED)
-_FENCE = (
-    "fence AS (UPDATE {s}.tasks SET lease_expires = %s, updated_at = %s"
-    " WHERE task_id = %s AND epoch = %s RETURNING task_id)"
-)
+# The fence of an operation write: a shared row lock on the task, taken only if its epoch is
+# still the writer's. Why this is enough, and cheaper than an UPDATE of the task:
+# - A takeover (claim_task, claim_next) is an UPDATE of the task row, which takes FOR NO KEY
+#   UPDATE: it conflicts with FOR SHARE (not with FOR KEY SHARE, which is why it is not that).
+#   So the two serialise on the row, in either order.
+# - Takeover first: the fence waits for the claimer's commit, then (READ COMMITTED) follows
+#   the row to its newest version and checks ``epoch = %s`` again on it (EvalPlanQual, in
+#   the LockRows node). The epoch moved on: no row, so the write reading from the fence writes
+#   nothing, and the plan reports LeaseLost. A plain ``WHERE EXISTS`` would read the row of
+#   the statement's snapshot without waiting and miss a takeover committed meanwhile.
+# - Write first: the claimer waits until the write's statement (its own transaction, in
+#   autocommit) has committed, and then reads the operation when it looks at the task.
+# It writes no new version of the task row (no dead tuple, no index entry, no vacuum): only
+# the lock in the existing tuple's xmax (a multixact when several hold it) and a small WAL
+# record. The lease is not extended here; the journal renews it with write_task (see the
+# contract in stores/_base.py).
+_FENCE = "fence AS (SELECT task_id FROM {s}.tasks WHERE task_id = %s AND epoch = %s FOR SHARE)"
 _TYPED = ", ".join("%s::" + _TYPES.get(c, "text") for c in OP_COLUMNS)
 _INSERT_OP = (
     f"INSERT INTO {{s}}.operations ({', '.join(OP_COLUMNS)}) SELECT {_TYPED} FROM fence"
@@ -301,7 +315,7 @@ class Plans:
         row = _op_values(op, version=1)
         ctes, also_params = _also(also)
         sql = f"WITH {', '.join([_FENCE, *ctes])} {_INSERT_OP}"
-        fence = (op.updated_at + ttl, op.updated_at, op.task_id, epoch)
+        fence = (op.task_id, epoch)
         # The primary key is the claim: of two workers racing for one key, one inserts; the
         # other waits for its commit, inserts nothing, and reads the winner's row below.
         if (yield Q(sql, (*fence, *also_params, *row))).rows:
@@ -328,7 +342,7 @@ class Plans:
         where = (op.key, op.version)
         if epoch is not None:
             ctes, also_params = _also(also)
-            fence = (op.updated_at + ttl, op.updated_at, op.task_id, epoch)
+            fence = (op.task_id, epoch)
             cas = _CAS_OP.replace("{source}", " FROM fence")
             sql = f"WITH {', '.join([_FENCE, *ctes])} {cas} RETURNING 1"
             params: tuple[Any, ...] = (*fence, *also_params, *row[1:], *where)

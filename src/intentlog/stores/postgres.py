@@ -325,7 +325,8 @@ class PostgresStore(_Common, Store):
     def claim_task(
         self, task_id: str, owner: str, ttl: float, expect_epoch: int | None
     ) -> TaskRecord | None:
-        return self._run(lambda: self.plan_claim_task(task_id, owner, ttl, expect_epoch), write=True)
+        plan = lambda: self.plan_claim_task(task_id, owner, ttl, expect_epoch)  # noqa: E731
+        return self._run(plan, write=True)
 
     def write_task(
         self,
@@ -335,7 +336,8 @@ class PostgresStore(_Common, Store):
         update: TaskUpdate,
         also: Sequence[Operation] = (),
     ) -> TaskRecord:
-        return self._run(lambda: self.plan_write_task(task_id, epoch, ttl, update, also), write=True)
+        plan = lambda: self.plan_write_task(task_id, epoch, ttl, update, also)  # noqa: E731
+        return self._run(plan, write=True)
 
     def create_task(self, task_id: str, kind: str, input_json: str) -> TaskRecord | None:
         return self._run(lambda: self.plan_create_task(task_id, kind, input_json), write=True)
