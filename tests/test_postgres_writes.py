@@ -171,3 +171,86 @@ def test_the_fence_writes_no_new_version_of_the_task_row(
         assert store.update_op(op.replace(state=State.CONFIRMED, receipt={"n": n}), 1, TTL)
     # The same tuple, created by the same transaction: the task row was only locked.
     assert pg_admin.execute(where, ("t1",)).fetchone() == before
+
+
+def table_stats(admin: Any, schema: str, table: str, settled: Callable[[Any], bool]) -> Any:
+    """The table's row counters, once ``settled`` says the server has published them (a
+    backend reports its counters when idle or when it exits, not at commit)."""
+    sql = (
+        "SELECT n_tup_ins, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables"
+        " WHERE schemaname = %s AND relname = %s"
+    )
+    deadline = time.monotonic() + 20
+    while True:
+        admin.execute("SELECT pg_stat_clear_snapshot()")
+        row = admin.execute(sql, (schema, table)).fetchone()
+        if settled(row) or time.monotonic() > deadline:
+            return row
+        time.sleep(0.1)
+
+
+def test_the_receipt_write_is_a_hot_update(pg_url: str, pg_admin: Any, pg_schema: str) -> None:
+    """SUBMITTED -> CONFIRMED changes no indexed column, and the page has room for the new
+    version: PostgreSQL updates the row in place (HOT), with no new index entry."""
+    effect = intentlog.Effect(
+        "charge", lambda key, n: {"id": f"ch_{n}", "n": n, "pad": "x" * 40}, idempotent=True
+    )
+    n = 400  # some 15 pages of operations: HOT must hold page after page, not only on the first
+    with intentlog.open(pg_url) as journal, journal.task("t1") as task:
+        for i in range(n):
+            task.run(effect, n=i)
+    stats = table_stats(pg_admin, pg_schema, "operations", lambda row: row and row[0] >= n)
+    assert stats == (n, n, n)  # every one of the n receipt writes was HOT
+    size = "SELECT pg_relation_size(%s) / current_setting('block_size')::int"
+    pages = pg_admin.execute(size, (f'"{pg_schema}".operations',)).fetchone()[0]
+    assert pages >= 10  # so it did hold page after page
+
+
+def test_a_version_4_journal_migrates_with_its_open_operations_listed(
+    pg_url: str, pg_admin: Any, pg_schema: str
+) -> None:
+    from intentlog.stores._pg import MIGRATIONS, RECORD_VERSION, VERSION_TABLE
+
+    s = f'"{pg_schema}"'
+    pg_admin.execute(f"CREATE SCHEMA {s}")
+    pg_admin.execute(VERSION_TABLE.replace("{s}", s))
+    for number, step in enumerate(MIGRATIONS[:4], start=1):
+        for statement in filter(str.strip, step.split(";")):
+            pg_admin.execute(statement.replace("{s}", s))
+        pg_admin.execute(RECORD_VERSION.replace("{s}", s), (number,))
+    # What a version-4 writer left: a parked task (an UNRESOLVED operation), an operation in
+    # flight, and settled ones.
+    old_insert = (
+        f"INSERT INTO {s}.operations (key, task_id, effect, fingerprint, state, version,"
+        " can_reconcile, idempotent, timeout, lookup_lag, created_at, updated_at, attempts,"
+        " lookup_failures) VALUES (%s, %s, 'charge', 'f', %s, 1, false, true, 5, 0, %s, 0, 1, 0)"
+    )
+    states = {"a": "UNRESOLVED", "b": "SUBMITTED", "c": "CONFIRMED", "d": "FAILED"}
+    for n, (key, state) in enumerate(states.items()):
+        pg_admin.execute(old_insert, (key, f"t-{key}", state, n))
+    for key in states:
+        pg_admin.execute(
+            f"INSERT INTO {s}.tasks (task_id, epoch, lease_expires, state, created_at,"
+            " updated_at, kind, input) VALUES (%s, 0, 0, 'null', 0, 0, 'k', '{}')",
+            (f"t-{key}",),
+        )
+    with intentlog.open(pg_url) as journal:
+        assert [(p.key, p.state) for p in journal.pending()] == [
+            ("a", State.UNRESOLVED),
+            ("b", State.SUBMITTED),
+        ]
+        store = journal.store
+        claimed = [store.claim_next("w", TTL, ["k"]) for _ in range(4)]
+        assert {c.task_id for c in claimed if c is not None} == {"t-b", "t-c", "t-d"}
+        # A receipt written now leaves the list; the settled ones were never in it.
+        op = store.get_op("b")
+        assert op is not None
+        assert store.update_op(op.replace(state=State.CONFIRMED, receipt={}), None, TTL)
+        listed = pg_admin.execute(f"SELECT key FROM {s}.open_operations ORDER BY 1")
+        assert listed.fetchall() == [("a",)]
+    # A writer of version 4 would not keep the list: its insert is refused, writing nothing.
+    import psycopg
+
+    with pytest.raises(psycopg.errors.NotNullViolation):
+        pg_admin.execute(old_insert, ("e", "t-e", "SUBMITTED", 9))
+    assert pg_admin.execute(f"SELECT count(*) FROM {s}.operations").fetchone() == (4,)

@@ -46,7 +46,7 @@ from intentlog.stores._base import (
 
 __all__ = ["DEFAULT_SCHEMA", "SCHEMA_VERSION", "Plans", "Q", "Result", "parse_url"]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 DEFAULT_SCHEMA = "intentlog"
 LOCK_KEY = 0x494C4F47  # "ILOG": with the schema name's hash, the migration advisory lock
 URL_OPTIONS = ("schema", "pool_max_size")  # ours: stripped before libpq sees the URL
@@ -111,6 +111,26 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX tasks_claim ON {s}.tasks (kind, not_before, seq)
         WHERE NOT completed AND kind IS NOT NULL
     """,
+    # 5: the receipt write (SUBMITTED -> CONFIRMED) is a HOT update: no index of operations
+    # mentions a column it changes (state, version, updated_at, receipt), and pages keep room
+    # for the new version (fillfactor). So the open operations are listed in a narrow table of
+    # their own, which pending(), claim_next's UNRESOLVED check and gc read instead of the
+    # two partial indexes on state. Its rows are candidates: the operation's own state decides
+    # (a row may outlive its operation's closing, never the reverse). Every write of this
+    # version keeps it; an older writer would not, so "tracked" (NOT NULL, no default: the
+    # existing rows are listed here and get true) refuses its inserts, loudly and with nothing
+    # written: stop the workers of older versions before this one opens the journal.
+    """
+    CREATE TABLE {s}.open_operations (key TEXT PRIMARY KEY, task_id TEXT NOT NULL);
+    INSERT INTO {s}.open_operations (key, task_id)
+        SELECT key, task_id FROM {s}.operations WHERE state NOT IN ('CONFIRMED', 'FAILED');
+    CREATE INDEX open_operations_by_task ON {s}.open_operations (task_id);
+    ALTER TABLE {s}.operations ADD COLUMN tracked BOOLEAN NOT NULL DEFAULT true;
+    ALTER TABLE {s}.operations ALTER COLUMN tracked DROP DEFAULT;
+    DROP INDEX {s}.operations_open;
+    DROP INDEX {s}.operations_unresolved;
+    ALTER TABLE {s}.operations SET (fillfactor = 90)
+    """,
 )
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
@@ -154,10 +174,17 @@ _SET_OP = ", ".join(f"{c} = %s" for c in _UPDATED)
 _FENCE = "fence AS (SELECT task_id FROM {s}.tasks WHERE task_id = %s AND epoch = %s FOR SHARE)"
 _TYPED = ", ".join("%s::" + _TYPES.get(c, "text") for c in OP_COLUMNS)
 _INSERT_OP = (
-    f"INSERT INTO {{s}}.operations ({', '.join(OP_COLUMNS)}) SELECT {_TYPED} FROM fence"
-    " ON CONFLICT (key) DO NOTHING RETURNING key"
+    f"op AS (INSERT INTO {{s}}.operations ({', '.join(OP_COLUMNS)}, tracked)"
+    f" SELECT {_TYPED}, true FROM fence ON CONFLICT (key) DO NOTHING RETURNING key, task_id)"
 )
-_CAS_OP = "UPDATE {s}.operations o SET " + _SET_OP + "{source} WHERE o.key = %s AND o.version = %s"
+_OPEN = frozenset(s.value for s in State if s not in (State.CONFIRMED, State.FAILED))
+_LISTED = (  # the open operations that are still open (see migration 5)
+    "SELECT {what} FROM {s}.open_operations p JOIN {s}.operations o ON o.key = p.key WHERE "
+)
+_CAS_OP = (
+    "UPDATE {s}.operations o SET " + _SET_OP + "{source} WHERE o.key = %s AND o.version = %s"
+    " RETURNING o.key, o.task_id"
+)
 _INSERT_RESOLUTION = (
     "INSERT INTO {s}.resolutions (key, task_id, at, from_state, to_state, note, receipt, actor)"
     " SELECT %s, %s, %s::float8, %s, %s, %s, %s, %s FROM cas RETURNING id"
@@ -169,8 +196,9 @@ _FIND_RESOLUTION = (
 _GET_OP = "SELECT * FROM {s}.operations WHERE key = %s"
 _GET_TASK = "SELECT * FROM {s}.tasks WHERE task_id = %s"
 _SETTLED = (  # a completed task gc may remove ("t" is the task row)
-    "completed AND updated_at < %s AND NOT EXISTS (SELECT 1 FROM {s}.operations o"
-    " WHERE o.task_id = t.task_id AND o.state NOT IN ('CONFIRMED', 'FAILED'))"
+    "completed AND updated_at < %s AND NOT EXISTS ("
+    + _LISTED.replace("{what}", "1")
+    + "p.task_id = t.task_id AND o.state NOT IN ('CONFIRMED', 'FAILED'))"
 )
 
 
@@ -275,8 +303,9 @@ class Plans:
             " FROM unnest(%s::text[]) AS w (kind) CROSS JOIN LATERAL (SELECT task_id,"
             " not_before, seq FROM {s}.tasks t WHERE NOT completed AND kind IS NOT NULL"
             " AND kind = w.kind AND not_before <= %s AND (owner IS NULL OR lease_expires <= %s)"
-            " AND NOT EXISTS (SELECT 1 FROM {s}.operations o WHERE o.task_id = t.task_id"
-            " AND o.state = 'UNRESOLVED') ORDER BY not_before, seq LIMIT 1"
+            " AND NOT EXISTS (SELECT 1 FROM {s}.open_operations p JOIN {s}.operations o"
+            " ON o.key = p.key WHERE p.task_id = t.task_id AND o.state = 'UNRESOLVED')"
+            " ORDER BY not_before, seq LIMIT 1"
             " FOR UPDATE SKIP LOCKED) AS c ORDER BY c.not_before, c.seq LIMIT 1) RETURNING *"
         )
         params = (owner, now + ttl, now, sorted(set(kinds)), now, now)
@@ -299,7 +328,7 @@ class Plans:
         doomed = [r["task_id"] for r in (yield Q(again, (locked, before))).rows]
         # The audit log goes with its task: a later task with the same id derives the
         # same keys, and must not inherit another run's resolutions.
-        for table in ("resolutions", "operations", "tasks"):
+        for table in ("resolutions", "open_operations", "operations", "tasks"):
             yield Q(f"DELETE FROM {{s}}.{table} WHERE task_id = ANY(%s)", (doomed,))
         return len(doomed)
 
@@ -314,7 +343,8 @@ class Plans:
     ) -> Plan[tuple[Operation, bool]]:
         row = _op_values(op, version=1)
         ctes, also_params = _also(also)
-        sql = f"WITH {', '.join([_FENCE, *ctes])} {_INSERT_OP}"
+        listed = [_track("op", op.state)]
+        sql = f"WITH {', '.join([_FENCE, *ctes, _INSERT_OP, *listed])} SELECT key FROM op"
         fence = (op.task_id, epoch)
         # The primary key is the claim: of two workers racing for one key, one inserts; the
         # other waits for its commit, inserts nothing, and reads the winner's row below.
@@ -340,22 +370,24 @@ class Plans:
     ) -> Plan[Operation | None]:
         row = _op_values(op, version=op.version + 1)
         where = (op.key, op.version)
+        listed = _track("cas", op.state)
         if epoch is not None:
             ctes, also_params = _also(also)
             fence = (op.task_id, epoch)
-            cas = _CAS_OP.replace("{source}", " FROM fence")
-            sql = f"WITH {', '.join([_FENCE, *ctes])} {cas} RETURNING 1"
+            cas = f"cas AS ({_CAS_OP.replace('{source}', ' FROM fence')})"
+            sql = f"WITH {', '.join([_FENCE, *ctes, cas, listed])} SELECT 1 FROM cas"
             params: tuple[Any, ...] = (*fence, *also_params, *row[1:], *where)
         elif resolution is not None:
             # An operator's write: not fenced; the audit record in the same statement.
-            cas = _CAS_OP.replace("{source}", "")
+            cas = f"cas AS ({_CAS_OP.replace('{source}', '')})"
             r = resolution
             audit = (r.key, r.task_id, r.at, r.from_state.value, r.to_state.value, r.note)
             receipt = row[OP_COLUMNS.index("receipt")]  # the op's, as SQLite keeps it
-            sql = f"WITH cas AS ({cas} RETURNING 1) {_INSERT_RESOLUTION}"
+            sql = f"WITH {cas}, {listed}, audit AS ({_INSERT_RESOLUTION}) SELECT id FROM audit"
             params = (*row[1:], *where, *audit, receipt, r.actor)
         else:
-            sql = _CAS_OP.replace("{source}", "") + " RETURNING 1"
+            cas = f"cas AS ({_CAS_OP.replace('{source}', '')})"
+            sql = f"WITH {cas}, {listed} SELECT 1 FROM cas"
             params = (*row[1:], *where)
         if (yield Q(sql, params)).rows:
             return op.replace(version=op.version + 1)
@@ -380,13 +412,20 @@ class Plans:
         clauses: list[str] = []
         params: list[Any] = []
         if task_id is not None:
-            clauses.append("task_id = %s")
+            clauses.append("o.task_id = %s")
             params.append(task_id)
-        if states is not None:
-            clauses.append("state = ANY(%s)")
-            params.append([State(s).value for s in states])
-        where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
-        sql = f"SELECT * FROM {{s}}.operations{where} ORDER BY created_at, seq"
+        wanted = None if states is None else [State(s).value for s in states]
+        if wanted is not None:
+            clauses.append("o.state = ANY(%s)")
+            params.append(wanted)
+        if task_id is None and wanted is not None and _OPEN.issuperset(wanted):
+            # Open operations only (pending, recover): through their list, however many
+            # settled ones the journal holds. A task's own are found by operations_by_task.
+            sql = _LISTED.replace("{what}", "o.*") + " AND ".join(clauses)
+        else:
+            where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+            sql = f"SELECT * FROM {{s}}.operations o{where}"
+        sql += " ORDER BY o.created_at, o.seq"
         return [op_from_row(r) for r in (yield Q(sql, params)).rows]
 
     def plan_count_ops(self) -> Plan[dict[State, int]]:
@@ -412,9 +451,25 @@ def _also(also: Sequence[Operation]) -> tuple[list[str], list[Any]]:
     ctes: list[str] = []
     params: list[Any] = []
     for number, op in enumerate(also):
-        ctes.append(f"also{number} AS ({_CAS_OP.replace('{source}', ' FROM fence')} RETURNING 1)")
+        ctes.append(f"also{number} AS ({_CAS_OP.replace('{source}', ' FROM fence')})")
+        ctes.append(_track(f"also{number}", op.state))
         params += [*_op_values(op, op.version + 1)[1:], op.key, op.version]
     return ctes, params
+
+
+def _track(source: str, state: State) -> str:
+    """A CTE keeping the list of open operations (see migration 5) in step with the
+    operation written by the CTE ``source`` (which returns its key and task_id, and nothing
+    if it wrote nothing): listed while open, removed once closed."""
+    if state.value in _OPEN:
+        return (
+            f"{source}_listed AS (INSERT INTO {{s}}.open_operations (key, task_id)"
+            f" SELECT key, task_id FROM {source} ON CONFLICT (key) DO NOTHING)"
+        )
+    return (
+        f"{source}_listed AS (DELETE FROM {{s}}.open_operations p USING {source}"
+        f" WHERE p.key = {source}.key)"
+    )
 
 
 def _op_values(op: Operation, version: int) -> tuple[Any, ...]:
