@@ -254,3 +254,29 @@ def test_a_version_4_journal_migrates_with_its_open_operations_listed(
     with pytest.raises(psycopg.errors.NotNullViolation):
         pg_admin.execute(old_insert, ("e", "t-e", "SUBMITTED", 9))
     assert pg_admin.execute(f"SELECT count(*) FROM {s}.operations").fetchone() == (4,)
+
+
+def test_the_open_list_follows_every_change_of_state(
+    store: Any, pg_admin: Any, pg_schema: str
+) -> None:
+    """claim_next reads the list's copy of the state: it must follow an operation that
+    becomes UNRESOLVED after its insert, and one an operator then settles."""
+    from intentlog.stores._base import Resolution, TaskUpdate
+
+    assert store.create_task("t1", "k", "{}") is not None
+    task = store.claim_next("w", TTL, ["k"])
+    assert task is not None
+    op, _ = store.insert_op(make_op(store, "k1"), task.epoch, TTL)
+    parked = store.update_op(op.replace(state=State.UNRESOLVED), task.epoch, TTL)
+    assert parked is not None
+    store.write_task("t1", task.epoch, TTL, TaskUpdate(release=True))
+    listed = f'SELECT key, state FROM "{pg_schema}".open_operations'
+    assert pg_admin.execute(listed).fetchall() == [("k1", "UNRESOLVED")]
+    assert store.claim_next("w", TTL, ["k"]) is None  # parked
+    now = store.now()
+    audit = Resolution("k1", "t1", now, State.UNRESOLVED, State.CONFIRMED, None, {}, "me")
+    settled = store.update_op(parked.replace(state=State.CONFIRMED), None, TTL, audit)
+    assert settled is not None
+    assert pg_admin.execute(listed).fetchall() == []
+    claimed = store.claim_next("w", TTL, ["k"])
+    assert claimed is not None and claimed.task_id == "t1"

@@ -39,7 +39,7 @@ from intentlog.stores._base import (
     TaskUpdate,
     lease_lost,
     op_from_row,
-    op_to_row,
+    op_values,
     resolution_from_row,
     task_from_row,
 )
@@ -114,17 +114,23 @@ MIGRATIONS: tuple[str, ...] = (
     # 5: the receipt write (SUBMITTED -> CONFIRMED) is a HOT update: no index of operations
     # mentions a column it changes (state, version, updated_at, receipt), and pages keep room
     # for the new version (fillfactor). So the open operations are listed in a narrow table of
-    # their own, which pending(), claim_next's UNRESOLVED check and gc read instead of the
-    # two partial indexes on state. Its rows are candidates: the operation's own state decides
-    # (a row may outlive its operation's closing, never the reverse). Every write of this
-    # version keeps it; an older writer would not, so "tracked" (NOT NULL, no default: the
-    # existing rows are listed here and get true) refuses its inserts, loudly and with nothing
-    # written: stop the workers of older versions before this one opens the journal.
+    # their own, written in the same statement as the operation, which pending() and gc
+    # read instead of the partial index on state: a row there is a candidate, the operation's
+    # own state decides (a row may outlive its operation's closing, never the reverse). Its
+    # copy of the state is what claim_next's UNRESOLVED check reads, without touching the
+    # operations, however many are open. Every write of this version keeps the list; an
+    # older writer would not, so "tracked" (NOT NULL, no default: the existing rows are
+    # listed here and get true) refuses its inserts, loudly and with nothing written: stop
+    # the workers of older versions before this one opens the journal. (task_id, key) serves
+    # every write (it knows the task) and a task's lookups.
     """
-    CREATE TABLE {s}.open_operations (key TEXT PRIMARY KEY, task_id TEXT NOT NULL);
-    INSERT INTO {s}.open_operations (key, task_id)
-        SELECT key, task_id FROM {s}.operations WHERE state NOT IN ('CONFIRMED', 'FAILED');
-    CREATE INDEX open_operations_by_task ON {s}.open_operations (task_id);
+    CREATE TABLE {s}.open_operations (
+        task_id TEXT, key TEXT, state TEXT NOT NULL, PRIMARY KEY (task_id, key)
+    );
+    INSERT INTO {s}.open_operations (task_id, key, state)
+        SELECT task_id, key, state FROM {s}.operations WHERE state NOT IN ('CONFIRMED', 'FAILED');
+    CREATE INDEX open_operations_parked ON {s}.open_operations (task_id)
+        WHERE state = 'UNRESOLVED';
     ALTER TABLE {s}.operations ADD COLUMN tracked BOOLEAN NOT NULL DEFAULT true;
     ALTER TABLE {s}.operations ALTER COLUMN tracked DROP DEFAULT;
     DROP INDEX {s}.operations_open;
@@ -175,7 +181,7 @@ _FENCE = "fence AS (SELECT task_id FROM {s}.tasks WHERE task_id = %s AND epoch =
 _TYPED = ", ".join("%s::" + _TYPES.get(c, "text") for c in OP_COLUMNS)
 _INSERT_OP = (
     f"op AS (INSERT INTO {{s}}.operations ({', '.join(OP_COLUMNS)}, tracked)"
-    f" SELECT {_TYPED}, true FROM fence ON CONFLICT (key) DO NOTHING RETURNING key, task_id)"
+    f" SELECT {_TYPED}, true FROM fence ON CONFLICT (key) DO NOTHING RETURNING key, task_id, state)"
 )
 _OPEN = frozenset(s.value for s in State if s not in (State.CONFIRMED, State.FAILED))
 _LISTED = (  # the open operations that are still open (see migration 5)
@@ -183,7 +189,7 @@ _LISTED = (  # the open operations that are still open (see migration 5)
 )
 _CAS_OP = (
     "UPDATE {s}.operations o SET " + _SET_OP + "{source} WHERE o.key = %s AND o.version = %s"
-    " RETURNING o.key, o.task_id"
+    " RETURNING o.key, o.task_id, o.state"
 )
 _INSERT_RESOLUTION = (
     "INSERT INTO {s}.resolutions (key, task_id, at, from_state, to_state, note, receipt, actor)"
@@ -303,8 +309,8 @@ class Plans:
             " FROM unnest(%s::text[]) AS w (kind) CROSS JOIN LATERAL (SELECT task_id,"
             " not_before, seq FROM {s}.tasks t WHERE NOT completed AND kind IS NOT NULL"
             " AND kind = w.kind AND not_before <= %s AND (owner IS NULL OR lease_expires <= %s)"
-            " AND NOT EXISTS (SELECT 1 FROM {s}.open_operations p JOIN {s}.operations o"
-            " ON o.key = p.key WHERE p.task_id = t.task_id AND o.state = 'UNRESOLVED')"
+            " AND NOT EXISTS (SELECT 1 FROM {s}.open_operations p WHERE p.task_id = t.task_id"
+            " AND p.state = 'UNRESOLVED')"
             " ORDER BY not_before, seq LIMIT 1"
             " FOR UPDATE SKIP LOCKED) AS c ORDER BY c.not_before, c.seq LIMIT 1) RETURNING *"
         )
@@ -459,26 +465,33 @@ def _also(also: Sequence[Operation]) -> tuple[list[str], list[Any]]:
 
 def _track(source: str, state: State) -> str:
     """A CTE keeping the list of open operations (see migration 5) in step with the
-    operation written by the CTE ``source`` (which returns its key and task_id, and nothing
-    if it wrote nothing): listed while open, removed once closed."""
+    operation written by the CTE ``source`` (which returns its key, task_id and state, and
+    nothing if it wrote nothing): listed with its state while open, removed once closed."""
     if state.value in _OPEN:
         return (
-            f"{source}_listed AS (INSERT INTO {{s}}.open_operations (key, task_id)"
-            f" SELECT key, task_id FROM {source} ON CONFLICT (key) DO NOTHING)"
+            f"{source}_listed AS (INSERT INTO {{s}}.open_operations AS p (task_id, key, state)"
+            f" SELECT task_id, key, state FROM {source} ON CONFLICT (task_id, key)"
+            " DO UPDATE SET state = excluded.state WHERE p.state <> excluded.state)"
         )
     return (
         f"{source}_listed AS (DELETE FROM {{s}}.open_operations p USING {source}"
-        f" WHERE p.key = {source}.key)"
+        f" WHERE p.task_id = {source}.task_id AND p.key = {source}.key)"
     )
 
 
+_BOOLEANS = [OP_COLUMNS.index(c) for c in ("can_reconcile", "idempotent", "locks_in_flight")]
+
+
 def _op_values(op: Operation, version: int) -> tuple[Any, ...]:
-    """The operation's column values in OP_COLUMNS order (booleans as booleans)."""
-    row = op_to_row(op, version)
+    """The operation's column values in OP_COLUMNS order (booleans as booleans: PostgreSQL
+    has no cast to boolean from the small integers psycopg sends)."""
+    row = list(op_values(op, version))
     policy = op.policy
-    row["can_reconcile"], row["idempotent"] = policy.can_reconcile, policy.idempotent
-    row["locks_in_flight"] = policy.locks_in_flight
-    return tuple(row[c] for c in OP_COLUMNS)
+    for index, value in zip(
+        _BOOLEANS, (policy.can_reconcile, policy.idempotent, policy.locks_in_flight), strict=True
+    ):
+        row[index] = value
+    return tuple(row)
 
 
 def _same(stored: dict[str, Any], values: tuple[Any, ...]) -> bool:
