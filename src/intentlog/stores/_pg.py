@@ -184,7 +184,7 @@ _INSERT_OP = (
     f" SELECT {_TYPED}, true FROM fence ON CONFLICT (key) DO NOTHING RETURNING key, task_id, state)"
 )
 _OPEN = frozenset(s.value for s in State if s not in (State.CONFIRMED, State.FAILED))
-_LISTED = (  # the open operations that are still open (see migration 5)
+_LISTED = (  # listed operations with their rows, whose state decides (see migration 5)
     "SELECT {what} FROM {s}.open_operations p JOIN {s}.operations o ON o.key = p.key WHERE "
 )
 _CAS_OP = (
