@@ -5,12 +5,13 @@ A plan is a generator that yields the statements of one primitive (:class:`Q`) a
 each one's :class:`Result`; the stores in :mod:`intentlog.stores.postgres` drive plans on a
 psycopg connection, blocking or awaited. So the SQL and the logic around it exist once.
 
-One round trip per write. Every fenced write is a single statement: the fence (an UPDATE of
-the task's row on its epoch, which also extends the lease and takes the row lock that
-serialises the write with a takeover) is a data-modifying CTE, the operation's INSERT or
-UPDATE reads from it and so happens only if the fence held, and lazy receipts riding along
-are further CTEs reading from it. Run in autocommit, the statement is its own transaction:
-one round trip where BEGIN, fence, write and COMMIT took four.
+One round trip per write. Every fenced write is a single statement: the fence is a CTE that
+finds the task's row on its epoch and locks it (``write_task``: an UPDATE of that row, which
+also extends the lease; an operation write: ``FOR SHARE``, which writes no new row version;
+see ``_FENCE`` for why either serialises the write with a takeover), the operation's INSERT
+or UPDATE reads from it and so happens only if the fence held, and lazy receipts riding
+along are further CTEs reading from it. Run in autocommit, the statement is its own
+transaction: one round trip where BEGIN, fence, write and COMMIT took four.
 
 Retries. With one statement per write, a connection lost mid-call cannot tell whether the
 write committed. Every write plan therefore recognises its own earlier attempt: when its
@@ -38,14 +39,14 @@ from intentlog.stores._base import (
     TaskUpdate,
     lease_lost,
     op_from_row,
-    op_to_row,
+    op_values,
     resolution_from_row,
     task_from_row,
 )
 
 __all__ = ["DEFAULT_SCHEMA", "SCHEMA_VERSION", "Plans", "Q", "Result", "parse_url"]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 DEFAULT_SCHEMA = "intentlog"
 LOCK_KEY = 0x494C4F47  # "ILOG": with the schema name's hash, the migration advisory lock
 URL_OPTIONS = ("schema", "pool_max_size")  # ours: stripped before libpq sees the URL
@@ -110,6 +111,32 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX tasks_claim ON {s}.tasks (kind, not_before, seq)
         WHERE NOT completed AND kind IS NOT NULL
     """,
+    # 5: the receipt write (SUBMITTED -> CONFIRMED) is a HOT update: no index of operations
+    # mentions a column it changes (state, version, updated_at, receipt), and pages keep room
+    # for the new version (fillfactor). So the open operations are listed in a narrow table of
+    # their own, written in the same statement as the operation, which pending() and gc
+    # read instead of the partial index on state: a row there is a candidate, the operation's
+    # own state decides (a row may outlive its operation's closing, never the reverse). Its
+    # copy of the state is what claim_next's UNRESOLVED check reads, without touching the
+    # operations, however many are open. Every write of this version keeps the list; an
+    # older writer would not, so "tracked" (NOT NULL, no default: the existing rows are
+    # listed here and get true) refuses its inserts, loudly and with nothing written: stop
+    # the workers of older versions before this one opens the journal. (task_id, key) serves
+    # every write (it knows the task) and a task's lookups.
+    """
+    CREATE TABLE {s}.open_operations (
+        task_id TEXT, key TEXT, state TEXT NOT NULL, PRIMARY KEY (task_id, key)
+    );
+    INSERT INTO {s}.open_operations (task_id, key, state)
+        SELECT task_id, key, state FROM {s}.operations WHERE state NOT IN ('CONFIRMED', 'FAILED');
+    CREATE INDEX open_operations_parked ON {s}.open_operations (task_id)
+        WHERE state = 'UNRESOLVED';
+    ALTER TABLE {s}.operations ADD COLUMN tracked BOOLEAN NOT NULL DEFAULT true;
+    ALTER TABLE {s}.operations ALTER COLUMN tracked DROP DEFAULT;
+    DROP INDEX {s}.operations_open;
+    DROP INDEX {s}.operations_unresolved;
+    ALTER TABLE {s}.operations SET (fillfactor = 90)
+    """,
 )
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
@@ -134,16 +161,36 @@ _TYPES = {  # for the casts of INSERT ... SELECT, whose parameters have no colum
 }
 _UPDATED = [c for c in OP_COLUMNS if c != "key"]
 _SET_OP = ", ".join(f"{c} = %s" for c in _UPDATED)
-_FENCE = (
-    "fence AS (UPDATE {s}.tasks SET lease_expires = %s, updated_at = %s"
-    " WHERE task_id = %s AND epoch = %s RETURNING task_id)"
-)
+# The fence of an operation write: a shared row lock on the task, taken only if its epoch is
+# still the writer's. Why this is enough, and cheaper than an UPDATE of the task:
+# - A takeover (claim_task, claim_next) is an UPDATE of the task row, which takes FOR NO KEY
+#   UPDATE: it conflicts with FOR SHARE (not with FOR KEY SHARE, which is why it is not that).
+#   So the two serialise on the row, in either order.
+# - Takeover first: the fence waits for the claimer's commit, then (READ COMMITTED) follows
+#   the row to its newest version and checks ``epoch = %s`` again on it (EvalPlanQual, in
+#   the LockRows node). The epoch moved on: no row, so the write reading from the fence writes
+#   nothing, and the plan reports LeaseLost. A plain ``WHERE EXISTS`` would read the row of
+#   the statement's snapshot without waiting and miss a takeover committed meanwhile.
+# - Write first: the claimer waits until the write's statement (its own transaction, in
+#   autocommit) has committed, and then reads the operation when it looks at the task.
+# It writes no new version of the task row (no dead tuple, no index entry, no vacuum): only
+# the lock in the existing tuple's xmax (a multixact when several hold it) and a small WAL
+# record. The lease is not extended here; the journal renews it with write_task (see the
+# contract in stores/_base.py).
+_FENCE = "fence AS (SELECT task_id FROM {s}.tasks WHERE task_id = %s AND epoch = %s FOR SHARE)"
 _TYPED = ", ".join("%s::" + _TYPES.get(c, "text") for c in OP_COLUMNS)
 _INSERT_OP = (
-    f"INSERT INTO {{s}}.operations ({', '.join(OP_COLUMNS)}) SELECT {_TYPED} FROM fence"
-    " ON CONFLICT (key) DO NOTHING RETURNING key"
+    f"op AS (INSERT INTO {{s}}.operations ({', '.join(OP_COLUMNS)}, tracked)"
+    f" SELECT {_TYPED}, true FROM fence ON CONFLICT (key) DO NOTHING RETURNING key, task_id, state)"
 )
-_CAS_OP = "UPDATE {s}.operations o SET " + _SET_OP + "{source} WHERE o.key = %s AND o.version = %s"
+_OPEN = frozenset(s.value for s in State if s not in (State.CONFIRMED, State.FAILED))
+_LISTED = (  # listed operations with their rows, whose state decides (see migration 5)
+    "SELECT {what} FROM {s}.open_operations p JOIN {s}.operations o ON o.key = p.key WHERE "
+)
+_CAS_OP = (
+    "UPDATE {s}.operations o SET " + _SET_OP + "{source} WHERE o.key = %s AND o.version = %s"
+    " RETURNING o.key, o.task_id, o.state"
+)
 _INSERT_RESOLUTION = (
     "INSERT INTO {s}.resolutions (key, task_id, at, from_state, to_state, note, receipt, actor)"
     " SELECT %s, %s, %s::float8, %s, %s, %s, %s, %s FROM cas RETURNING id"
@@ -155,8 +202,9 @@ _FIND_RESOLUTION = (
 _GET_OP = "SELECT * FROM {s}.operations WHERE key = %s"
 _GET_TASK = "SELECT * FROM {s}.tasks WHERE task_id = %s"
 _SETTLED = (  # a completed task gc may remove ("t" is the task row)
-    "completed AND updated_at < %s AND NOT EXISTS (SELECT 1 FROM {s}.operations o"
-    " WHERE o.task_id = t.task_id AND o.state NOT IN ('CONFIRMED', 'FAILED'))"
+    "completed AND updated_at < %s AND NOT EXISTS ("
+    + _LISTED.replace("{what}", "1")
+    + "p.task_id = t.task_id AND o.state NOT IN ('CONFIRMED', 'FAILED'))"
 )
 
 
@@ -184,11 +232,11 @@ class Plans:
 
     # -- tasks ------------------------------------------------------------------------------
 
-    def p_get_task(self, task_id: str) -> Plan[TaskRecord | None]:
+    def plan_get_task(self, task_id: str) -> Plan[TaskRecord | None]:
         rows = (yield Q(_GET_TASK, (task_id,))).rows
         return task_from_row(rows[0]) if rows else None
 
-    def p_claim_task(
+    def plan_claim_task(
         self, task_id: str, owner: str, ttl: float, expect_epoch: int | None
     ) -> Plan[TaskRecord | None]:
         now = self.now()
@@ -216,7 +264,7 @@ class Plans:
                 return None
         return task_from_row(rows[0])
 
-    def p_write_task(
+    def plan_write_task(
         self, task_id: str, epoch: int, ttl: float, update: TaskUpdate, also: Sequence[Operation]
     ) -> Plan[TaskRecord]:
         now = self.now()
@@ -235,7 +283,7 @@ class Plans:
             raise lease_lost(task_id, epoch)
         return task_from_row(rows[0])
 
-    def p_create_task(self, task_id: str, kind: str, input_json: str) -> Plan[TaskRecord | None]:
+    def plan_create_task(self, task_id: str, kind: str, input_json: str) -> Plan[TaskRecord | None]:
         now = self.now()
         sql = (
             "INSERT INTO {s}.tasks (task_id, epoch, owner, lease_expires, state, created_at,"
@@ -245,7 +293,7 @@ class Plans:
         rows = (yield Q(sql, (task_id, now, now, kind, input_json))).rows
         return task_from_row(rows[0]) if rows else None
 
-    def p_claim_next(
+    def plan_claim_next(
         self, owner: str, ttl: float, kinds: Collection[str]
     ) -> Plan[TaskRecord | None]:
         now = self.now()
@@ -261,20 +309,21 @@ class Plans:
             " FROM unnest(%s::text[]) AS w (kind) CROSS JOIN LATERAL (SELECT task_id,"
             " not_before, seq FROM {s}.tasks t WHERE NOT completed AND kind IS NOT NULL"
             " AND kind = w.kind AND not_before <= %s AND (owner IS NULL OR lease_expires <= %s)"
-            " AND NOT EXISTS (SELECT 1 FROM {s}.operations o WHERE o.task_id = t.task_id"
-            " AND o.state = 'UNRESOLVED') ORDER BY not_before, seq LIMIT 1"
+            " AND NOT EXISTS (SELECT 1 FROM {s}.open_operations p WHERE p.task_id = t.task_id"
+            " AND p.state = 'UNRESOLVED')"
+            " ORDER BY not_before, seq LIMIT 1"
             " FOR UPDATE SKIP LOCKED) AS c ORDER BY c.not_before, c.seq LIMIT 1) RETURNING *"
         )
         params = (owner, now + ttl, now, sorted(set(kinds)), now, now)
         rows = (yield Q(sql, params)).rows
         return task_from_row(rows[0]) if rows else None
 
-    def p_list_tasks(self, include_completed: bool) -> Plan[list[TaskRecord]]:
+    def plan_list_tasks(self, include_completed: bool) -> Plan[list[TaskRecord]]:
         where = "" if include_completed else " WHERE NOT completed"
         rows = (yield Q(f"SELECT * FROM {{s}}.tasks{where} ORDER BY seq")).rows
         return [task_from_row(r) for r in rows]
 
-    def p_delete_completed(self, before: float) -> Plan[int]:
+    def plan_delete_completed(self, before: float) -> Plan[int]:
         """Runs in a transaction of several statements (see the stores)."""
         # Lock the tasks first, in a fixed order, as fenced writes do (the task row, then
         # its operations): no deadlock with them, and no operation is added meanwhile.
@@ -285,30 +334,31 @@ class Plans:
         doomed = [r["task_id"] for r in (yield Q(again, (locked, before))).rows]
         # The audit log goes with its task: a later task with the same id derives the
         # same keys, and must not inherit another run's resolutions.
-        for table in ("resolutions", "operations", "tasks"):
+        for table in ("resolutions", "open_operations", "operations", "tasks"):
             yield Q(f"DELETE FROM {{s}}.{table} WHERE task_id = ANY(%s)", (doomed,))
         return len(doomed)
 
     # -- operations -------------------------------------------------------------------------
 
-    def p_get_op(self, key: str) -> Plan[Operation | None]:
+    def plan_get_op(self, key: str) -> Plan[Operation | None]:
         rows = (yield Q(_GET_OP, (key,))).rows
         return op_from_row(rows[0]) if rows else None
 
-    def p_insert_op(
+    def plan_insert_op(
         self, op: Operation, epoch: int, ttl: float, also: Sequence[Operation]
     ) -> Plan[tuple[Operation, bool]]:
         row = _op_values(op, version=1)
         ctes, also_params = _also(also)
-        sql = f"WITH {', '.join([_FENCE, *ctes])} {_INSERT_OP}"
-        fence = (op.updated_at + ttl, op.updated_at, op.task_id, epoch)
+        listed = [_track("op", op.state)]
+        sql = f"WITH {', '.join([_FENCE, *ctes, _INSERT_OP, *listed])} SELECT key FROM op"
+        fence = (op.task_id, epoch)
         # The primary key is the claim: of two workers racing for one key, one inserts; the
         # other waits for its commit, inserts nothing, and reads the winner's row below.
         if (yield Q(sql, (*fence, *also_params, *row))).rows:
             return op.replace(version=1), True
         # Nothing inserted: the lease was lost, or the key was taken (by someone else, or by
         # our own earlier attempt whose reply was lost).
-        yield from self._p_check_epoch(op.task_id, epoch)
+        yield from self._plan_check_epoch(op.task_id, epoch)
         stored = (yield Q(_GET_OP, (op.key,))).rows
         if not stored:  # deleted by gc between the two statements
             raise JournalError(f"operation {op.key!r} vanished while being claimed", key=op.key)
@@ -316,7 +366,7 @@ class Plans:
             return op.replace(version=1), True
         return op_from_row(stored[0]), False
 
-    def p_update_op(
+    def plan_update_op(
         self,
         op: Operation,
         epoch: int | None,
@@ -326,27 +376,29 @@ class Plans:
     ) -> Plan[Operation | None]:
         row = _op_values(op, version=op.version + 1)
         where = (op.key, op.version)
+        listed = _track("cas", op.state)
         if epoch is not None:
             ctes, also_params = _also(also)
-            fence = (op.updated_at + ttl, op.updated_at, op.task_id, epoch)
-            cas = _CAS_OP.replace("{source}", " FROM fence")
-            sql = f"WITH {', '.join([_FENCE, *ctes])} {cas} RETURNING 1"
+            fence = (op.task_id, epoch)
+            cas = f"cas AS ({_CAS_OP.replace('{source}', ' FROM fence')})"
+            sql = f"WITH {', '.join([_FENCE, *ctes, cas, listed])} SELECT 1 FROM cas"
             params: tuple[Any, ...] = (*fence, *also_params, *row[1:], *where)
         elif resolution is not None:
             # An operator's write: not fenced; the audit record in the same statement.
-            cas = _CAS_OP.replace("{source}", "")
+            cas = f"cas AS ({_CAS_OP.replace('{source}', '')})"
             r = resolution
             audit = (r.key, r.task_id, r.at, r.from_state.value, r.to_state.value, r.note)
             receipt = row[OP_COLUMNS.index("receipt")]  # the op's, as SQLite keeps it
-            sql = f"WITH cas AS ({cas} RETURNING 1) {_INSERT_RESOLUTION}"
+            sql = f"WITH {cas}, {listed}, audit AS ({_INSERT_RESOLUTION}) SELECT id FROM audit"
             params = (*row[1:], *where, *audit, receipt, r.actor)
         else:
-            sql = _CAS_OP.replace("{source}", "") + " RETURNING 1"
+            cas = f"cas AS ({_CAS_OP.replace('{source}', '')})"
+            sql = f"WITH {cas}, {listed} SELECT 1 FROM cas"
             params = (*row[1:], *where)
         if (yield Q(sql, params)).rows:
             return op.replace(version=op.version + 1)
         if epoch is not None:
-            yield from self._p_check_epoch(op.task_id, epoch)
+            yield from self._plan_check_epoch(op.task_id, epoch)
         if resolution is not None:
             # An operator's earlier attempt is known by its audit record, which nothing else
             # writes or changes (the operation itself may have moved on since).
@@ -360,33 +412,40 @@ class Plans:
             return op.replace(version=op.version + 1)
         return None  # the version had moved on: nothing was written
 
-    def p_list_ops(
+    def plan_list_ops(
         self, task_id: str | None, states: Iterable[State] | None
     ) -> Plan[list[Operation]]:
         clauses: list[str] = []
         params: list[Any] = []
         if task_id is not None:
-            clauses.append("task_id = %s")
+            clauses.append("o.task_id = %s")
             params.append(task_id)
-        if states is not None:
-            clauses.append("state = ANY(%s)")
-            params.append([State(s).value for s in states])
-        where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
-        sql = f"SELECT * FROM {{s}}.operations{where} ORDER BY created_at, seq"
+        wanted = None if states is None else [State(s).value for s in states]
+        if wanted is not None:
+            clauses.append("o.state = ANY(%s)")
+            params.append(wanted)
+        if task_id is None and wanted is not None and _OPEN.issuperset(wanted):
+            # Open operations only (pending, recover): through their list, however many
+            # settled ones the journal holds. A task's own are found by operations_by_task.
+            sql = _LISTED.replace("{what}", "o.*") + " AND ".join(clauses)
+        else:
+            where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+            sql = f"SELECT * FROM {{s}}.operations o{where}"
+        sql += " ORDER BY o.created_at, o.seq"
         return [op_from_row(r) for r in (yield Q(sql, params)).rows]
 
-    def p_count_ops(self) -> Plan[dict[State, int]]:
+    def plan_count_ops(self) -> Plan[dict[State, int]]:
         sql = "SELECT state, count(*) AS n FROM {s}.operations GROUP BY state"
         counts = dict.fromkeys(State, 0)
         counts.update({State(r["state"]): int(r["n"]) for r in (yield Q(sql)).rows})
         return counts
 
-    def p_resolutions(self, key: str | None) -> Plan[list[Resolution]]:
+    def plan_resolutions(self, key: str | None) -> Plan[list[Resolution]]:
         where, params = (" WHERE key = %s", (key,)) if key is not None else ("", ())
         rows = (yield Q(f"SELECT * FROM {{s}}.resolutions{where} ORDER BY id", params)).rows
         return [resolution_from_row(r) for r in rows]
 
-    def _p_check_epoch(self, task_id: str, epoch: int) -> Plan[None]:
+    def _plan_check_epoch(self, task_id: str, epoch: int) -> Plan[None]:
         rows = (yield Q("SELECT epoch FROM {s}.tasks WHERE task_id = %s", (task_id,))).rows
         if not rows or rows[0]["epoch"] != epoch:
             raise lease_lost(task_id, epoch)
@@ -398,18 +457,41 @@ def _also(also: Sequence[Operation]) -> tuple[list[str], list[Any]]:
     ctes: list[str] = []
     params: list[Any] = []
     for number, op in enumerate(also):
-        ctes.append(f"also{number} AS ({_CAS_OP.replace('{source}', ' FROM fence')} RETURNING 1)")
+        ctes.append(f"also{number} AS ({_CAS_OP.replace('{source}', ' FROM fence')})")
+        ctes.append(_track(f"also{number}", op.state))
         params += [*_op_values(op, op.version + 1)[1:], op.key, op.version]
     return ctes, params
 
 
+def _track(source: str, state: State) -> str:
+    """A CTE keeping the list of open operations (see migration 5) in step with the
+    operation written by the CTE ``source`` (which returns its key, task_id and state, and
+    nothing if it wrote nothing): listed with its state while open, removed once closed."""
+    if state.value in _OPEN:
+        return (
+            f"{source}_listed AS (INSERT INTO {{s}}.open_operations AS p (task_id, key, state)"
+            f" SELECT task_id, key, state FROM {source} ON CONFLICT (task_id, key)"
+            " DO UPDATE SET state = excluded.state WHERE p.state <> excluded.state)"
+        )
+    return (
+        f"{source}_listed AS (DELETE FROM {{s}}.open_operations p USING {source}"
+        f" WHERE p.task_id = {source}.task_id AND p.key = {source}.key)"
+    )
+
+
+_BOOLEANS = [OP_COLUMNS.index(c) for c in ("can_reconcile", "idempotent", "locks_in_flight")]
+
+
 def _op_values(op: Operation, version: int) -> tuple[Any, ...]:
-    """The operation's column values in OP_COLUMNS order (booleans as booleans)."""
-    row = op_to_row(op, version)
+    """The operation's column values in OP_COLUMNS order (booleans as booleans: PostgreSQL
+    has no cast to boolean from the small integers psycopg sends)."""
+    row = list(op_values(op, version))
     policy = op.policy
-    row["can_reconcile"], row["idempotent"] = policy.can_reconcile, policy.idempotent
-    row["locks_in_flight"] = policy.locks_in_flight
-    return tuple(row[c] for c in OP_COLUMNS)
+    for index, value in zip(
+        _BOOLEANS, (policy.can_reconcile, policy.idempotent, policy.locks_in_flight), strict=True
+    ):
+        row[index] = value
+    return tuple(row)
 
 
 def _same(stored: dict[str, Any], values: tuple[Any, ...]) -> bool:

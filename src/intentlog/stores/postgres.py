@@ -320,12 +320,13 @@ class PostgresStore(_Common, Store):
                 result = Result(cur.rowcount, rows)
 
     def get_task(self, task_id: str) -> TaskRecord | None:
-        return self._run(lambda: self.p_get_task(task_id), write=False)
+        return self._run(lambda: self.plan_get_task(task_id), write=False)
 
     def claim_task(
         self, task_id: str, owner: str, ttl: float, expect_epoch: int | None
     ) -> TaskRecord | None:
-        return self._run(lambda: self.p_claim_task(task_id, owner, ttl, expect_epoch), write=True)
+        plan = lambda: self.plan_claim_task(task_id, owner, ttl, expect_epoch)  # noqa: E731
+        return self._run(plan, write=True)
 
     def write_task(
         self,
@@ -335,29 +336,30 @@ class PostgresStore(_Common, Store):
         update: TaskUpdate,
         also: Sequence[Operation] = (),
     ) -> TaskRecord:
-        return self._run(lambda: self.p_write_task(task_id, epoch, ttl, update, also), write=True)
+        plan = lambda: self.plan_write_task(task_id, epoch, ttl, update, also)  # noqa: E731
+        return self._run(plan, write=True)
 
     def create_task(self, task_id: str, kind: str, input_json: str) -> TaskRecord | None:
-        return self._run(lambda: self.p_create_task(task_id, kind, input_json), write=True)
+        return self._run(lambda: self.plan_create_task(task_id, kind, input_json), write=True)
 
     def claim_next(self, owner: str, ttl: float, kinds: Collection[str]) -> TaskRecord | None:
         if not kinds:
             return None
-        return self._run(lambda: self.p_claim_next(owner, ttl, kinds), write=True)
+        return self._run(lambda: self.plan_claim_next(owner, ttl, kinds), write=True)
 
     def list_tasks(self, *, include_completed: bool = True) -> list[TaskRecord]:
-        return self._run(lambda: self.p_list_tasks(include_completed), write=False)
+        return self._run(lambda: self.plan_list_tasks(include_completed), write=False)
 
     def delete_completed(self, before: float) -> int:
-        return self._run(lambda: self.p_delete_completed(before), write=True, tx=True)
+        return self._run(lambda: self.plan_delete_completed(before), write=True, tx=True)
 
     def get_op(self, key: str) -> Operation | None:
-        return self._run(lambda: self.p_get_op(key), write=False)
+        return self._run(lambda: self.plan_get_op(key), write=False)
 
     def insert_op(
         self, op: Operation, epoch: int, ttl: float, also: Sequence[Operation] = ()
     ) -> tuple[Operation, bool]:
-        return self._run(lambda: self.p_insert_op(op, epoch, ttl, also), write=True)
+        return self._run(lambda: self.plan_insert_op(op, epoch, ttl, also), write=True)
 
     def update_op(
         self,
@@ -367,18 +369,18 @@ class PostgresStore(_Common, Store):
         resolution: Resolution | None = None,
         also: Sequence[Operation] = (),
     ) -> Operation | None:
-        return self._run(lambda: self.p_update_op(op, epoch, ttl, resolution, also), write=True)
+        return self._run(lambda: self.plan_update_op(op, epoch, ttl, resolution, also), write=True)
 
     def list_ops(
         self, *, task_id: str | None = None, states: Iterable[State] | None = None
     ) -> list[Operation]:
-        return self._run(lambda: self.p_list_ops(task_id, states), write=False)
+        return self._run(lambda: self.plan_list_ops(task_id, states), write=False)
 
     def count_ops(self) -> dict[State, int]:
-        return self._run(self.p_count_ops, write=False)
+        return self._run(self.plan_count_ops, write=False)
 
     def resolutions(self, key: str | None = None) -> list[Resolution]:
-        return self._run(lambda: self.p_resolutions(key), write=False)
+        return self._run(lambda: self.plan_resolutions(key), write=False)
 
 
 class AsyncPostgresStore(_Common, AsyncStore):
@@ -482,12 +484,12 @@ class AsyncPostgresStore(_Common, AsyncStore):
                 result = Result(cur.rowcount, rows)
 
     async def get_task(self, task_id: str) -> TaskRecord | None:
-        return await self._run(lambda: self.p_get_task(task_id), write=False)
+        return await self._run(lambda: self.plan_get_task(task_id), write=False)
 
     async def claim_task(
         self, task_id: str, owner: str, ttl: float, expect_epoch: int | None
     ) -> TaskRecord | None:
-        plan = lambda: self.p_claim_task(task_id, owner, ttl, expect_epoch)  # noqa: E731
+        plan = lambda: self.plan_claim_task(task_id, owner, ttl, expect_epoch)  # noqa: E731
         return await self._run(plan, write=True)
 
     async def write_task(
@@ -498,30 +500,30 @@ class AsyncPostgresStore(_Common, AsyncStore):
         update: TaskUpdate,
         also: Sequence[Operation] = (),
     ) -> TaskRecord:
-        plan = lambda: self.p_write_task(task_id, epoch, ttl, update, also)  # noqa: E731
+        plan = lambda: self.plan_write_task(task_id, epoch, ttl, update, also)  # noqa: E731
         return await self._run(plan, write=True)
 
     async def create_task(self, task_id: str, kind: str, input_json: str) -> TaskRecord | None:
-        return await self._run(lambda: self.p_create_task(task_id, kind, input_json), write=True)
+        return await self._run(lambda: self.plan_create_task(task_id, kind, input_json), write=True)
 
     async def claim_next(self, owner: str, ttl: float, kinds: Collection[str]) -> TaskRecord | None:
         if not kinds:
             return None
-        return await self._run(lambda: self.p_claim_next(owner, ttl, kinds), write=True)
+        return await self._run(lambda: self.plan_claim_next(owner, ttl, kinds), write=True)
 
     async def list_tasks(self, *, include_completed: bool = True) -> list[TaskRecord]:
-        return await self._run(lambda: self.p_list_tasks(include_completed), write=False)
+        return await self._run(lambda: self.plan_list_tasks(include_completed), write=False)
 
     async def delete_completed(self, before: float) -> int:
-        return await self._run(lambda: self.p_delete_completed(before), write=True, tx=True)
+        return await self._run(lambda: self.plan_delete_completed(before), write=True, tx=True)
 
     async def get_op(self, key: str) -> Operation | None:
-        return await self._run(lambda: self.p_get_op(key), write=False)
+        return await self._run(lambda: self.plan_get_op(key), write=False)
 
     async def insert_op(
         self, op: Operation, epoch: int, ttl: float, also: Sequence[Operation] = ()
     ) -> tuple[Operation, bool]:
-        return await self._run(lambda: self.p_insert_op(op, epoch, ttl, also), write=True)
+        return await self._run(lambda: self.plan_insert_op(op, epoch, ttl, also), write=True)
 
     async def update_op(
         self,
@@ -531,19 +533,19 @@ class AsyncPostgresStore(_Common, AsyncStore):
         resolution: Resolution | None = None,
         also: Sequence[Operation] = (),
     ) -> Operation | None:
-        plan = lambda: self.p_update_op(op, epoch, ttl, resolution, also)  # noqa: E731
+        plan = lambda: self.plan_update_op(op, epoch, ttl, resolution, also)  # noqa: E731
         return await self._run(plan, write=True)
 
     async def list_ops(
         self, *, task_id: str | None = None, states: Iterable[State] | None = None
     ) -> list[Operation]:
-        return await self._run(lambda: self.p_list_ops(task_id, states), write=False)
+        return await self._run(lambda: self.plan_list_ops(task_id, states), write=False)
 
     async def count_ops(self) -> dict[State, int]:
-        return await self._run(self.p_count_ops, write=False)
+        return await self._run(self.plan_count_ops, write=False)
 
     async def resolutions(self, key: str | None = None) -> list[Resolution]:
-        return await self._run(lambda: self.p_resolutions(key), write=False)
+        return await self._run(lambda: self.plan_resolutions(key), write=False)
 
 
 _SYNC_COMMIT = (
