@@ -7,9 +7,10 @@ with LeaseLost, changing nothing, if the task's epoch has moved on. ``write_task
 the task's lease to ``now + ttl`` in the same transaction (operation writes may, but need not:
 the journal renews leases in the background and checks the time left before every send).
 The fence must be serialised with ``claim_task``: a single writer (SQLite), or a row lock on
-the task taken by the write itself (an ``UPDATE tasks ... WHERE epoch = ...`` in PostgreSQL; a
-``WHERE EXISTS`` subquery is not enough under READ COMMITTED, where a takeover that commits
-meanwhile is not seen).
+the task taken by the write itself (in PostgreSQL ``SELECT ... FOR SHARE`` on the task row,
+which waits for a takeover in progress and re-reads the epoch it committed, without writing
+the row; a plain ``WHERE EXISTS`` subquery is not enough under READ COMMITTED, where a takeover
+that commits meanwhile is not seen).
 
 Times are seconds since the Unix epoch on the store's clock (:meth:`Store.now`), never the
 worker's, so leases and retention windows mean the same thing to every worker.

@@ -43,6 +43,7 @@ from intentlog._errors import (
     JournalReadOnly,
     SchemaTooNew,
 )
+from intentlog._flow import drive, drive_async
 from intentlog._model import Operation, State, TaskRecord
 from intentlog.stores._async_store import AsyncStore
 from intentlog.stores._base import Resolution, Store, TaskUpdate
@@ -57,6 +58,7 @@ from intentlog.stores._pg import (
     VERSION_TABLE,
     Plan,
     Plans,
+    Q,
     Result,
     parse_url,
 )
@@ -309,15 +311,12 @@ class PostgresStore(_Common, Store):
 
     def _drive(self, conn: psycopg.Connection[Any], plan: Plan[_T]) -> _T:
         with conn.cursor(row_factory=dict_row) as cur:
-            result: Any = None
-            while True:
-                try:
-                    query = plan.send(result)
-                except StopIteration as stop:
-                    return stop.value  # type: ignore[no-any-return]
+
+            def perform(query: Q) -> Result:
                 cur.execute(self.sql(query.sql), query.params)
-                rows = cur.fetchall() if cur.description is not None else []
-                result = Result(cur.rowcount, rows)
+                return Result(cur.rowcount, cur.fetchall() if cur.description is not None else [])
+
+            return drive(plan, perform)
 
     def get_task(self, task_id: str) -> TaskRecord | None:
         return self._run(lambda: self.plan_get_task(task_id), write=False)
@@ -473,15 +472,13 @@ class AsyncPostgresStore(_Common, AsyncStore):
 
     async def _drive(self, conn: psycopg.AsyncConnection[Any], plan: Plan[_T]) -> _T:
         async with conn.cursor(row_factory=dict_row) as cur:
-            result: Any = None
-            while True:
-                try:
-                    query = plan.send(result)
-                except StopIteration as stop:
-                    return stop.value  # type: ignore[no-any-return]
+
+            async def perform(query: Q) -> Result:
                 await cur.execute(self.sql(query.sql), query.params)
                 rows = await cur.fetchall() if cur.description is not None else []
-                result = Result(cur.rowcount, rows)
+                return Result(cur.rowcount, rows)
+
+            return await drive_async(plan, perform)
 
     async def get_task(self, task_id: str) -> TaskRecord | None:
         return await self._run(lambda: self.plan_get_task(task_id), write=False)
