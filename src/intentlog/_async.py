@@ -18,6 +18,7 @@ import warnings
 from collections.abc import Awaitable, Generator, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
+from intentlog import _verbs
 from intentlog._driver import run_async
 from intentlog._effect import Effect, Seconds
 from intentlog._flow import Flow, call
@@ -25,24 +26,19 @@ from intentlog._keys import validate_task_id
 from intentlog._lease import AsyncRenewer, Renewer
 from intentlog._model import JSON, Action, Operation, Outcome, OutcomeName, State, TaskRecord
 from intentlog._open import open_store
-from intentlog._options import DEFAULT_WORKERS, JournalOptions, Options, make_options, task_wait
+from intentlog._options import (
+    DEFAULT_WORKERS,
+    JournalOptions,
+    Options,
+    OptionsView,
+    make_options,
+    task_wait,
+)
 from intentlog._owner import new_owner
 from intentlog._protocol import TaskCore, acquire_flow
 from intentlog._task import NEXT_ACTION_DEPRECATED, TaskView, release_flow
 from intentlog._validate import count, seconds, task_kinds
-from intentlog._verbs import (
-    Pending,
-    Recovered,
-    TaskInfo,
-    attention_flow,
-    gc_flow,
-    operation_flow,
-    pending_flow,
-    recover_flow,
-    resolve_flow,
-    start_flow,
-    task_info_flow,
-)
+from intentlog._verbs import Pending, Recovered, TaskInfo
 from intentlog.stores._async_store import AsyncStore
 from intentlog.stores._base import Resolution, Store
 
@@ -181,7 +177,7 @@ class _Opening:
         pass
 
 
-class AsyncJournal:
+class AsyncJournal(OptionsView):
     """The journal for asyncio programs: ``async with intentlog.open_async(url) as journal``.
 
     The verbs are those of :class:`intentlog.Journal`, awaited, with the same options
@@ -221,18 +217,6 @@ class AsyncJournal:
     @property
     def store(self) -> Store | AsyncStore:
         return self._store
-
-    @property
-    def lease_ttl(self) -> float:
-        return self.options.lease_ttl
-
-    @property
-    def max_bytes(self) -> int:
-        return self.options.max_bytes
-
-    @property
-    def lookup_limit(self) -> int:
-        return self.options.lookup_limit
 
     @property
     def url(self) -> str:
@@ -337,16 +321,16 @@ class AsyncJournal:
 
     async def start(self, kind: str, task_id: str, input: JSON = None) -> bool:
         """See :meth:`intentlog.Journal.start`."""
-        return await self._drive(start_flow(self.options, kind, task_id, input))
+        return await self._drive(_verbs.start_flow(self.options, kind, task_id, input))
 
     async def tasks(self, *, include_completed: bool = True) -> list[TaskRecord]:
         return await self._drive(call(Store.list_tasks, include_completed=include_completed))
 
     async def task_info(self, task_id: str) -> TaskInfo:
-        return await self._drive(task_info_flow(self._store, task_id))
+        return await self._drive(_verbs.task_info_flow(self._store, task_id))
 
     async def attention(self) -> list[TaskInfo]:
-        return await self._drive(attention_flow(self._store))
+        return await self._drive(_verbs.attention_flow(self._store))
 
     async def operations(self, task_id: str | None = None) -> list[Operation]:
         if task_id is not None:
@@ -354,20 +338,20 @@ class AsyncJournal:
         return await self._drive(call(Store.list_ops, task_id=task_id))
 
     async def operation(self, key: str) -> Operation:
-        return await self._drive(operation_flow(self._store, key))
+        return await self._drive(_verbs.operation_flow(self._store, key))
 
     async def counts(self) -> dict[State, int]:
         return await self._drive(call(Store.count_ops))
 
     async def pending(self) -> list[Pending]:
-        return await self._drive(pending_flow(self._store, self.options))
+        return await self._drive(_verbs.pending_flow(self._store, self.options))
 
     async def recover(self, effects: Iterable[Effect], *, wait: Seconds = 0.0) -> list[Recovered]:
         """See :meth:`intentlog.Journal.recover`; reconcilers may be ``async def``."""
         effects = list(effects)
         waited = seconds("wait", wait)
         return await self._drive(
-            recover_flow(self._store, self.options, effects, waited, is_async=True)
+            _verbs.recover_flow(self._store, self.options, effects, waited, is_async=True)
         )
 
     async def resolve(
@@ -381,7 +365,7 @@ class AsyncJournal:
     ) -> Operation:
         """See :meth:`intentlog.Journal.resolve`."""
         return await self._drive(
-            resolve_flow(self._store, self.options, key, outcome, receipt, note, actor)
+            _verbs.resolve_flow(self._store, self.options, key, outcome, receipt, note, actor)
         )
 
     async def resolutions(self, key: str | None = None) -> list[Resolution]:
@@ -390,7 +374,7 @@ class AsyncJournal:
     async def gc(self, older_than: Seconds) -> int:
         """See :meth:`intentlog.Journal.gc`."""
         older = seconds("older_than", older_than, bounded=False)
-        return await self._drive(gc_flow(self._store, older))
+        return await self._drive(_verbs.gc_flow(self._store, older))
 
 
 def open_async(

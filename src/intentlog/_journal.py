@@ -15,7 +15,7 @@ from intentlog._keys import validate_task_id
 from intentlog._lease import Renewer
 from intentlog._model import JSON, Operation, Outcome, OutcomeName, State, TaskRecord
 from intentlog._open import open_store
-from intentlog._options import JournalOptions, Options, make_options, task_wait
+from intentlog._options import JournalOptions, Options, OptionsView, make_options, task_wait
 from intentlog._owner import new_owner
 from intentlog._protocol import TaskCore, acquire_flow
 from intentlog._task import Task
@@ -48,7 +48,7 @@ __all__ = [
 _T = TypeVar("_T")
 
 
-class Journal:
+class Journal(OptionsView):
     """The durable store of tasks and operations. Thread-safe; close it when done.
 
     ``options``: the journal options (``lease_ttl``, ``lease_wait``, ``max_wait``,
@@ -61,18 +61,6 @@ class Journal:
         self.options: Options = make_options(options, caller="Journal")
         self._store = store
         self._renewer = Renewer(self.options.lease_ttl, store)
-
-    @property
-    def lease_ttl(self) -> float:
-        return self.options.lease_ttl
-
-    @property
-    def max_bytes(self) -> int:
-        return self.options.max_bytes
-
-    @property
-    def lookup_limit(self) -> int:
-        return self.options.lookup_limit
 
     @property
     def store(self) -> Store:

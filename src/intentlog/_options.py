@@ -16,7 +16,14 @@ from intentlog._hygiene import DEFAULT_MAX_BYTES
 from intentlog._service import Seconds
 from intentlog._validate import count, seconds
 
-__all__ = ["DEFAULT_WORKERS", "JournalOptions", "Options", "make_options", "task_wait"]
+__all__ = [
+    "DEFAULT_WORKERS",
+    "JournalOptions",
+    "Options",
+    "OptionsView",
+    "make_options",
+    "task_wait",
+]
 
 #: Threads of an AsyncJournal's own pool (its SQLite store calls and synchronous user code).
 DEFAULT_WORKERS = 64
@@ -101,3 +108,21 @@ def task_wait(wait: Seconds | None) -> float | None:
     """The ``wait`` of ``journal.task(id, wait=...)``, checked (None: the journal's
     ``lease_wait``)."""
     return None if wait is None else seconds("wait", wait)
+
+
+class OptionsView:
+    """The journal's settings as read-only attributes, on both faces of the journal."""
+
+    options: Options
+
+    @property
+    def lease_ttl(self) -> float:
+        return self.options.lease_ttl
+
+    @property
+    def max_bytes(self) -> int:
+        return self.options.max_bytes
+
+    @property
+    def lookup_limit(self) -> int:
+        return self.options.lookup_limit
