@@ -109,6 +109,7 @@ class _Answer:
     body: bytes
     truncated: bool
     replayed: bool = False  # the service's replay header marked it as a repeated answer
+    problem: bool = False  # Content-Type application/problem+json: an error, never a receipt
 
 
 _Flow = Generator[_Send | _Pause, Any, T]
@@ -213,16 +214,23 @@ class _Spec:
     def receipt_of_answer(self, key: str, answer: _Answer) -> Receipt | None:
         """The receipt in a submit's answer, None for "in progress"; raises otherwise.
 
-        An answer with a replay status (the service's ``Replay.statuses``) whose body holds
-        every receipt field is the original answer again, and so the confirmation. Without
-        them the status means what it means otherwise: for one that is both a replay and "in
-        progress" (409 at some services), in progress. An answer marked by the replay header
-        is a finished one, so never "in progress"; a replayed refusal is still a refusal.
+        A 2xx whose body holds every receipt field is the answer. A status in the service's
+        ``Replay.statuses`` or in ``in_progress`` (409 by default) whose body holds every
+        receipt field, and is no error body (:meth:`replayed_receipt`), is the original
+        answer replayed (django-idempotency-key answers a completed key with 409 and the
+        first body), and so the confirmation. Without them the status means what it means
+        otherwise: an ``in_progress`` status is "in progress". An answer marked by the
+        replay header is a finished one, so never "in progress"; a replayed refusal is
+        still a refusal.
         """
         status = answer.status
         where = f"{self.method} {_where(_with_key(self.url, key))}"
-        if 200 <= status < 300 or status in self.replay.statuses:
+        if 200 <= status < 300:
             receipt, problem = self.receipt_in(answer)
+            if receipt is not None:
+                return receipt
+        elif status in self.replay.statuses or status in self.in_progress:
+            receipt = self.replayed_receipt(answer)
             if receipt is not None:
                 return receipt
         if 200 <= status < 300:
@@ -251,6 +259,26 @@ class _Spec:
             status=status,
             key=key,
         )
+
+    def replayed_receipt(self, answer: _Answer) -> Receipt | None:
+        """The receipt of a non-2xx answer that replays the original one, else None.
+
+        It must hold every receipt field and be no error body: not ``application/problem+json``
+        (RFC 9457, the IETF Idempotency-Key draft's "request outstanding" answer) and no
+        top-level ``error``/``errors`` member that is not itself a receipt field (Stripe's and
+        django-idempotency-key's "in progress" 409s). An error that happens to carry
+        receipt-named fields is read as what it says, so a request still running is never
+        confirmed with a receipt it has not produced.
+        """
+        if answer.problem:
+            return None
+        receipt, _ = self.receipt_in(answer)
+        if receipt is None:
+            return None
+        data = json.loads(answer.body)  # an object: receipt_in parsed it
+        if any(k in data and k not in self.fields for k in ("error", "errors")):
+            return None
+        return receipt
 
     def receipt_in(self, answer: _Answer) -> tuple[Receipt | None, str]:
         """The receipt fields of an answer's body, or what is wrong with it."""
@@ -375,7 +403,9 @@ class _Exchange:
         if self.replay_header is not None:
             name, value = self.replay_header
             replayed = headers.get(name, "").strip().lower() == value.lower()
-        return _Answer(status, b"".join(self.chunks), self.size > _MAX_ANSWER, replayed)
+        media = headers.get("content-type", "").split(";")[0].strip().lower()
+        return _Answer(status, b"".join(self.chunks), self.size > _MAX_ANSWER, replayed,
+                       media == "application/problem+json")  # fmt: skip
 
     def failed(self, exc: Exception) -> AmbiguousResponse:
         return AmbiguousResponse(
