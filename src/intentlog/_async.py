@@ -383,7 +383,8 @@ def open_async(
     workers: int = DEFAULT_WORKERS,
     **options: Unpack[JournalOptions],
 ) -> AsyncJournal:
-    """Open (creating if needed) a journal for asyncio code; same URLs as :func:`open`.
+    """Open (creating if needed, unless ``create=False``) a journal for asyncio code; same
+    URLs and options as :func:`open`.
 
     Use ``async with intentlog.open_async(url) as journal:``. Opening checks the journal
     (the file header and schema, or the PostgreSQL schema) synchronously, once; after that
@@ -392,5 +393,6 @@ def open_async(
     created.
     """
     count("workers", workers)  # bad options fail before anything is opened
-    make_options(options, caller="open_async")
-    return AsyncJournal(open_store(url, asynchronous=True), workers=workers, **options)
+    checked = make_options(options, caller="open_async")
+    store = open_store(url, asynchronous=True, create=checked.create)
+    return AsyncJournal(store, workers=workers, **options)

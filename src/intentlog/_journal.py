@@ -251,14 +251,14 @@ def _warn_if_in_event_loop() -> None:
 
 
 def open(url: str | os.PathLike[str] | None = None, **options: Unpack[JournalOptions]) -> Journal:
-    """Open (creating if needed) a journal.
+    """Open (creating if needed, unless ``create=False``) a journal.
 
     ``url``: a file path, ``sqlite:///path``, or ``postgresql://...``; default
     ``$INTENTLOG_URL``, else ``./.intentlog/journal.db``. ``options``: the journal options
     (see :class:`intentlog.Options`), checked before anything is opened or created.
     """
-    make_options(options, caller="open")  # bad options fail before anything is opened
-    store = open_store(url)
+    checked = make_options(options, caller="open")  # bad options fail before anything opens
+    store = open_store(url, create=checked.create)
     try:
         return Journal(store, **options)
     except BaseException:

@@ -21,16 +21,18 @@ ENV_URL = "INTENTLOG_URL"
 
 
 @overload
-def open_store(url: str | os.PathLike[str] | None = None) -> Store: ...
+def open_store(url: str | os.PathLike[str] | None = None, *, create: bool = True) -> Store: ...
 @overload
 def open_store(
-    url: str | os.PathLike[str] | None = None, *, asynchronous: bool
+    url: str | os.PathLike[str] | None = None, *, asynchronous: bool, create: bool = True
 ) -> Store | AsyncStore: ...
 def open_store(
-    url: str | os.PathLike[str] | None = None, *, asynchronous: bool = False
+    url: str | os.PathLike[str] | None = None, *, asynchronous: bool = False, create: bool = True
 ) -> Store | AsyncStore:
     """The store a journal URL names (see :func:`intentlog.open`). ``asynchronous``: for an
-    AsyncJournal, an asynchronous store where the backend has one (PostgreSQL)."""
+    AsyncJournal, an asynchronous store where the backend has one (PostgreSQL). ``create``
+    False: open only an existing journal of this version; a missing file, schema, table or
+    database raises JournalError naming it, and nothing is created or upgraded."""
     if url is None:
         url = os.environ.get(ENV_URL) or DEFAULT_PATH
     text = os.fspath(url)
@@ -38,15 +40,15 @@ def open_store(
         raise InvalidInput("journal URL is empty")
     scheme, sep, rest = text.partition("://")
     if not sep:
-        return _sqlite(text, asynchronous)
+        return _sqlite(text, asynchronous, create)
     if scheme == "sqlite":
         if not rest.startswith("/") or len(rest) < 2:
             raise InvalidInput(
                 f"sqlite URL needs a path (sqlite:///path/journal.db), got {_masked(text)!r}"
             )
-        return _sqlite(rest, asynchronous)
+        return _sqlite(rest, asynchronous, create)
     if scheme in ("postgresql", "postgres"):
-        return _postgres(text, asynchronous)
+        return _postgres(text, asynchronous, create)
     raise InvalidInput(f"unknown journal URL scheme {scheme!r}; use a path or sqlite:///path")
 
 
@@ -55,21 +57,23 @@ def _masked(url: str) -> str:
     return re.sub(r"(://[^/:@]*:)[^/@]*@", r"\1***@", url)
 
 
-def _sqlite(path: str, asynchronous: bool) -> Store | AsyncStore:
+def _sqlite(path: str, asynchronous: bool, create: bool) -> Store | AsyncStore:
     if asynchronous:
         from intentlog.stores.sqlite_async import AsyncSQLiteStore
 
-        return AsyncSQLiteStore(path)
+        return AsyncSQLiteStore(path, create=create)
     from intentlog.stores.sqlite import SQLiteStore
 
-    return SQLiteStore(path)
+    return SQLiteStore(path, create=create)
 
 
-def _postgres(url: str, asynchronous: bool) -> Store | AsyncStore:
+def _postgres(url: str, asynchronous: bool, create: bool) -> Store | AsyncStore:
     try:  # psycopg is an optional extra: import it only for a postgresql:// journal
         from intentlog.stores.postgres import AsyncPostgresStore, PostgresStore
     except ImportError as exc:
         raise InvalidInput(
             f"postgresql:// journals need psycopg 3: pip install 'intentlog[postgres]' ({exc})"
         ) from exc
-    return AsyncPostgresStore(url) if asynchronous else PostgresStore(url)
+    if asynchronous:
+        return AsyncPostgresStore(url, create=create)
+    return PostgresStore(url, create=create)

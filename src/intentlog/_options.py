@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any, TypedDict, cast
 
 from intentlog._decide import DEFAULT_LOOKUP_LIMIT
+from intentlog._errors import InvalidInput
 from intentlog._hygiene import DEFAULT_MAX_BYTES
 from intentlog._service import Seconds
 from intentlog._validate import count, seconds
@@ -43,6 +44,7 @@ class JournalOptions(TypedDict, total=False):
     max_bytes: int
     lookup_limit: int
     attempts_per_run: int
+    create: bool
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -54,7 +56,12 @@ class Options:
     ``run`` waits for an in-flight window to pass before raising StillInFlight.
     ``max_bytes``: size bound of every stored JSON value (state, receipts, arguments).
     ``lookup_limit``: inconclusive lookups before an operation becomes UNRESOLVED.
-    ``attempts_per_run``: sends one ``run`` call may make.
+    ``attempts_per_run``: sends one ``run`` call may make. ``create`` (default True): whether
+    opening a URL may create what is missing (the SQLite file, the PostgreSQL schema and its
+    tables) and upgrade an older schema; False opens only an existing journal of this
+    version, and a missing file, schema or database raises JournalError naming it, leaving
+    everything as it was (read-only tools open so). ``Journal`` and ``AsyncJournal`` take an
+    open store, so there it only records how the store was opened.
 
     Checked when made: times are seconds or timedeltas, at most a year (``lease_ttl`` > 0, the
     waits >= 0), kept as floats; the others are integers >= 1. Anything else raises
@@ -67,6 +74,7 @@ class Options:
     max_bytes: int = DEFAULT_MAX_BYTES
     lookup_limit: int = DEFAULT_LOOKUP_LIMIT
     attempts_per_run: int = 3
+    create: bool = True
 
     def __post_init__(self) -> None:
         checked = {
@@ -77,6 +85,10 @@ class Options:
             "lookup_limit": count("lookup_limit", self.lookup_limit),
             "attempts_per_run": count("attempts_per_run", self.attempts_per_run),
         }
+        if type(self.create) is not bool:
+            raise InvalidInput(
+                f"create must be True or False, got {self.create!r}", option="create"
+            )
         for name, value in checked.items():
             object.__setattr__(self, name, value)  # frozen: normalised once, here
 

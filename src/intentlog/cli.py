@@ -168,7 +168,10 @@ def cli(ctx: click.Context, db: str | None, as_json: bool) -> None:
 
 
 def _open(ctx: click.Context) -> intentlog.Journal:
-    """Open the journal; refuse a SQLite journal that does not exist (likely a wrong path)."""
+    """Open an existing journal, creating nothing: a missing SQLite file, PostgreSQL schema or
+    database (likely a wrong path or a typo) is an error naming it, exit 1. Every verb that
+    opens here (status, show, resolve, recover, gc, the console) works on what is journaled;
+    only ``start`` and ``worker`` create a journal."""
     raw: str | None = ctx.obj["db"]
     path: str | None = None
     if raw is None:
@@ -179,7 +182,7 @@ def _open(ctx: click.Context) -> intentlog.Journal:
         path = raw[len("sqlite://") :]
     if path and not Path(path).exists():
         raise _Failure(f"no journal at {Path(path).resolve()}; pass --db URL or set INTENTLOG_URL")
-    return intentlog.open(raw)
+    return intentlog.open(raw, create=False)
 
 
 def _emit(data: Any) -> None:

@@ -31,6 +31,7 @@ import asyncio
 import contextlib
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any, TypeVar
 
@@ -83,8 +84,9 @@ _T = TypeVar("_T")
 class _Common(Plans):
     """Opening, migrating, the clock and the error rules, the same for both stores."""
 
-    def __init__(self, url: str, *, max_size: int, timeout: float) -> None:
+    def __init__(self, url: str, *, max_size: int, timeout: float, create: bool) -> None:
         self._conninfo, options, self.url, self._secrets = parse_url(url)
+        self._create = create
         self.schema = options.get("schema", DEFAULT_SCHEMA)
         if not SCHEMA_RE.match(self.schema):
             raise InvalidInput(
@@ -110,7 +112,10 @@ class _Common(Plans):
             # would only time out), and it migrates before any pooled work starts.
             with psycopg.connect(self._conninfo, **self._kwargs) as conn:
                 _configure(conn)
-                self._migrate(conn)
+                if create:
+                    self._migrate(conn)
+                else:
+                    self._check_exists(conn)
                 self._measured_at(conn.execute(CLOCK).fetchone(), time.time(), time.time())
         except psycopg.Error as exc:
             raise self._cannot_open(exc) from exc
@@ -126,9 +131,49 @@ class _Common(Plans):
         return text
 
     def _cannot_open(self, exc: psycopg.Error) -> Error:
-        return self._answer(exc) or JournalError(
-            f"cannot open the journal at {self.url}: {self._why(exc)}"
-        )
+        why = self._why(exc)
+        if exc.sqlstate == "3D000" or ('database "' in why and "does not exist" in why):
+            # invalid_catalog_name; at connect time libpq gives only the message
+            name = urllib.parse.unquote(urllib.parse.urlsplit(self.url).path.lstrip("/"))
+            return JournalError(
+                f"no journal at {self.url}: database {name!r} does not exist on that server; "
+                f"intentlog never creates a database: check the URL, or create it ({why})"
+            )
+        return self._answer(exc) or JournalError(f"cannot open the journal at {self.url}: {why}")
+
+    def _check_exists(self, conn: psycopg.Connection[Any]) -> None:
+        """Opening without creating: the schema must exist and hold a journal of this
+        intentlog's schema version. Only reads the catalog (no DDL, no lock), so a missing
+        schema stays missing and an older journal is not upgraded under its workers."""
+        cur = conn.cursor()
+        row = cur.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (self.schema,))
+        if row.fetchone() is None:
+            database = cur.execute("SELECT current_database()").fetchone()
+            raise JournalError(
+                f"no journal at {self.url}: schema {self.schema!r} does not exist in database "
+                f"{database[0] if database else '?'!r}; opened without creating, so nothing "
+                "was created (check ?schema=NAME)"
+            )
+        missing = [
+            table
+            for table in ("schema_version", "tasks", "operations", "resolutions")
+            if cur.execute("SELECT to_regclass(%s)", (f"{self._ident}.{table}",)).fetchone()
+            in (None, (None,))
+        ]
+        if missing:
+            raise JournalError(
+                f"no journal at {self.url}: schema {self.schema!r} exists but holds no intentlog "
+                f"journal (no table {', '.join(missing)}); opened without creating, so nothing "
+                "was created"
+            )
+        version = self._version(cur)  # SchemaTooNew for a newer one
+        if version < SCHEMA_VERSION:
+            raise JournalError(
+                f"the journal at {self.url} has schema {version}; this intentlog needs "
+                f"{SCHEMA_VERSION}, and opening without creating does not upgrade it. Upgrade "
+                "it by opening it once with a writer (intentlog.open), with older workers "
+                "stopped first"
+            )
 
     def _answer(self, exc: psycopg.Error) -> Error | None:
         """Our error for a server answer that says what is wrong with the journal itself (a
@@ -245,13 +290,18 @@ class PostgresStore(_Common, Store):
     ``url``: ``postgresql://user[:password]@host[:port]/db[?schema=NAME&pool_max_size=N]``; other
     query parameters go to libpq. ``max_size``: the most pooled connections (``pool_max_size``
     in the URL wins). ``timeout``: seconds to wait for a connection before JournalError. The
-    schema and its tables are created on first use. A schema written by a newer intentlog is
-    refused with SchemaTooNew, one holding other tables with JournalCorrupt; both are left as
-    they are.
+    schema and its tables are created on first use, an older schema upgraded. With
+    ``create=False`` nothing is created or upgraded: only the catalog is read, and a missing
+    schema, a schema without the journal's tables, or an older schema raises JournalError
+    naming it (a database that does not exist is such an error in both modes: intentlog never
+    creates one). A schema written by a newer intentlog is refused with SchemaTooNew, one
+    holding other tables with JournalCorrupt; both are left as they are.
     """
 
-    def __init__(self, url: str, *, max_size: int = 4, timeout: float = 30.0) -> None:
-        super().__init__(url, max_size=max_size, timeout=timeout)
+    def __init__(
+        self, url: str, *, max_size: int = 4, timeout: float = 30.0, create: bool = True
+    ) -> None:
+        super().__init__(url, max_size=max_size, timeout=timeout, create=create)
         self._clock_lock = threading.Lock()
         self._pool: psycopg_pool.ConnectionPool[psycopg.Connection[Any]]
         self._pool = psycopg_pool.ConnectionPool(
@@ -390,8 +440,10 @@ class AsyncPostgresStore(_Common, AsyncStore):
     blocks the loop. Same URL, options and guarantees as :class:`PostgresStore`.
     """
 
-    def __init__(self, url: str, *, max_size: int = 8, timeout: float = 30.0) -> None:
-        super().__init__(url, max_size=max_size, timeout=timeout)
+    def __init__(
+        self, url: str, *, max_size: int = 8, timeout: float = 30.0, create: bool = True
+    ) -> None:
+        super().__init__(url, max_size=max_size, timeout=timeout, create=create)
         self._pool: psycopg_pool.AsyncConnectionPool[psycopg.AsyncConnection[Any]]
         self._pool = psycopg_pool.AsyncConnectionPool(
             self._conninfo,
@@ -408,7 +460,9 @@ class AsyncPostgresStore(_Common, AsyncStore):
         self._clock_task: asyncio.Task[None] | None = None
 
     def sync_store(self) -> PostgresStore:
-        return PostgresStore(self._url, max_size=self._size, timeout=self._timeout)
+        return PostgresStore(
+            self._url, max_size=self._size, timeout=self._timeout, create=self._create
+        )
 
     def now(self) -> float:
         if self._clock_due() and self._clock_task is None and self._opened:

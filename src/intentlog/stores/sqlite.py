@@ -30,7 +30,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from intentlog._errors import Error, JournalCorrupt, SchemaTooNew
+from intentlog._errors import Error, JournalCorrupt, JournalError, SchemaTooNew
 from intentlog._model import Operation, State, TaskRecord
 from intentlog.stores._base import (
     OP_COLUMNS,
@@ -150,21 +150,37 @@ class SQLiteStore(Store):
     Process-safe: SQLite's file locks, WAL and a busy timeout. A file that is not an
     intentlog journal, is damaged, or was written by a newer intentlog is refused with a clear
     error and left untouched.
+
+    ``create`` (default True): a missing file (and its directory) is created and an older
+    schema upgraded. With False nothing is created or upgraded: a missing file, an empty one
+    or an older schema raises JournalError naming it, and the file is opened only if it exists
+    (SQLite's ``mode=rw``, so not even a racing delete leaves an empty file behind).
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = 30.0) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], *, busy_timeout: float = 30.0, create: bool = True
+    ) -> None:
         self.path = Path(path)
         self.url = f"sqlite://{self.path.resolve()}"
+        self._create = create
         self._read_lock = threading.Lock()
         self._closed = False
         _check_header(self.path)
         if not self.path.exists():
+            if not create:
+                raise JournalError(
+                    f"no journal at {self.path.resolve()}: the file does not exist; opened "
+                    "without creating, so nothing was created"
+                )
             _create_private(self.path)
+        # Without create, mode=rw: SQLite opens the file only if it is there.
+        target = str(self.path) if create else f"{self.path.resolve().as_uri()}?mode=rw"
         try:
             # isolation_level=None: we issue BEGIN IMMEDIATE / COMMIT ourselves.
             self._conn = sqlite3.connect(
-                str(self.path), timeout=busy_timeout, isolation_level=None, check_same_thread=False
-            )
+                target, timeout=busy_timeout, isolation_level=None, check_same_thread=False,
+                uri=not create,
+            )  # fmt: skip
         except DRIVER_ERRORS as exc:
             raise self.error(exc) from exc
         self._conn.row_factory = sqlite3.Row
@@ -176,8 +192,9 @@ class SQLiteStore(Store):
         try:
             self._prepare(busy_timeout)
             self._reader = sqlite3.connect(
-                str(self.path), timeout=busy_timeout, isolation_level=None, check_same_thread=False
-            )
+                target, timeout=busy_timeout, isolation_level=None, check_same_thread=False,
+                uri=not create,
+            )  # fmt: skip
         except BaseException as exc:
             self._conn.close()
             if isinstance(exc, DRIVER_ERRORS):
@@ -202,6 +219,18 @@ class SQLiteStore(Store):
             raise SchemaTooNew(
                 f"{self.path} has journal schema {version}; this intentlog understands up to "
                 f"{SCHEMA_VERSION}. Upgrade intentlog to open it."
+            )
+        if not self._create and version < SCHEMA_VERSION:
+            if version == 0:  # an empty file: no journal was ever made in it
+                raise JournalError(
+                    f"no journal at {self.path.resolve()}: the file is empty; opened without "
+                    "creating, so nothing was created"
+                )
+            raise JournalError(
+                f"the journal at {self.path.resolve()} has schema {version}; this intentlog "
+                f"needs {SCHEMA_VERSION}, and opening without creating does not upgrade it. "
+                "Upgrade it by opening it once with a writer (intentlog.open), with older "
+                "workers stopped first"
             )
         self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
         self._conn.execute("PRAGMA journal_mode = WAL")

@@ -39,8 +39,10 @@ class AsyncSQLiteStore(AsyncStore):
     and threads may use one store; opening it reads the file header and schema once,
     blocking."""
 
-    def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = 30.0) -> None:
-        self._store = SQLiteStore(path, busy_timeout=busy_timeout)
+    def __init__(
+        self, path: str | os.PathLike[str], *, busy_timeout: float = 30.0, create: bool = True
+    ) -> None:
+        self._store = SQLiteStore(path, busy_timeout=busy_timeout, create=create)
         self.url = self._store.url
         self._pending: list[_Pending] = []
         self._wake = threading.Condition()
@@ -56,7 +58,7 @@ class AsyncSQLiteStore(AsyncStore):
         return self._store.now()
 
     def sync_store(self) -> SQLiteStore:
-        return SQLiteStore(self._store.path)
+        return SQLiteStore(self._store.path, create=self._store._create)
 
     async def aclose(self) -> None:
         with self._wake:
