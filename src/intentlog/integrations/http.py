@@ -645,10 +645,14 @@ def http_effect(
     and that a 2xx answer (or a replay) must hold to count as an answer (``receipt_fields``
     is its deprecated old name). ``lookup`` makes it reconcilable. ``timeout`` bounds every
     phase of each request (httpx's timeout) and is the deadline the decision counts with.
-    Statuses in ``not_applied`` raise Rejected (FAILED), in ``key_reused`` KeyConflict; an
-    ``in_progress`` answer is waited on, for up to ``in_progress_wait`` seconds (default:
-    ``timeout``), by lookup or by resending the same key. Everything else that is not a 2xx
-    or a replay with the receipt fields raises AmbiguousResponse.
+    Statuses in ``not_applied`` raise Rejected (FAILED), in ``key_reused`` KeyConflict. A
+    status in ``in_progress`` (409 by default) or in the replay's statuses whose body holds
+    every receipt field and is no error body (not ``application/problem+json``, no top-level
+    ``error``/``errors`` member that is not a receipt field) is the original answer replayed,
+    as django-idempotency-key answers a completed key: CONFIRMED with the receipt from that
+    body. Any other ``in_progress`` answer is "in progress" and waited on, for up to
+    ``in_progress_wait`` seconds (default: ``timeout``), by lookup or by resending the same
+    key. Everything else that is not a 2xx with the receipt fields raises AmbiguousResponse.
 
     The body is sent as canonical JSON (sorted keys, no spaces), so the same call sends the
     same bytes whatever the order of its arguments. ``client``: an httpx.Client to reuse
