@@ -57,7 +57,9 @@ class Service:
             return {"id": f"r-{self.applied[key]}"}
 
     def effect(self) -> intentlog.Effect:
-        return intentlog.Effect("charge", self.submit, idempotent=True)
+        return intentlog.Effect(
+            "charge", self.submit, idempotent=True, key_retention=intentlog.FOREVER
+        )
 
 
 def operation(key: str, now: float) -> intentlog.Operation:

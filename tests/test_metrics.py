@@ -113,7 +113,9 @@ def test_render_reads_real_operations(journal_url: str, counting: None) -> None:
 
     dedupe = {"idempotent": True, "key_retention": 3600}
     fine = effect("fine", Flaky(0), **dedupe)
-    forever = effect("forever", Flaky(0), idempotent=True)  # keys kept forever: no series
+    forever = effect(
+        "forever", Flaky(0), idempotent=True, key_retention=intentlog.FOREVER
+    )  # keys kept forever: no series
     neither = effect("neither", Flaky(1))  # raised ambiguously, cannot dedupe nor be asked
     retried = effect("retried", Flaky(1))
     refused = effect("refused", refuse)
