@@ -54,7 +54,7 @@ def effect_for(kind: str) -> Effect:
     if kind == "reconcile":
         return Effect("bench_reconcile", _submit, reconcile=_lookup)
     if kind == "lazy":
-        options: dict[str, Any] = {"lazy_receipt": True}
+        options: dict[str, Any] = {"lazy_receipt": True, "key_retention": intentlog.FOREVER}
         return Effect("bench_lazy", _submit, idempotent=True, **options)
     raise ValueError(kind)
 

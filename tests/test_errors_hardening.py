@@ -444,7 +444,9 @@ def lookup(key):
         return intentlog.Found({"id": f"r-{applied[key]}"})
     return intentlog.NotFound()
 
-charge = intentlog.Effect("charge", submit, reconcile=lookup, idempotent=True)
+charge = intentlog.Effect(
+    "charge", submit, reconcile=lookup, idempotent=True, key_retention=intentlog.FOREVER
+)
 """
 
 

@@ -265,7 +265,9 @@ def run_python(code: str) -> subprocess.CompletedProcess[str]:
 def test_nothing_is_imported_while_off(tmp_path: Path) -> None:
     code = f"""
 import sys, intentlog
-effect = intentlog.Effect("e", lambda key, n: {{"id": n}}, idempotent=True)
+effect = intentlog.Effect(
+    "e", lambda key, n: {{"id": n}}, idempotent=True, key_retention=intentlog.FOREVER
+)
 with intentlog.open({str(tmp_path / "j.db")!r}) as journal, journal.task("t") as task:
     task.run(effect, n=1)
 loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("prometheus_client", "opentelemetry"))
