@@ -261,7 +261,7 @@ class Effect:
 def unstated_retention(what: str, option: str = "key_retention") -> InvalidInput:
     """The error for deduplication declared without its retention: it names ``option``,
     says how to write forever, and names the profiles that know the figure."""
-    from intentlog import profiles  # imported late: profiles is a user-facing module
+    from intentlog import profiles  # only when needed: `import intentlog` loads no profile
 
     known = [
         f"profiles.{name}"
