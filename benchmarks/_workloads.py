@@ -50,11 +50,11 @@ def effect_for(kind: str) -> Effect:
     """The effect of a workload: "trivial" (idempotent), "reconcile" (a reconciler, not
     idempotent) or "lazy" (idempotent with lazy_receipt=True)."""
     if kind == "trivial":
-        return Effect("bench_trivial", _submit, idempotent=True)
+        return Effect("bench_trivial", _submit, idempotent=True, key_retention=intentlog.FOREVER)
     if kind == "reconcile":
         return Effect("bench_reconcile", _submit, reconcile=_lookup)
     if kind == "lazy":
-        options: dict[str, Any] = {"lazy_receipt": True}
+        options: dict[str, Any] = {"lazy_receipt": True, "key_retention": intentlog.FOREVER}
         return Effect("bench_lazy", _submit, idempotent=True, **options)
     raise ValueError(kind)
 
@@ -273,7 +273,7 @@ def async_tasks_url(url: str, n_tasks: int, per_task: int, info: dict[str, Any])
 async def _async_tasks(
     path: Path | str, n_tasks: int, per_task: int, info: dict[str, Any]
 ) -> float:
-    effect = Effect("bench_async", _async_submit, idempotent=True)
+    effect = Effect("bench_async", _async_submit, idempotent=True, key_retention=intentlog.FOREVER)
     async with intentlog.open_async(path) as journal:
 
         async def one(t: int) -> None:
@@ -293,7 +293,7 @@ def make_api_journal(path: Path, n_tasks: int, per_task: int) -> int:
     """A journal made through the API (async, for speed): ``n_tasks`` completed tasks."""
 
     async def build() -> None:
-        effect = Effect("charge", _async_submit, idempotent=True)
+        effect = Effect("charge", _async_submit, idempotent=True, key_retention=intentlog.FOREVER)
         async with intentlog.open_async(path) as journal:
 
             async def one(t: int) -> None:

@@ -10,7 +10,7 @@ import intentlog
 EFFECTS_PER_TASK = int(os.environ.get("BENCH_EFFECTS_PER_TASK", "5"))
 
 
-@intentlog.effect(idempotent=True, timeout=5)
+@intentlog.effect(idempotent=True, key_retention=intentlog.FOREVER, timeout=5)
 def step(key: str, task: str, n: int) -> dict[str, Any]:
     return {"id": f"{task}-{n}"}  # a trivial side effect: the journal's cost is what we measure
 

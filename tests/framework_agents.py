@@ -113,7 +113,12 @@ def run_langgraph(directory: Path, url: str, mode: str, plain: bool) -> dict[str
         else:
             pay, charge = pay_function(url, mode)
             pay_tool = durable_tool(
-                journal, pay, idempotent=charge.idempotent, reconcile=charge.reconcile, timeout=5
+                journal,
+                pay,
+                idempotent=charge.idempotent,
+                key_retention=charge.key_retention,
+                reconcile=charge.reconcile,
+                timeout=5,
             )
         with SqliteSaver.from_conn_string(str(directory / "checkpoints.db")) as saver:
             app = build_graph(pay_tool).compile(checkpointer=saver)
@@ -209,7 +214,12 @@ def run_agents(directory: Path, url: str, mode: str, plain: bool) -> dict[str, A
         else:
             pay, charge = pay_function(url, mode)
             pay_tool = durable_function_tool(
-                journal, pay, idempotent=charge.idempotent, reconcile=charge.reconcile, timeout=5
+                journal,
+                pay,
+                idempotent=charge.idempotent,
+                key_retention=charge.key_retention,
+                reconcile=charge.reconcile,
+                timeout=5,
             )
         agent = Agent(name="payer", instructions="Pay what you are asked to pay.",
                       tools=[pay_tool], model=scripted_model())  # fmt: skip

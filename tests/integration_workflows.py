@@ -37,7 +37,8 @@ def http_effects(service: ServiceInfo, *, is_async: bool = False) -> list[intent
             receipt=["id", "status"],
             lookup=Lookup.by_key(service.url + "/payments/by-key/{key}") if lookups else None,
             idempotent=dedupes,
-            key_retention=service.retention if dedupes else None,
+            # the reference service's retention; None there: it keeps keys forever
+            key_retention=(service.retention or intentlog.FOREVER) if dedupes else None,
             lookup_lag=service.lookup_lag,
             timeout=service.timeout,
         )

@@ -25,7 +25,7 @@ def arun(coro: Any) -> Any:
 def test_run_replay_and_receipt(tmp_path: Path, journal_url: str) -> None:
     sent: list[str] = []
 
-    @intentlog.effect(idempotent=True)
+    @intentlog.effect(idempotent=True, key_retention=intentlog.FOREVER)
     async def charge(key: str, amount: int) -> dict[str, Any]:
         await asyncio.sleep(0)
         sent.append(key)
@@ -79,13 +79,24 @@ def test_async_errors_match_the_sync_api(tmp_path: Path, journal_url: str) -> No
         async with intentlog.open_async(journal_url) as journal:
             async with journal.task("t") as task:
                 with pytest.raises(intentlog.Rejected, match="declined"):
-                    await task.run(intentlog.Effect("refuse", refuse, idempotent=True))
+                    await task.run(
+                        intentlog.Effect(
+                            "refuse", refuse, idempotent=True, key_retention=intentlog.FOREVER
+                        )
+                    )
                 with pytest.raises(intentlog.OutcomeUnknown):
                     await task.run(intentlog.Effect("flaky", flaky))
-                ok = intentlog.Effect("ok", lambda key: {"ok": True}, idempotent=True)
+                ok = intentlog.Effect(
+                    "ok", lambda key: {"ok": True}, idempotent=True, key_retention=intentlog.FOREVER
+                )
                 assert await task.run(ok, key="k") == {"ok": True}
                 with pytest.raises(intentlog.KeyConflict):
-                    await task.run(intentlog.Effect("other", refuse, idempotent=True), key="k")
+                    await task.run(
+                        intentlog.Effect(
+                            "other", refuse, idempotent=True, key_retention=intentlog.FOREVER
+                        ),
+                        key="k",
+                    )
             pending = await journal.pending()
             assert [p.next_action for p in pending] == [Action.ESCALATE]
             resolved = await journal.resolve(pending[0].key, "failed", note="bounced")
@@ -144,7 +155,7 @@ def test_misuse_is_loud(tmp_path: Path) -> None:
 
 
 def test_group_commit_many_async_tasks_share_commits(tmp_path: Path) -> None:
-    @intentlog.effect(idempotent=True)
+    @intentlog.effect(idempotent=True, key_retention=intentlog.FOREVER)
     async def charge(key: str, n: int) -> dict[str, int]:
         await asyncio.sleep(0.001)
         return {"n": n}
@@ -170,7 +181,9 @@ def test_group_commit_many_async_tasks_share_commits(tmp_path: Path) -> None:
 
 
 def test_group_commit_threads_on_the_sync_journal(tmp_path: Path) -> None:
-    effect = intentlog.Effect("e", lambda key, n: {"n": n}, idempotent=True)
+    effect = intentlog.Effect(
+        "e", lambda key, n: {"n": n}, idempotent=True, key_retention=intentlog.FOREVER
+    )
     with intentlog.open(tmp_path / "j.db") as journal:
         errors: list[BaseException] = []
 
@@ -236,8 +249,8 @@ def test_journal_io_needs_neither_the_loop_nor_the_pool(journal_url: str) -> Non
     async def quick(key: str) -> dict[str, Any]:
         return {"ok": key}
 
-    blocking = intentlog.Effect("block", blocker, idempotent=True)
-    fast = intentlog.Effect("quick", quick, idempotent=True)
+    blocking = intentlog.Effect("block", blocker, idempotent=True, key_retention=intentlog.FOREVER)
+    fast = intentlog.Effect("quick", quick, idempotent=True, key_retention=intentlog.FOREVER)
 
     async def main() -> Any:
         async with intentlog.open_async(journal_url, workers=1) as journal:

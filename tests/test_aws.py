@@ -143,7 +143,8 @@ def test_s3_put_receipt_replay_and_lookup(tmp_path: Path, moto_url: str, bucket:
     effect = s3_put_effect(s3, bucket, name="store", object_key="r/{key}.json")
     assert effect.service is profiles.S3_CONDITIONAL
     assert effect.timeout == 3.0  # the client's: one attempt of 1 s connect + 2 s read
-    assert effect.idempotent and effect.key_retention is None and effect.reconcile is not None
+    assert effect.idempotent and effect.key_retention is intentlog.FOREVER
+    assert effect.reconcile is not None
     with intentlog.open(tmp_path / "j.db") as journal, journal.task("t") as task:
         first = task.run(effect, total=5, order=7)
         (op,) = journal.operations()

@@ -131,11 +131,56 @@ def test_a_service_kept_only_in_process_or_askable_without_a_reconciler() -> Non
 def test_effects_that_settle_every_crash_give_no_finding() -> None:
     forever = intentlog.Effect("put", _send, _ask, service=profiles.S3_CONDITIONAL)
     asked = intentlog.Effect("ask", _send, _ask)
-    kept = intentlog.Effect("kept", _send, idempotent=True)  # forever, by the keywords
+    kept = intentlog.Effect("kept", _send, idempotent=True, key_retention=intentlog.FOREVER)
     assert intentlog.check([forever, asked, kept], restart_within=timedelta(days=365)) == []
     pay = intentlog.Effect("pay", _send, _ask, service=profiles.STRIPE)
     assert intentlog.check([pay], restart_within=timedelta(hours=1)) == []
     assert intentlog.check([], restart_within=60) == []
+
+
+def test_deduplication_without_a_stated_retention_is_never_taken_as_forever() -> None:
+    # The case of a 30-day outage: once, idempotent=True alone was judged as keeping the key
+    # forever and the check found nothing. Now it cannot be declared, and the retention
+    # the user states is judged.
+    with pytest.raises(intentlog.InvalidInput, match="key_retention") as caught:
+        intentlog.Effect("charge", _send, idempotent=True)
+    assert caught.value.option == "key_retention"
+    assert "intentlog.FOREVER" in str(caught.value) and "profiles.STRIPE" in str(caught.value)
+    day = intentlog.Effect("charge", _send, idempotent=True, key_retention=timedelta(hours=24))
+    [finding] = intentlog.check([day], restart_within=timedelta(days=30))
+    assert (finding.kind, finding.problem) == ("retention", True)
+    assert "does not cover a restart within 30d" in finding.message
+
+
+@pytest.mark.parametrize("reconcile", [False, True])
+def test_a_service_that_takes_a_key_but_states_no_retention_is_reported(reconcile: bool) -> None:
+    mine = intentlog.Service("mine", key=intentlog.KeyPlace.header("Idempotency-Key"))
+    effects = [
+        intentlog.Effect("graphql", _send, _ask if reconcile else None,
+                         service=profiles.SHOPIFY_GRAPHQL),
+        intentlog.Effect("mine", _send, _ask if reconcile else None, service=mine),
+    ]  # fmt: skip
+    found = intentlog.check(effects, restart_within=60)
+    assert [(f.effect, f.kind, f.problem) for f in found] == [
+        ("graphql", "unstated_retention", not reconcile),
+        ("mine", "unstated_retention", not reconcile),
+    ]
+    for f in found:
+        assert "states no retention" in f.message and "NOT deduplicating" in f.message
+        assert "service.replace(retention=...)" in f.message and "intentlog.FOREVER" in f.message
+    assert "body '@idempotent(key:)'" in found[0].message
+    assert "header 'Idempotency-Key'" in found[1].message
+    # ... and the decision agrees: such an effect never resends.
+    assert not effects[0].policy.idempotent and not effects[1].policy.idempotent
+
+
+def test_an_effect_made_idempotent_after_it_was_declared_counts_as_not_deduplicating() -> None:
+    effect = intentlog.Effect("notify", _send)
+    effect.idempotent = True  # a retention was never stated
+    assert not effect.policy.idempotent
+    [finding] = intentlog.check([effect], restart_within=60)
+    assert (finding.kind, finding.problem) == ("unstated_retention", True)
+    assert "idempotent=True without key_retention" in finding.message
 
 
 @pytest.mark.parametrize(
@@ -250,6 +295,21 @@ def test_cli_usage_and_import_errors(workdir: Path) -> None:
     assert wrong.exit_code == 2 and "names no effect: publish_evnt" in wrong.output
     gone = CliRunner().invoke(cli, ["check", "--effects", "no_such_mod", "--restart-within", "1h"])
     assert gone.exit_code == 1 and "cannot import effects module 'no_such_mod'" in gone.output
+
+
+def test_cli_reports_an_effect_without_a_stated_retention_as_an_error(workdir: Path) -> None:
+    (workdir / "old_mod.py").write_text(textwrap.dedent("""
+        import intentlog
+
+        @intentlog.effect(idempotent=True)
+        def charge(key, amount):
+            raise NotImplementedError
+        """))  # fmt: skip
+    result = CliRunner().invoke(cli, ["check", "--effects", "old_mod", "--restart-within", "1h"])
+    assert result.exit_code == 1, result.output
+    assert "cannot import effects module 'old_mod': InvalidInput: effect 'charge'" in result.output
+    assert "key_retention" in result.output and "intentlog.FOREVER" in result.output
+    assert "Traceback" not in result.output
 
 
 def test_cli_needs_no_journal(tmp_path: Path) -> None:

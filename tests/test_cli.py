@@ -39,8 +39,10 @@ EMAIL = intentlog.Effect("send_email", _unreachable)  # neither reconcilable nor
 # A short deadline, so that a recovery's NotFound is trusted at once (the stricter of the
 # recorded and the live deadline counts).
 CHARGE = intentlog.Effect("charge", _unreachable, reconcile=_lookup_down, timeout=0.001)
-PUBLISH = intentlog.Effect("publish", _unreachable, idempotent=True)  # dedups, cannot reconcile
-OK = intentlog.Effect("ok", _ok, idempotent=True)
+PUBLISH = intentlog.Effect(
+    "publish", _unreachable, idempotent=True, key_retention=intentlog.FOREVER
+)  # dedups, cannot reconcile
+OK = intentlog.Effect("ok", _ok, idempotent=True, key_retention=intentlog.FOREVER)
 
 
 @pytest.fixture

@@ -310,7 +310,7 @@ def _ok(key: str, **kwargs: object) -> dict[str, str]:
 def test_the_overview_shows_headroom_and_leases(tmp_path: Path) -> None:
     db = str(tmp_path / "journal.db")
     kept = intentlog.Effect("publish", _ok, idempotent=True, key_retention=3600)
-    forever = intentlog.Effect("put", _ok, idempotent=True)
+    forever = intentlog.Effect("put", _ok, idempotent=True, key_retention=intentlog.FOREVER)
     with intentlog.open(db) as journal, journal.task("done") as task:
         task.run(kept)
         task.run(forever)

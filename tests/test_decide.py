@@ -54,6 +54,9 @@ CAPS = {
     "dedupe-finite": Policy(idempotent=True, key_retention=RETENTION, **W),
     "dedupe-locks": Policy(idempotent=True, key_retention=RETENTION, locks_in_flight=True, **W),
     "both": Policy(can_reconcile=True, idempotent=True, key_retention=RETENTION, **W),
+    "both-locks": Policy(  # Stripe's shape: a lagging lookup and a key locked in flight
+        can_reconcile=True, idempotent=True, key_retention=RETENTION, locks_in_flight=True, **W
+    ),
     "neither": Policy(**W),
 }
 
@@ -119,12 +122,26 @@ def oracle(state: State, cap: str, t: Timing, lookup: str, gone: bool) -> Exp:
         if lookup == "found":
             return Exp(Action.USE_RECEIPT, mark=State.CONFIRMED, receipt=RECEIPT)
         # "NotFound is trusted only once ... submitted_at + timeout + lag has passed.
-        #  Trusted NotFound -> send again with the same key. NotFound before that -> WAIT."
+        #  Trusted NotFound -> send again with the same key."
         #  ("The in-flight window starts when the request really leaves": at most SLACK later.)
+        # Rule 2's resend, as the same effect without a lookup would make it: "until sent +
+        # timeout, WAIT, whoever sent it, unless the service is declared to lock a key".
+        may_resend_now = keeps_key and not (t.in_window and not (policy.locks_in_flight and gone))
         if lookup == "notfound":
             if t.lag_passed:
                 return Exp(Action.SUBMIT)
+            # "NotFound before that: if the service also deduplicates and the key is inside
+            #  its retention (minus the margin), a resend with the same key is safe once the
+            #  in-flight window of rule 2 has passed -> send again; otherwise WAIT."
+            if may_resend_now:
+                return Exp(Action.SUBMIT)
+            if keeps_key:
+                return Exp(Action.WAIT, not_before=SENT)
             return Exp(Action.WAIT, not_before=SENT + LAG)
+        # "A reconciler never makes the worst wait after a crash longer than without it":
+        # a lookup that cannot tell does not hold back the resend rule 2 allows now.
+        if lookup.startswith(("indeterminate", "lookupfailed")) and may_resend_now:
+            return Exp(Action.SUBMIT, lookup_failed=True)
         # "Indeterminate or a failing lookup -> ask again later, up to a limit, then UNRESOLVED."
         if lookup.endswith("-below"):
             return Exp(Action.WAIT, not_before=LATER, lookup_failed=True)
@@ -151,7 +168,7 @@ def oracle(state: State, cap: str, t: Timing, lookup: str, gone: bool) -> Exp:
 
 
 CASES = list(itertools.product(State, CAPS, TIMINGS, LOOKUPS, [False, True]))
-assert len(CASES) == 5 * 6 * 6 * 7 * 2 == 2520
+assert len(CASES) == 5 * 7 * 6 * 7 * 2 == 2940
 
 
 def check(d: Decision, exp: Exp, now: float) -> None:
@@ -284,9 +301,50 @@ def test_both_after_lookup_limit_resends_inside_retention_else_unresolved(
 
 def test_lookup_failures_below_the_limit_back_off() -> None:
     for failures in range(LIMIT - 1):
-        op = op_at(State.SUBMITTED, BOTH, failures=failures)
-        d = decide(op, BOTH, T0 + 100.0, lookup=Indeterminate(), lookup_limit=LIMIT)
+        op = op_at(State.SUBMITTED, RECON, failures=failures)
+        d = decide(op, RECON, T0 + 100.0, lookup=Indeterminate(), lookup_limit=LIMIT)
         assert d.action is Action.WAIT and d.lookup_failed and d.not_before > T0 + 100.0
+        # A deduplicating key backs off too while its request may still run, but never past
+        # the moment rule 2 lets it be resent (SENT): the lookup must not delay recovery.
+        op = op_at(State.SUBMITTED, BOTH, failures=failures)
+        now = SENT - 0.25
+        d = decide(op, BOTH, now, lookup=Indeterminate(), lookup_limit=LIMIT)
+        assert d.action is Action.WAIT and d.lookup_failed and now < d.not_before <= SENT
+
+
+def test_an_inconclusive_lookup_for_a_key_the_service_still_holds_resends_at_once() -> None:
+    op = op_at(State.SUBMITTED, BOTH, failures=0)
+    for lookup in (Indeterminate("processing"), LookupFailed("ConnectionError")):
+        d = decide(op, BOTH, SENT, lookup=lookup, lookup_limit=LIMIT)
+        assert (d.action, d.resend, d.lookup_failed) == (Action.SUBMIT, "lookup_failed", True)
+
+
+STRIPE_LIKE = CAPS["both-locks"]
+
+
+@pytest.mark.parametrize("gone", [False, True])
+def test_a_lagging_notfound_for_a_deduplicated_key_resends_after_the_window(gone: bool) -> None:
+    # Rule 1 with a lagging lookup: NotFound is not trusted before SENT + LAG, but the key is
+    # still deduplicated, so the resend rule 2 allows is not held back.
+    op = op_at(State.SUBMITTED, BOTH)
+    early = decide(op, BOTH, T0 + 5.0, lookup=NotFound(), submitter_gone=gone)
+    assert (early.action, early.not_before) == (Action.WAIT, SENT)  # not SENT + LAG
+    at = decide(op, BOTH, SENT, lookup=NotFound(), submitter_gone=gone)
+    assert (at.action, at.resend) == (Action.SUBMIT, "not_found_dedupe")
+    # The service locks keys in flight and the sender is dead: at once, as without a lookup.
+    op = op_at(State.SUBMITTED, STRIPE_LIKE)
+    d = decide(op, STRIPE_LIKE, T0 + 5.0, lookup=NotFound(), submitter_gone=gone)
+    if gone:
+        assert (d.action, d.resend) == (Action.SUBMIT, "not_found_dedupe")
+    else:
+        assert (d.action, d.not_before) == (Action.WAIT, SENT)
+    # Past the retention (minus the margin) only a trusted NotFound resends.
+    late = T0 + 950.0
+    op = op_at(State.SUBMITTED, BOTH, first=T0 - 5000.0)
+    d = decide(op, BOTH, T0 + 5.0, lookup=NotFound(), submitter_gone=gone)
+    assert (d.action, d.not_before) == (Action.WAIT, SENT + LAG)
+    d = decide(op_at(State.SUBMITTED, BOTH), BOTH, late, lookup=NotFound())
+    assert (d.action, d.resend) == (Action.SUBMIT, "not_found")
 
 
 @pytest.mark.parametrize("policy", [RECON, BOTH], ids=["reconcile-only", "both"])
@@ -424,6 +482,68 @@ def test_the_stricter_of_recorded_and_live_never_allows_more_than_either(
         for alone in (recorded, live):
             assert decide(op, alone, now, **kwargs).action is Action.SUBMIT, d.reason
     assert strictest(recorded, recorded) == recorded
+
+
+def first_resend(op: Operation, policy: Policy, now: float, **kwargs: Any) -> float:
+    """When the decision, asked again at every WAIT's ``not_before`` with the same lookup
+    answer, first says SUBMIT: the time a crash recovers by itself (inf: it never does)."""
+    for _ in range(64):
+        d = decide(op, policy, now, **kwargs)
+        if d.action is Action.SUBMIT:
+            return now
+        if d.action is not Action.WAIT:
+            return math.inf
+        assert d.not_before is not None
+        if d.lookup_failed:
+            op = dataclasses.replace(op, lookup_failures=op.lookup_failures + 1)
+        now = d.not_before
+    raise AssertionError("the decision kept waiting")
+
+
+UNSETTLED_ST = st.sampled_from(
+    [NotFound(), Indeterminate(), Indeterminate("busy"), LookupFailed("OSError")]
+)
+
+
+@settings(max_examples=1500, deadline=None, database=None)
+@given(
+    scenario(
+        policies=POLICY_ST.map(lambda p: dataclasses.replace(p, can_reconcile=True)),
+        states=st.just(State.SUBMITTED),
+    ),
+    UNSETTLED_ST,
+)
+def test_a_reconciler_never_makes_recovery_slower(
+    case: tuple[Operation, Policy, float, dict[str, Any]], lookup: Any
+) -> None:
+    # The same operation, policy and time, once with a lookup that does not settle it
+    # (NotFound that may lag, Indeterminate, a failing lookup) and once with no lookup at all.
+    op, policy, now, kwargs = case
+    kwargs = {**kwargs, "lookup": lookup}
+    alone = dataclasses.replace(policy, can_reconcile=False)
+    without = decide(op, alone, now, submitter_gone=kwargs["submitter_gone"])
+    with_lookup = decide(op, policy, now, **kwargs)
+    resend_alone = first_resend(op, alone, now, submitter_gone=kwargs["submitter_gone"])
+    if resend_alone < math.inf:  # the effect without a lookup recovers by itself
+        # ... then with one it is immediately SUBMIT where that is, and a WAIT ends no later
+        if without.action is Action.SUBMIT:
+            assert with_lookup.action is Action.SUBMIT, with_lookup.reason
+        elif with_lookup.action is Action.WAIT:
+            assert without.not_before is not None and with_lookup.not_before is not None
+            assert with_lookup.not_before <= without.not_before, with_lookup.reason
+        else:
+            assert with_lookup.action is Action.SUBMIT, with_lookup.reason
+        assert first_resend(op, policy, now, **kwargs) <= resend_alone
+    if with_lookup.action is Action.SUBMIT:  # and only where the guarantee allows
+        assert op.submitted_at is not None and op.first_submitted_at is not None
+        ret = policy.key_retention
+        dedupes = policy.idempotent and (
+            ret is None or now < op.first_submitted_at + ret - retention_margin(policy)
+        )
+        over = in_flight_until(op, policy)
+        overlap_ok = policy.locks_in_flight and kwargs["submitter_gone"]
+        trusted = isinstance(lookup, NotFound) and now >= over + policy.lookup_lag
+        assert (dedupes and (now >= over or overlap_ok)) or trusted, with_lookup.reason
 
 
 def test_strictest_takes_the_smaller_retention_and_the_larger_windows() -> None:

@@ -57,7 +57,9 @@ class Service:
             return {"id": f"r-{self.applied[key]}"}
 
     def effect(self) -> intentlog.Effect:
-        return intentlog.Effect("charge", self.submit, idempotent=True)
+        return intentlog.Effect(
+            "charge", self.submit, idempotent=True, key_retention=intentlog.FOREVER
+        )
 
 
 def operation(key: str, now: float) -> intentlog.Operation:
@@ -442,7 +444,9 @@ def lookup(key):
         return intentlog.Found({"id": f"r-{applied[key]}"})
     return intentlog.NotFound()
 
-charge = intentlog.Effect("charge", submit, reconcile=lookup, idempotent=True)
+charge = intentlog.Effect(
+    "charge", submit, reconcile=lookup, idempotent=True, key_retention=intentlog.FOREVER
+)
 """
 
 

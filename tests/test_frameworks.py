@@ -349,7 +349,9 @@ def test_langchain_tool_and_effect_targets(
     with pytest.raises(intentlog.InvalidInput, match="already declares"):
         durable_tool(journal, charge, args_schema=Payment, timeout=3)
     with pytest.raises(intentlog.InvalidInput, match="no 'idempotency_key' parameter"):
-        durable_tool(journal, lambda amount: amount, name="nokey", idempotent=True)
+        durable_tool(
+            journal, lambda amount: amount, name="nokey", idempotent=True, key_retention=3600
+        )
 
 
 @pytest.fixture

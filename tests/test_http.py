@@ -309,6 +309,7 @@ def ticket_effect(state: Tickets, *, lookup: bool = True, **settings: Any) -> in
         "in_progress": (423,),
         "key_reused": (409,),
         "idempotent": True,
+        "key_retention": intentlog.FOREVER,
         "lookup": search if lookup else None,
         "timeout": 0.3,
         **settings,

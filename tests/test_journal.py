@@ -133,7 +133,7 @@ def test_secret_in_receipt_never_reaches_the_journal_bytes(tmp_path: Path) -> No
     def issue(key: str) -> dict[str, Any]:
         return {"id": "tok_1", "access_token": "sekrit-value-123", "link": "Bearer abcdefghijkl"}
 
-    effect = intentlog.Effect("issue", issue, idempotent=True)
+    effect = intentlog.Effect("issue", issue, idempotent=True, key_retention=intentlog.FOREVER)
     with intentlog.open(path) as journal, journal.task("t") as task:
         with pytest.warns(intentlog.ReceiptWarning, match="access_token"):
             receipt = task.run(effect)
@@ -149,10 +149,18 @@ def test_secret_in_receipt_never_reaches_the_journal_bytes(tmp_path: Path) -> No
 
 def test_non_json_and_oversize_receipts_become_notes(tmp_path: Path) -> None:
     effects = [
-        intentlog.Effect("obj", lambda key: object(), idempotent=True),
-        intentlog.Effect("big", lambda key: {"blob": "x" * 500}, idempotent=True),
         intentlog.Effect(
-            "bad-selector", lambda key: {"a": 1}, idempotent=True, receipt=lambda r: r["missing"]
+            "obj", lambda key: object(), idempotent=True, key_retention=intentlog.FOREVER
+        ),
+        intentlog.Effect(
+            "big", lambda key: {"blob": "x" * 500}, idempotent=True, key_retention=intentlog.FOREVER
+        ),
+        intentlog.Effect(
+            "bad-selector",
+            lambda key: {"a": 1},
+            idempotent=True,
+            key_retention=intentlog.FOREVER,
+            receipt=lambda r: r["missing"],
         ),
     ]
     with intentlog.open(tmp_path / "j.db", max_bytes=200) as journal, journal.task("t") as task:
@@ -165,7 +173,11 @@ def test_non_json_and_oversize_receipts_become_notes(tmp_path: Path) -> None:
 
 def test_receipt_selector_keeps_only_chosen_fields(journal: intentlog.Journal) -> None:
     effect = intentlog.Effect(
-        "pick", lambda key: {"id": "x", "raw": "y" * 100}, idempotent=True, receipt=["id"]
+        "pick",
+        lambda key: {"id": "x", "raw": "y" * 100},
+        idempotent=True,
+        key_retention=intentlog.FOREVER,
+        receipt=["id"],
     )
     with journal.task("t") as task:
         assert task.run(effect) == {"id": "x"}
@@ -174,8 +186,16 @@ def test_receipt_selector_keeps_only_chosen_fields(journal: intentlog.Journal) -
 def test_arguments_are_stored_only_as_a_fingerprint_unless_opted_in(
     journal: intentlog.Journal,
 ) -> None:
-    plain = intentlog.Effect("plain", lambda key, to: {"ok": 1}, idempotent=True)
-    kept = intentlog.Effect("kept", lambda key, to: {"ok": 1}, idempotent=True, store_args=True)
+    plain = intentlog.Effect(
+        "plain", lambda key, to: {"ok": 1}, idempotent=True, key_retention=intentlog.FOREVER
+    )
+    kept = intentlog.Effect(
+        "kept",
+        lambda key, to: {"ok": 1},
+        idempotent=True,
+        key_retention=intentlog.FOREVER,
+        store_args=True,
+    )
     with journal.task("t") as task:
         task.run(plain, to="ann@example.com")
         task.run(kept, to="bob@example.com")
@@ -196,7 +216,7 @@ def test_rejected_becomes_failed_and_is_raised_again_on_replay(journal: intentlo
         calls.append(key)
         raise intentlog.Rejected("card declined")
 
-    effect = intentlog.Effect("refuse", refuse, idempotent=True)
+    effect = intentlog.Effect("refuse", refuse, idempotent=True, key_retention=intentlog.FOREVER)
     with journal.task("t") as task:
         with pytest.raises(intentlog.Rejected, match="card declined"):
             task.run(effect)
@@ -333,7 +353,9 @@ def test_retry_resolution_resends_with_the_same_key(journal: intentlog.Journal) 
 
 def test_gc_removes_only_completed_and_settled_tasks(journal: intentlog.Journal) -> None:
     with journal.task("done") as task:
-        task.run(intentlog.Effect("ok", lambda key: 1, idempotent=True))
+        task.run(
+            intentlog.Effect("ok", lambda key: 1, idempotent=True, key_retention=intentlog.FOREVER)
+        )
         task.complete()
     with journal.task("stuck") as task:
         with pytest.raises(intentlog.OutcomeUnknown):
@@ -493,7 +515,9 @@ def test_rejection_and_lookup_texts_are_scrubbed_and_bounded(tmp_path: Path) -> 
     path = tmp_path / "j.db"
     with intentlog.open(path, lookup_limit=1) as journal, journal.task("t") as task:
         with pytest.raises(intentlog.Rejected):
-            task.run(intentlog.Effect("refuse", refuse, idempotent=True))
+            task.run(
+                intentlog.Effect("refuse", refuse, idempotent=True, key_retention=intentlog.FOREVER)
+            )
         with pytest.raises(intentlog.OutcomeUnknown) as info:
             task.run(intentlog.Effect("look", submit, reconcile=lookup, timeout=0.01))
         assert "abcdefghijklmnopq" not in str(info.value)
@@ -510,7 +534,9 @@ def test_lazy_receipts_ride_in_the_next_write(journal: intentlog.Journal, remote
     def charge(key: str, amount: int) -> dict[str, Any]:
         return remote.apply(key, amount, dedupe=True)
 
-    effect = intentlog.Effect("charge", charge, idempotent=True, lazy_receipt=True)
+    effect = intentlog.Effect(
+        "charge", charge, idempotent=True, key_retention=intentlog.FOREVER, lazy_receipt=True
+    )
     with journal.task("t") as task:
         before = commits(journal)
         receipts = [task.run(effect, amount=n) for n in range(10)]
@@ -535,7 +561,9 @@ def test_lazy_receipts_are_refused_for_an_effect_that_can_do_neither(
 
 def test_unencodable_text_is_refused_or_noted_never_a_raw_error(journal: intentlog.Journal) -> None:
     lone = "\ud800"
-    effect = intentlog.Effect("e", lambda key, note: {"text": lone}, idempotent=True)
+    effect = intentlog.Effect(
+        "e", lambda key, note: {"text": lone}, idempotent=True, key_retention=intentlog.FOREVER
+    )
     with journal.task("t") as task:
         with pytest.raises(intentlog.UnsafeValue):
             task.checkpoint(state={"text": lone})

@@ -113,7 +113,9 @@ def test_render_reads_real_operations(journal_url: str, counting: None) -> None:
 
     dedupe = {"idempotent": True, "key_retention": 3600}
     fine = effect("fine", Flaky(0), **dedupe)
-    forever = effect("forever", Flaky(0), idempotent=True)  # keys kept forever: no series
+    forever = effect(
+        "forever", Flaky(0), idempotent=True, key_retention=intentlog.FOREVER
+    )  # keys kept forever: no series
     neither = effect("neither", Flaky(1))  # raised ambiguously, cannot dedupe nor be asked
     retried = effect("retried", Flaky(1))
     refused = effect("refused", refuse)
@@ -263,7 +265,9 @@ def run_python(code: str) -> subprocess.CompletedProcess[str]:
 def test_nothing_is_imported_while_off(tmp_path: Path) -> None:
     code = f"""
 import sys, intentlog
-effect = intentlog.Effect("e", lambda key, n: {{"id": n}}, idempotent=True)
+effect = intentlog.Effect(
+    "e", lambda key, n: {{"id": n}}, idempotent=True, key_retention=intentlog.FOREVER
+)
 with intentlog.open({str(tmp_path / "j.db")!r}) as journal, journal.task("t") as task:
     task.run(effect, n=1)
 loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("prometheus_client", "opentelemetry"))

@@ -159,7 +159,9 @@ def test_lazy_receipts_on_postgres(pg_url: str) -> None:
         sent.append(key)
         return {"id": key, "n": n}
 
-    lazy = intentlog.Effect("lazy", submit, idempotent=True, lazy_receipt=True)
+    lazy = intentlog.Effect(
+        "lazy", submit, idempotent=True, key_retention=intentlog.FOREVER, lazy_receipt=True
+    )
     with intentlog.open(pg_url) as journal:
         with journal.task("t1") as task:
             receipts = [task.run(lazy, n=n) for n in range(3)]

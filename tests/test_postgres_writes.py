@@ -193,7 +193,10 @@ def test_the_receipt_write_is_a_hot_update(pg_url: str, pg_admin: Any, pg_schema
     """SUBMITTED -> CONFIRMED changes no indexed column, and the page has room for the new
     version: PostgreSQL updates the row in place (HOT), with no new index entry."""
     effect = intentlog.Effect(
-        "charge", lambda key, n: {"id": f"ch_{n}", "n": n, "pad": "x" * 40}, idempotent=True
+        "charge",
+        lambda key, n: {"id": f"ch_{n}", "n": n, "pad": "x" * 40},
+        idempotent=True,
+        key_retention=intentlog.FOREVER,
     )
     n = 400  # some 15 pages of operations: HOT must hold page after page, not only on the first
     with intentlog.open(pg_url) as journal, journal.task("t1") as task:

@@ -492,7 +492,9 @@ def test_clean_receipt_fast_path_and_reductions() -> None:
 
 
 def test_effect_policy_follows_later_changes() -> None:
-    charge = intentlog.Effect("charge", lambda key, amount: {"id": key}, idempotent=True)
+    charge = intentlog.Effect(
+        "charge", lambda key, amount: {"id": key}, idempotent=True, key_retention=intentlog.FOREVER
+    )
     first = charge.policy
     assert first is charge.policy  # cached while nothing changes
     assert not first.can_reconcile

@@ -76,7 +76,9 @@ def test_async_resolve_takes_an_outcome(tmp_path: Path) -> None:
 
 
 def test_task_info_is_the_journal_s_task_info(journal: intentlog.Journal) -> None:
-    noop = intentlog.Effect("noop", lambda key: {"id": key}, idempotent=True)
+    noop = intentlog.Effect(
+        "noop", lambda key: {"id": key}, idempotent=True, key_retention=intentlog.FOREVER
+    )
     with journal.task("t") as task:
         assert task.info().next_action is Action.RESUME
         task.plan(noop)
@@ -147,9 +149,23 @@ def test_http_effect_takes_receipt_and_the_old_receipt_fields_warns(
     tmp_path: Path, service: ReferenceService
 ) -> None:
     url = service.url + "/payments"
-    new = http_effect("charge", "POST", url, receipt=["id", "amount"], idempotent=True)
+    new = http_effect(
+        "charge",
+        "POST",
+        url,
+        receipt=["id", "amount"],
+        idempotent=True,
+        key_retention=intentlog.FOREVER,
+    )
     with pytest.warns(DeprecationWarning, match=r"use receipt=") as caught:
-        old = http_effect("charge", "POST", url, receipt_fields=["id", "amount"], idempotent=True)
+        old = http_effect(
+            "charge",
+            "POST",
+            url,
+            receipt_fields=["id", "amount"],
+            idempotent=True,
+            key_retention=intentlog.FOREVER,
+        )
     assert caught[0].filename == __file__  # the warning points at the caller's line
     assert old.receipt == new.receipt == ["id", "amount"]
     receipt = charge_once(tmp_path / "j.db", old)  # the old spelling still sends and keeps

@@ -110,7 +110,7 @@ class Flaky:
 
 def test_run_and_replay(traced: Traced, journal_url: str) -> None:
     submit = Flaky(0)
-    charge = intentlog.Effect("charge", submit, idempotent=True)
+    charge = intentlog.Effect("charge", submit, idempotent=True, key_retention=intentlog.FOREVER)
     with intentlog.open(journal_url) as journal, traced.tracer.start_as_current_span("outer"):
         with journal.task(SECRET_TASK) as task:
             assert task.run(charge, key=SECRET_KEY, card=SECRET_ARG) == {"id": SECRET_RECEIPT}
@@ -217,7 +217,7 @@ def test_async_spans_follow_each_task(traced: Traced, journal_url: str) -> None:
         return {"id": SECRET_RECEIPT}
 
     charge = intentlog.Effect("charge", submit, reconcile=lookup)
-    note = intentlog.Effect("note", sync_submit, idempotent=True)
+    note = intentlog.Effect("note", sync_submit, idempotent=True, key_retention=intentlog.FOREVER)
 
     async def one(journal: intentlog.AsyncJournal, order: str) -> None:
         with traced.tracer.start_as_current_span(f"outer {order}"):
@@ -362,7 +362,14 @@ def test_trace_context_reaches_the_service(
     intentlog.tracing.disable()  # off: nothing is added to the request
     charges.seen.clear()
     charges.drop_first = False
-    again = build("charge2", "POST", charges.url + "/charges", receipt=["id"], idempotent=True)
+    again = build(
+        "charge2",
+        "POST",
+        charges.url + "/charges",
+        receipt=["id"],
+        idempotent=True,
+        key_retention=intentlog.FOREVER,
+    )
     assert run(again, "another") == {"id": SECRET_RECEIPT}
     assert [(m, traceparent(h)) for m, h in charges.seen] == [("POST", None)]
     assert len(traced.spans()) == 3  # no new span either
@@ -372,7 +379,7 @@ def test_enable_replaces_the_provider_and_disable_stops(traced: Traced, tmp_path
     other = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(other))
-    effect = intentlog.Effect("e", Flaky(0), idempotent=True)
+    effect = intentlog.Effect("e", Flaky(0), idempotent=True, key_retention=intentlog.FOREVER)
     with intentlog.open(tmp_path / "j.db") as journal, journal.task("t") as task:
         intentlog.tracing.enable(provider)
         task.run(effect, n=1)

@@ -240,7 +240,7 @@ def test_a_refusal_with_unstorable_text_is_failed_and_replayed(
         sent.append(key)
         raise refusal()
 
-    effect = intentlog.Effect("charge", submit, idempotent=True)
+    effect = intentlog.Effect("charge", submit, idempotent=True, key_retention=intentlog.FOREVER)
     error_type = type(refusal())
     replayed: type[intentlog.Error] = intentlog.Rejected
     if error_type is intentlog.KeyConflict:
@@ -377,7 +377,12 @@ def test_deep_arguments_are_refused_before_anything_is_written(
     journal_url: str, depth: int
 ) -> None:
     sent: list[str] = []
-    effect = intentlog.Effect("charge", lambda key, data: sent.append(key), idempotent=True)
+    effect = intentlog.Effect(
+        "charge",
+        lambda key, data: sent.append(key),
+        idempotent=True,
+        key_retention=intentlog.FOREVER,
+    )
     with intentlog.open(journal_url) as journal:
         with journal.task("order-1") as task:
             with pytest.raises(intentlog.InvalidInput) as refused:
@@ -529,7 +534,10 @@ def test_the_async_journal_keeps_bad_receipts_and_hostile_refusals(journal_url: 
     async def refuse(key: str) -> Any:
         raise intentlog.Rejected(HOSTILE)
 
-    effects = [intentlog.Effect(f.__name__, f, idempotent=True) for f in (deep, odd, refuse)]
+    effects = [
+        intentlog.Effect(f.__name__, f, idempotent=True, key_retention=intentlog.FOREVER)
+        for f in (deep, odd, refuse)
+    ]
 
     async def main() -> None:
         async with intentlog.open_async(journal_url) as journal:

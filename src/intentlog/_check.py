@@ -24,7 +24,7 @@ from intentlog._service import PROCESS, Seconds, seconds
 
 __all__ = ["Finding", "check", "describe", "human", "log_at_start"]
 
-FindingKind = Literal["retention", "unresolvable", "no_reconciler"]
+FindingKind = Literal["retention", "unstated_retention", "unresolvable", "no_reconciler"]
 
 log = logging.getLogger("intentlog.worker")
 
@@ -34,7 +34,9 @@ class Finding:
     """One thing :func:`check` found about an effect.
 
     ``kind``: ``"retention"`` (the key's retention, minus the margin, is shorter than the
-    restart interval), ``"unresolvable"`` (the effect can neither deduplicate nor be asked,
+    restart interval), ``"unstated_retention"`` (the service takes a key but no retention is
+    stated, so the key is not counted on: a problem where no reconciler settles a crash in
+    flight instead), ``"unresolvable"`` (the effect can neither deduplicate nor be asked,
     so every crash with a request in flight ends UNRESOLVED) or ``"no_reconciler"`` (its
     service can be asked, but the effect has no reconciler that asks).
 
@@ -90,6 +92,15 @@ def _judge(effect: Effect, within: float) -> list[tuple[FindingKind, bool, str]]
     policy = effect.policy
     service = effect.service
     found: list[tuple[FindingKind, bool, str]] = []
+    unstated = _unstated(effect)
+    if unstated is not None:
+        if policy.can_reconcile:
+            unstated += ": a crash in flight is settled by the reconciler alone"
+        else:
+            unstated += ": each crash while a request is in flight ends UNRESOLVED, for a person"
+        found.append(("unstated_retention", not policy.can_reconcile, unstated))
+        if not policy.can_reconcile:
+            return found
     if not policy.idempotent and not policy.can_reconcile:
         why = "can neither deduplicate nor be asked: each crash while a request is in flight "
         why += "ends UNRESOLVED, for a person to resolve"
@@ -124,6 +135,29 @@ def _judge(effect: Effect, within: float) -> list[tuple[FindingKind, bool, str]]
         why += f"a crash in flight is settled only by resending, within {human(finite)}"
         found.append(("no_reconciler", False, why))
     return found
+
+
+def _unstated(effect: Effect) -> str | None:
+    """What relies on an unstated retention, or None: a key the service takes (or an effect
+    declared idempotent) without a stated retention counts as not deduplicating."""
+    service = effect.service
+    if service is not None:
+        place = service.key
+        if place is None or place.kind == "metadata" or service.retention is not None:
+            return None
+        return (
+            f"its service takes the key ({place.kind} {place.name!r}) but states no retention, "
+            "so it counts as NOT deduplicating and a crash in flight is never resent: state "
+            "how long the service honours a key, service.replace(retention=...) (a duration, "
+            "or intentlog.FOREVER where it keeps keys forever)"
+        )
+    if effect.idempotent and effect.key_retention is None:
+        return (
+            "idempotent=True without key_retention, so it counts as NOT deduplicating and a "
+            "crash in flight is never resent: state key_retention (a duration, or "
+            "intentlog.FOREVER where the service keeps keys forever)"
+        )
+    return None
 
 
 def describe(effect: Effect) -> str:

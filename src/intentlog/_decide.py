@@ -53,8 +53,10 @@ class Decision:
     ``not_before`` (store clock) is set for WAIT. ``lookup_failed`` tells the driver to count
     one more failed lookup in the journal. ``resend`` is set on a SUBMIT of an operation that
     was sent before, naming what makes sending it again safe, as a stable word for metrics:
-    ``not_found`` (an authoritative lookup), ``lookup_failed`` (lookups kept failing, the
-    service deduplicates), ``locks_in_flight`` (the service refuses a same-key request while
+    ``not_found`` (an authoritative lookup), ``not_found_dedupe`` (a lookup said not found
+    while it may still lag, and the service deduplicates the key, so the resend is answered
+    from any first request), ``lookup_failed`` (a lookup could not tell or failed, and the
+    service deduplicates the key), ``locks_in_flight`` (the service refuses a same-key request while
     one runs, and its sender is gone), ``dedupe_after_timeout`` (the service deduplicates and
     the latest request can no longer be running) or ``retry_resolved`` (a person said retry).
     """
@@ -98,6 +100,13 @@ def strictest(recorded: Policy, live: Policy) -> Policy:
     """
     if recorded == live:
         return live
+    # A journal written before deduplication had to state its retention may hold an
+    # idempotent policy with None that nobody stated. That is safe here: every live effect
+    # now states its retention (a Service without one does not deduplicate, so the result
+    # does not either), and a stated duration wins over the recorded None; only a live
+    # FOREVER, written out by a person, keeps None. A face without the live effect (status,
+    # pending) judges by the recorded policy alone, but only a driver with the live effect
+    # ever sends.
     retention = (
         live.key_retention
         if recorded.key_retention is None
@@ -149,9 +158,14 @@ def decide(
     Guarantee: the result is SUBMIT for a SUBMITTED operation only if the service
     deduplicates and the key is inside its retention (minus :func:`retention_margin`) and
     either the latest request can no longer be running (:func:`in_flight_until` has passed)
-    or the service locks a key while a request runs and no live worker is sending it; or an
-    authoritative lookup said the operation did not land, after the request could no longer
-    land and the lookup could no longer lag.
+    or the service locks a key while a request runs and no live worker is sending it (what
+    a lookup answered, short of Found, does not matter then); or an authoritative lookup
+    said the operation did not land, after the request could no longer land and the lookup
+    could no longer lag.
+
+    A reconciler never makes recovery slower: for the same operation and time, a lookup that
+    answers NotFound, Indeterminate or fails leads to a resend no later than the same policy
+    without a reconciler would (a WAIT's ``not_before`` is no later than that resend).
     """
     if op.state is State.PLANNED:
         # Sent before and PLANNED again: a person resolved it as "retry".
@@ -196,6 +210,11 @@ def _decide_submitted(
                 mark=State.CONFIRMED,
                 receipt=lookup.receipt,
             )
+        # Whether the same key may be resent without any lookup (rule 2): the service
+        # deduplicates it and still holds it. A lookup that has not settled the case (a lagging
+        # NotFound, Indeterminate, an error) then never holds a resend back past the moment
+        # rule 2 alone would allow it: adding a reconciler must not lengthen recovery.
+        dedupe_safe = policy.idempotent and _inside_retention(op, policy, now)
         if isinstance(lookup, NotFound):
             # A request sent by a process that has since died may still sit in the
             # service's queue, and the lookup may lag behind a commit: NotFound is only
@@ -207,6 +226,20 @@ def _decide_submitted(
                     "the service says it did not land; send again",
                     resend="not_found",
                 )
+            if dedupe_safe:
+                if now >= resend_at:
+                    return Decision(
+                        Action.SUBMIT,
+                        "not found yet (the lookup may lag), but the service deduplicates "
+                        "this key; send it again",
+                        resend="not_found_dedupe",
+                    )
+                return Decision(
+                    Action.WAIT,
+                    "not found yet, and the latest request may still be executing; resend "
+                    "the same key after its deadline",
+                    not_before=resend_at,
+                )
             return Decision(
                 Action.WAIT,
                 "not found yet, but the request could still land; ask again later",
@@ -214,28 +247,32 @@ def _decide_submitted(
             )
         failures = op.lookup_failures + 1
         what = lookup.reason if isinstance(lookup, Indeterminate) else lookup.error
+        if dedupe_safe and now >= resend_at:
+            # The lookup could not tell, and a resend with the same key is answered from
+            # the first request: asking again would only delay what rule 2 allows now.
+            return Decision(
+                Action.SUBMIT,
+                f"lookup inconclusive ({what or 'no reason given'}), but the service "
+                "deduplicates this key; send it again",
+                lookup_failed=True,
+                resend="lookup_failed",
+            )
         if failures < lookup_limit:
             # The exponent is capped too, so a huge lookup_limit cannot overflow a float.
             backoff = min(_BACKOFF_BASE * 2 ** min(failures - 1, 16), _BACKOFF_CAP)
+            wake = now + backoff
             return Decision(
                 Action.WAIT,
                 f"lookup inconclusive ({what or 'no reason given'}); ask again later",
-                not_before=now + backoff,
+                not_before=min(wake, resend_at) if dedupe_safe else wake,
                 lookup_failed=True,
             )
-        if policy.idempotent and _inside_retention(op, policy, now):
-            if now < resend_at:
-                return Decision(
-                    Action.WAIT,
-                    "lookups keep failing and the latest request may still be in flight",
-                    not_before=resend_at,
-                    lookup_failed=True,
-                )
+        if dedupe_safe:
             return Decision(
-                Action.SUBMIT,
-                "lookups keep failing, but the service deduplicates this key; send it again",
+                Action.WAIT,
+                "lookups keep failing and the latest request may still be in flight",
+                not_before=resend_at,
                 lookup_failed=True,
-                resend="lookup_failed",
             )
         return Decision(
             Action.ESCALATE,

@@ -9,10 +9,10 @@ from typing import Any, overload
 from intentlog._errors import InvalidInput
 from intentlog._keys import validate_label
 from intentlog._model import LookupResult, Policy
-from intentlog._service import Seconds, Service, refuse_overrides
+from intentlog._service import FOREVER, Retention, Seconds, Service, refuse_overrides
 from intentlog._service import seconds as _seconds
 
-__all__ = ["Effect", "Seconds", "effect"]
+__all__ = ["Effect", "Seconds", "effect", "unstated_retention"]
 
 Submit = Callable[..., Any]
 Reconcile = Callable[[str], LookupResult] | Callable[[str], Awaitable[LookupResult]]
@@ -32,13 +32,16 @@ class Effect:
 
     What the service promises comes from ``service`` (a :class:`intentlog.Service`, shared by
     the effects of one service; see docs/services.md), or from the keywords: ``idempotent``
-    says the service deduplicates on the key, for ``key_retention`` (None: forever);
-    ``locks_in_flight`` that it refuses a same-key request while the first one runs;
-    ``timeout`` is the request deadline and ``lookup_lag`` how long a lookup may lag behind a
-    commit. With ``service``, only ``timeout`` may be given too (it overrides the service's
-    deadline for this effect). ``receipt`` selects what is
-    kept of submit's result (field names, or a function). ``store_args`` keeps the call's
-    arguments in the journal (checked for secrets); by default only their fingerprint is.
+    says the service deduplicates on the key, for ``key_retention`` (seconds, a timedelta, or
+    :data:`intentlog.FOREVER` written out). ``idempotent=True`` without ``key_retention``
+    raises InvalidInput: a retention left unstated is never taken as forever, since a resend
+    after the service forgot the key applies twice. ``locks_in_flight`` says that it refuses
+    a same-key request while the first one runs; ``timeout`` is the request deadline and
+    ``lookup_lag`` how long a lookup may lag behind a commit. With ``service``, only
+    ``timeout`` may be given too (it overrides the service's deadline for this effect).
+    ``receipt`` selects what is kept of submit's result (field names, or a function).
+    ``store_args`` keeps the call's arguments in the journal (checked for secrets); by
+    default only their fingerprint is.
 
     ``lazy_receipt`` (only for an effect that can deduplicate or reconcile) lets the receipt
     ride in the task's next write (the next intent, a checkpoint, completion or release)
@@ -56,7 +59,7 @@ class Effect:
         *,
         service: Service | None = None,
         idempotent: bool = False,
-        key_retention: Seconds | None = None,
+        key_retention: Seconds | Retention | None = None,
         timeout: Seconds | None = None,
         lookup_lag: Seconds = 0.0,
         locks_in_flight: bool = False,
@@ -88,7 +91,8 @@ class Effect:
             if timeout is None:
                 timeout = service.timeout
             idempotent = service.deduplicates
-            key_retention = service.key_retention
+            # A service deduplicates only with a stated retention (a duration or FOREVER).
+            key_retention = service.retention if service.deduplicates else None
             locks_in_flight = service.locks_in_flight and service.deduplicates
             # A service whose lookup lag is unknown lags as long as a request may take.
             lookup_lag = service.lookup_lag if service.lookup_lag is not None else timeout
@@ -96,6 +100,15 @@ class Effect:
             raise InvalidInput(
                 f"effect {name!r}: key_retention only applies to a service that deduplicates; "
                 "pass idempotent=True as well"
+            )
+        if idempotent and key_retention is None:
+            raise unstated_retention(f"effect {name!r}")
+        if isinstance(key_retention, Retention) and key_retention is not FOREVER:
+            raise InvalidInput(
+                f"effect {name!r}: key_retention={key_retention.name} (keys lost when the "
+                "service's process ends) does not deduplicate across a crash; leave "
+                "idempotent=False",
+                option="key_retention",
             )
         if (
             receipt is not None
@@ -117,7 +130,13 @@ class Effect:
             )
         self.service = service
         self.idempotent = bool(idempotent)
-        self.key_retention = _seconds(key_retention, "key_retention", allow_zero=False)
+        # FOREVER, a number of seconds, or None for an effect that does not deduplicate (an
+        # unstated retention was refused above). Policy.key_retention turns FOREVER into None.
+        self.key_retention: float | Retention | None = (
+            FOREVER
+            if key_retention is FOREVER
+            else _seconds(key_retention, "key_retention", allow_zero=False)  # type: ignore[arg-type]
+        )
         self.timeout = _seconds(timeout, "timeout", allow_zero=False) or 30.0
         self.lookup_lag = _seconds(lookup_lag, "lookup_lag", allow_zero=True) or 0.0
         self.locks_in_flight = locks_in_flight
@@ -148,7 +167,18 @@ class Effect:
         )
         if of != self._policy_of:  # cached (asked several times per run); rebuilt on change
             self._policy_of = of
-            self._policy = Policy(*of)
+            retention = self.key_retention
+            self._policy = Policy(
+                can_reconcile=self.reconcile is not None,
+                # Deduplication counts only with a stated retention (attributes changed after
+                # construction included): an unstated one takes the safe side, as a Service's.
+                idempotent=self.idempotent and retention is not None,
+                key_retention=retention if isinstance(retention, float) else None,
+                timeout=self.timeout,
+                lookup_lag=self.lookup_lag,
+                locks_in_flight=self.locks_in_flight and retention is not None,
+                service=self.service.name if self.service is not None else None,
+            )
         return self._policy
 
     @property
@@ -228,6 +258,27 @@ class Effect:
         return f"<Effect {self.name!r} {'+'.join(caps) or 'neither'}>"
 
 
+def unstated_retention(what: str, option: str = "key_retention") -> InvalidInput:
+    """The error for deduplication declared without its retention: it names ``option``,
+    says how to write forever, and names the profiles that know the figure."""
+    from intentlog import profiles  # only when needed: `import intentlog` loads no profile
+
+    known = [
+        f"profiles.{name}"
+        for name in profiles.__all__
+        if isinstance(getattr(profiles, name), Service) and getattr(profiles, name).deduplicates
+    ]
+    known.append("profiles.nats_jetstream(window)")
+    return InvalidInput(
+        f"{what}: idempotent=True needs {option} too: how long the service honours a key "
+        "(seconds or a timedelta). A retention left unstated is never taken as forever; "
+        f"write {option}=intentlog.FOREVER where the service really keeps keys forever, or "
+        "use a profile that knows the figure, service=intentlog.profiles.X "
+        f"({', '.join(known)})",
+        option=option,
+    )
+
+
 def _fast_binding(
     signature: inspect.Signature | None,
 ) -> tuple[dict[str, None], dict[str, Any], frozenset[str]] | None:
@@ -252,7 +303,7 @@ def effect(
     name: str | None = None,
     service: Service | None = None,
     idempotent: bool = False,
-    key_retention: Seconds | None = None,
+    key_retention: Seconds | Retention | None = None,
     timeout: Seconds | None = None,
     lookup_lag: Seconds = 0.0,
     locks_in_flight: bool = False,
@@ -267,7 +318,7 @@ def effect(
     name: str | None = None,
     service: Service | None = None,
     idempotent: bool = False,
-    key_retention: Seconds | None = None,
+    key_retention: Seconds | Retention | None = None,
     timeout: Seconds | None = None,
     lookup_lag: Seconds = 0.0,
     locks_in_flight: bool = False,
@@ -275,7 +326,11 @@ def effect(
     store_args: bool = False,
     lazy_receipt: bool = False,
 ) -> Effect | Callable[[Submit], Effect]:
-    """Declare an effect from its submit function: ``@intentlog.effect(idempotent=True)``.
+    """Declare an effect from its submit function:
+    ``@intentlog.effect(idempotent=True, key_retention=timedelta(hours=24))``.
+
+    The keywords are :class:`Effect`'s: ``idempotent=True`` needs ``key_retention`` (a
+    duration, or :data:`intentlog.FOREVER`) or a ``service`` that states one.
 
     The effect's name defaults to the function's ``__name__``; it is part of every key, so
     keep it stable (or pass ``name=``). Register a lookup with ``@the_effect.reconciler``.

@@ -94,11 +94,18 @@ class Policy:
 
     Recorded with every operation, so that ``pending()`` and the CLI can decide without the
     effect's code.
+
+    ``key_retention`` None with ``idempotent`` true means a key kept forever. Every path that
+    builds a Policy from a declaration produces it only from a stated forever
+    (``key_retention=intentlog.FOREVER``, a Service with ``retention=FOREVER``, a tools file's
+    ``retention = "forever"``, or an MCP tool resent as it is, whose second call has the
+    effect of one): deduplication without a stated retention is refused where it is
+    declared, and a Service without one does not deduplicate.
     """
 
     can_reconcile: bool = False
     idempotent: bool = False
-    key_retention: float | None = None  # seconds; None with idempotent=True means forever
+    key_retention: float | None = None  # seconds; None with idempotent=True: a stated forever
     timeout: float = 30.0  # request deadline, seconds
     lookup_lag: float = 0.0  # how long a lookup may lag behind a commit, seconds
     locks_in_flight: bool = False  # a same-key request is refused while the first one runs

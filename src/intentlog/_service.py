@@ -218,7 +218,9 @@ class Service:
 
     @property
     def key_retention(self) -> float | None:
-        """The retention in seconds for a deduplicating service (None: forever)."""
+        """The retention in seconds for a deduplicating service; None for one that keeps
+        keys :data:`FOREVER` (stated so) or that does not deduplicate (see ``deduplicates``:
+        an unstated retention never deduplicates)."""
         if not self.deduplicates or self.retention is FOREVER:
             return None
         assert isinstance(self.retention, float)

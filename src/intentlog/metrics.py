@@ -32,8 +32,10 @@ This process's counters (empty until :func:`enable`):
 - ``intentlog_reconciles_total{effect,result}``: reconciler answers; ``result`` is
   ``found``, ``not_found``, ``indeterminate`` or ``failed`` (it raised, or answered nonsense).
 - ``intentlog_resends_total{effect,reason}``: operations sent again; ``reason`` is
-  ``not_found``, ``lookup_failed``, ``locks_in_flight``, ``dedupe_after_timeout``,
-  ``retry_resolved`` or ``after_error`` (this run's own request raised an ambiguous error).
+  ``not_found``, ``not_found_dedupe`` (not found by a lookup that may still lag, for a key
+  the service still deduplicates), ``lookup_failed``, ``locks_in_flight``,
+  ``dedupe_after_timeout``, ``retry_resolved`` or ``after_error`` (this run's own request
+  raised an ambiguous error).
 - ``intentlog_commit_seconds``: histogram of a task's journal write latency.
 
 No key, argument, receipt or task id is ever a label: labels are effect names and fixed words.

@@ -48,7 +48,7 @@ def operator(path: str, key: str) -> list[intentlog.Action]:
         return [r.next_action for r in journal.recover([charge])]
 
 
-@intentlog.effect(idempotent=True, lazy_receipt=True)
+@intentlog.effect(idempotent=True, key_retention=intentlog.FOREVER, lazy_receipt=True)
 async def publish(key: str, subject: str) -> dict[str, Any]:
     return {"seq": 1, "subject": subject}
 

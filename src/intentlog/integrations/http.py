@@ -35,7 +35,7 @@ from intentlog._flow import drive, drive_async
 from intentlog._hygiene import scrub_text
 from intentlog._keys import canonical_json
 from intentlog._model import Found, Indeterminate, LookupResult, NotFound
-from intentlog._service import KeyPlace, Replay, Seconds, Service, refuse_overrides
+from intentlog._service import KeyPlace, Replay, Retention, Seconds, Service, refuse_overrides
 from intentlog._service import seconds as _seconds
 from intentlog.integrations import AmbiguousResponse, _call_body, _require
 
@@ -502,7 +502,7 @@ class _Contract:
 
 def _contract(
     name: str, url: str, service: Service | None, *, idempotent: bool | None,
-    key_retention: Seconds | None, timeout: Seconds | None, lookup_lag: Seconds | None,
+    key_retention: Seconds | Retention | None, timeout: Seconds | None, lookup_lag: Seconds | None,
     locks_in_flight: bool | None, replay: Replay | None, key_header: str | None,
 ) -> _Contract:  # fmt: skip
     if replay is not None and not isinstance(replay, Replay):
@@ -618,7 +618,7 @@ def http_effect(
     name: str, method: str, url: str, *, receipt: Sequence[str] | None = None,
     receipt_fields: Sequence[str] | None = None, service: Service | None = None,
     lookup: Lookup | None = None,
-    idempotent: bool | None = None, key_retention: Seconds | None = None,
+    idempotent: bool | None = None, key_retention: Seconds | Retention | None = None,
     timeout: Seconds | None = None, lookup_lag: Seconds | None = None,
     locks_in_flight: bool | None = None, replay: Replay | None = None,
     not_applied: Sequence[int] = NOT_APPLIED, in_progress: Sequence[int] = (409,),
@@ -637,7 +637,9 @@ def http_effect(
     may override its deadline, and the other keywords below that it declares may not be
     given with it (InvalidInput names them). Without a service, the keywords declare it:
     ``idempotent`` and ``key_retention`` say the service deduplicates the key and for how
-    long, ``locks_in_flight`` that it refuses a same-key request while the first one runs,
+    long (given together: ``idempotent=True`` alone raises InvalidInput naming
+    ``key_retention``; write ``intentlog.FOREVER`` for a service that keeps keys forever),
+    ``locks_in_flight`` that it refuses a same-key request while the first one runs,
     ``lookup_lag`` how far its lookup lags a commit, ``replay`` how a replayed answer looks,
     and ``key_header`` (default ``Idempotency-Key``) carries the key.
 
@@ -685,7 +687,7 @@ def async_http_effect(
     name: str, method: str, url: str, *, receipt: Sequence[str] | None = None,
     receipt_fields: Sequence[str] | None = None, service: Service | None = None,
     lookup: Lookup | None = None,
-    idempotent: bool | None = None, key_retention: Seconds | None = None,
+    idempotent: bool | None = None, key_retention: Seconds | Retention | None = None,
     timeout: Seconds | None = None, lookup_lag: Seconds | None = None,
     locks_in_flight: bool | None = None, replay: Replay | None = None,
     not_applied: Sequence[int] = NOT_APPLIED, in_progress: Sequence[int] = (409,),

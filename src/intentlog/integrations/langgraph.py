@@ -41,6 +41,7 @@ from intentlog._effect import Effect, ReceiptSelector, Reconcile, Seconds
 from intentlog._errors import InvalidInput, LeaseLost, Rejected
 from intentlog._journal import Journal
 from intentlog._model import JSON, State
+from intentlog._service import Retention
 from intentlog._task import Task
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ def durable_tool(
     description: str | None = None,
     args_schema: Any = None,
     idempotent: bool | None = None,
-    key_retention: Seconds | None = None,
+    key_retention: Seconds | Retention | None = None,
     reconcile: Reconcile | None = None,
     timeout: Seconds | None = None,
     lookup_lag: Seconds | None = None,
@@ -299,7 +300,7 @@ def tool_effect(
 
 def effect_options(
     idempotent: bool | None,
-    key_retention: Seconds | None,
+    key_retention: Seconds | Retention | None,
     reconcile: Reconcile | None,
     timeout: Seconds | None,
     lookup_lag: Seconds | None,

@@ -37,6 +37,7 @@ from intentlog._effect import Effect, ReceiptSelector, Reconcile, Seconds
 from intentlog._errors import InvalidInput, Rejected
 from intentlog._journal import Journal
 from intentlog._model import JSON
+from intentlog._service import Retention
 from intentlog.integrations.langgraph import (
     KEY_ARG,
     ToolSpec,
@@ -64,7 +65,7 @@ def durable_function_tool(
     description: str | None = None,
     args_schema: Any = None,
     idempotent: bool | None = None,
-    key_retention: Seconds | None = None,
+    key_retention: Seconds | Retention | None = None,
     reconcile: Reconcile | None = None,
     timeout: Seconds | None = None,
     lookup_lag: Seconds | None = None,

@@ -42,7 +42,7 @@ from intentlog._errors import (
 from intentlog._keys import canonical_json, derive_key, validate_key, validate_task_id
 from intentlog._model import Found, Indeterminate, LookupResult, NotFound
 from intentlog.proxy._bridge import UpstreamError, UpstreamGone
-from intentlog.proxy._policy import ProxyFile, ToolPolicy, default_policy
+from intentlog.proxy._policy import ProxyFile, ToolPolicy, default_policy, retention_for
 from intentlog.proxy._results import (
     attach,
     error_result,
@@ -165,7 +165,7 @@ class Calls:
             self._submitter(policy, name),
             self._reconciler(policy) if policy.lookup is not None else None,
             idempotent=policy.deduplicates,
-            key_retention=policy.retention if policy.deduplicates else None,
+            key_retention=retention_for(policy),  # a None retention is a stated forever
             timeout=policy.timeout,
             # An unstated lag is taken as long as a request may take (the safe side).
             lookup_lag=policy.lookup_lag if policy.lookup_lag is not None else policy.timeout,

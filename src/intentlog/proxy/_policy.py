@@ -86,7 +86,9 @@ class ToolPolicy:
     why: str
     key_argument: str | None = None
     deduplicates: bool = False
-    retention: float | None = None  # seconds the server keeps a key; None: forever
+    # Seconds the server keeps a key. None: forever, only ever from a stated "forever" (the
+    # file's or its profile's) or a tool resent as it is; an unstated one is refused at load.
+    retention: float | None = None
     locks_in_flight: bool = False
     timeout: float = DEFAULT_TIMEOUT
     lookup_lag: float | None = None  # None: unknown, taken as the timeout
@@ -214,6 +216,27 @@ def _tool(tool: str, entry: Any, where: _Locator, timeout: float | None) -> Tool
         retention = _retention(fields["retention"], at("retention"))
     elif service is not None and service.deduplicates and service.retention is not FOREVER:
         retention = float(service.retention)  # type: ignore[arg-type]
+    elif (
+        deduplicates
+        and (key_argument is not None or not idempotent)
+        and not (service is not None and service.deduplicates)
+    ):
+        # A key kept for an unstated time is never taken as kept forever: past the server's
+        # real retention a resend applies twice. Only a tool resent as it is (idempotent =
+        # true, no key: a second call has the effect of one) needs no retention.
+        known = ", ".join(
+            n.lower()
+            for n in dir(profiles)
+            if isinstance(getattr(profiles, n), Service) and getattr(profiles, n).deduplicates
+        )
+        place = at("key_argument") if key_argument is not None else at("deduplicates")
+        raise InvalidInput(
+            f"{place}: tool {tool!r} deduplicates on a key but states no retention: set "
+            'retention (a duration such as "24h", or "forever" where the server really keeps '
+            f'keys forever), or a profile that knows it (profile = "stripe"; known: {known})',
+            tool=tool,
+            option="retention",
+        )
     given_timeout = _duration(fields.get("timeout"), at("timeout"), "timeout")
     tool_timeout = (
         given_timeout or (service.timeout if service else None) or timeout or DEFAULT_TIMEOUT

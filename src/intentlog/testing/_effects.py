@@ -17,6 +17,7 @@ from intentlog._crash import crashpoint
 from intentlog._effect import Effect
 from intentlog._errors import InvalidInput, KeyConflict, Rejected
 from intentlog._model import Found, Indeterminate, LookupResult, NotFound
+from intentlog._service import FOREVER
 from intentlog.testing._service import MODES, ServiceError
 
 __all__ = ["payment_effect"]
@@ -40,8 +41,10 @@ def payment_effect(
     (``id``, ``key``, ``status``, ``amount``). 4xx answers other than 409 mean "not applied"
     (Rejected; 422 key reuse is a KeyConflict); 409, 5xx, timeouts and dropped connections are
     ambiguous. In modes with lookups, the reconciler asks ``GET /payments/by-key/{key}``.
-    ``key_retention`` is how long the service keeps a key (None: forever), as on
-    :class:`intentlog.Effect`; ``retention`` is its deprecated old name.
+    ``key_retention`` is how long the service keeps a key, as on :class:`intentlog.Effect`
+    (``retention`` is its deprecated old name). None here means the reference service's own
+    default, which keeps keys forever, and is declared as :data:`intentlog.FOREVER`: this
+    helper describes a service whose retention it knows.
     """
     if retention is not None:
         if key_retention is not None:
@@ -107,7 +110,7 @@ def payment_effect(
         submit,
         reconcile=reconcile if mode in ("lookup", "both") else None,
         idempotent=dedupes,
-        key_retention=key_retention if dedupes else None,
+        key_retention=(FOREVER if key_retention is None else key_retention) if dedupes else None,
         timeout=timeout,
         lookup_lag=lookup_lag,
         lazy_receipt=lazy_receipt,
