@@ -23,9 +23,12 @@ SEND_MAIL = intentlog.Effect("send_mail", _lost_mail)  # neither deduplicates no
 
 def _unresolved(url: str | None) -> tuple[str, str]:
     """Leave one operation UNRESOLVED; its key and the OutcomeUnknown message."""
-    with intentlog.open(url) as journal, journal.task("invoice-9") as task:
-        with pytest.raises(intentlog.OutcomeUnknown) as caught:
-            task.run(SEND_MAIL, to="ana@example.com")
+    with (
+        intentlog.open(url) as journal,
+        journal.task("invoice-9") as task,
+        pytest.raises(intentlog.OutcomeUnknown) as caught,
+    ):
+        task.run(SEND_MAIL, to="ana@example.com")
     assert caught.value.key is not None
     return caught.value.key, str(caught.value)
 
