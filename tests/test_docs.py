@@ -7,10 +7,10 @@ without being listed) runs its blocks in order, in a fresh temporary working dir
 - ```bash (``sh``, ``shell``) blocks run in a subprocess of ``bash`` with ``set -eo pipefail``,
   in the same folder, after the file's blocks above them ran. The project's venv ``bin`` is
   first on ``PATH`` (so ``intentlog`` and ``python`` are the project's), ``COLUMNS=100``, and no
-  ``INTENTLOG_*`` variable of the test's environment leaks in. A file that names
-  ``INTENTLOG_URL`` in a block it runs is given ``INTENTLOG_URL``: a schema of its own on the
-  test PostgreSQL server (127.0.0.1:5432, as CI starts it), which the doc tells its reader to
-  point at their own database.
+  ``INTENTLOG_*`` variable of the test's environment leaks in. A file that tells its reader
+  to ``export INTENTLOG_URL=`` (their database, in a block marked not run) runs with
+  ``INTENTLOG_URL`` set to a schema of its own on the test PostgreSQL server (127.0.0.1:5432,
+  as CI starts it).
 - ```console blocks are transcripts: ``$ COMMAND`` lines (continued with a trailing ``\\``) run
   in one ``bash`` session, in order, and the lines under each command are what it prints
   (stdout and stderr together) and must match. In expected output ``...`` inside a line
@@ -45,6 +45,7 @@ import io
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -261,19 +262,24 @@ class Runner:
         return out.getvalue()
 
     def bash(self, script: str, where: str) -> subprocess.CompletedProcess[str]:
-        try:
-            return subprocess.run(
-                ["bash", "-c", script],
-                cwd=self.folder,
-                env=self.env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                timeout=TIMEOUT,
-            )
-        except subprocess.TimeoutExpired as exc:
-            pytest.fail(f"{where}: still running after {TIMEOUT:.0f} s:\n{exc.output}")
+        # A session of its own, so that a timeout ends the block's background servers too.
+        with subprocess.Popen(
+            ["bash", "-c", script],
+            cwd=self.folder,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        ) as child:
+            try:
+                out, _ = child.communicate(timeout=TIMEOUT)
+            except subprocess.TimeoutExpired:
+                os.killpg(child.pid, signal.SIGKILL)
+                out, _ = child.communicate()
+                pytest.fail(f"{where}: still running after {TIMEOUT:.0f} s:\n{out}")
+        return subprocess.CompletedProcess(child.args, child.returncode, out)
 
     def shell(self, block: Block, where: str) -> None:
         done = self.bash("set -eo pipefail\n" + block.code, where)
@@ -305,10 +311,8 @@ def _runs_something(name: str) -> bool:
 
 
 def _needs_journal_url(name: str) -> bool:
-    return any(
-        b.not_run is None and b.language in PYTHON | SHELL | CONSOLE and "INTENTLOG_URL" in b.code
-        for b in blocks(name)
-    )
+    """Whether the doc tells its reader to ``export INTENTLOG_URL=`` (their database)."""
+    return any("export INTENTLOG_URL=" in b.code for b in blocks(name))
 
 
 @pytest.fixture
