@@ -27,9 +27,9 @@ First-line markers:
   ``test_block_not_run[FILE:LINE]`` whose reason is ``why``. For set-up commands (``# not
   run: installs``), blocks that take minutes, and fragments or things the tests cannot have (a
   real external service).
-- ``# file: PATH`` (a relative path): the block is also written to PATH in the working
-  directory before it runs (a python block still runs; a data block, such as a toml file, is
-  only written). Python modules written so are importable by later blocks and by commands.
+- ``# file: PATH`` (a relative path): the block is written to PATH in the working directory,
+  not run: a module (importable by later blocks and by commands, which run in that folder) or
+  a data file such as a toml file.
 
 A file that holds the line ``<!-- doc test: run twice -->`` is an example a reader is meant to
 run again: all its blocks run a second time, in a fresh namespace, in the same folder (the
@@ -222,8 +222,8 @@ class Runner:
                 continue
             where = f"{block.name}" + (" (second run)" if round == 2 else "")
             if block.file:
-                self.write(block)
-            if block.language in PYTHON:
+                self.write(block)  # a module or a data file: written, not run
+            elif block.language in PYTHON:
                 printed[index] = self.python(block, namespace)
             elif block.language in SHELL:
                 self.shell(block, where)
