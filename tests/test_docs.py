@@ -38,6 +38,7 @@ journal files of the first run are still there), and must pass again.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import difflib
@@ -48,12 +49,14 @@ import shlex
 import signal
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import click
 import pytest
 
 from intentlog.cli import cli
+from intentlog.testing import ReferenceService
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ["README.md", *sorted(p.relative_to(ROOT).as_posix() for p in ROOT.glob("docs/*.md"))]
@@ -212,9 +215,11 @@ class Runner:
         self.folder = folder
         self.env = env
         self.modules: list[str] = []
+        self.namespaces: list[dict[str, object]] = []
 
     def run_all(self, *, round: int) -> None:
         namespace: dict[str, object] = {"__name__": "__main__"}
+        self.namespaces.append(namespace)
         found = blocks(self.name)
         printed: dict[int, str] = {}
         for index, block in enumerate(found):
@@ -302,8 +307,26 @@ class Runner:
         assert len(outputs) == len(pairs) + 1, f"{where}: the session ended early:\n{done.stdout}"
 
     def cleanup(self) -> None:
+        """Undo what the blocks left behind in this process, as a process exit would: their
+        modules, reference services still running, the thread's default event loop (the
+        OpenAI Agents SDK's ``run_sync`` leaves it open on purpose)."""
         for module in self.modules:  # never leave a module from the folder behind
             sys.modules.pop(module, None)
+        for namespace in self.namespaces:
+            for value in namespace.values():
+                if isinstance(value, ReferenceService):
+                    value.stop()
+        self.namespaces.clear()
+        policy = asyncio.get_event_loop_policy()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            try:
+                loop = policy.get_event_loop()
+            except RuntimeError:
+                return
+        if not loop.is_running():
+            loop.close()
+            policy.set_event_loop(None)
 
 
 def _runs_something(name: str) -> bool:
