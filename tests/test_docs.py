@@ -10,7 +10,9 @@ without being listed) runs its blocks in order, in a fresh temporary working dir
   ``INTENTLOG_*`` variable of the test's environment leaks in. A file that tells its reader
   to ``export INTENTLOG_URL=`` (their database, in a block marked not run) runs with
   ``INTENTLOG_URL`` set to a schema of its own on the test PostgreSQL server (127.0.0.1:5432,
-  as CI starts it).
+  as CI starts it). A file whose blocks connect to NATS at ``nats://127.0.0.1:4222`` needs
+  that server. Without these servers such a file is skipped, with the reason, except where
+  ``CI=true``: there it fails.
 - ```console blocks are transcripts: ``$ COMMAND`` lines (continued with a trailing ``\\``) run
   in one ``bash`` session, in order, and the lines under each command are what it prints
   (stdout and stderr together) and must match. In expected output ``...`` inside a line
@@ -347,6 +349,10 @@ def doc_env(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env["COLUMNS"] = "100"
     name = request.node.callspec.params["name"]
+    if any(b.not_run is None and "nats://127.0.0.1:4222" in b.code for b in blocks(name)):
+        from test_nats import need_nats
+
+        need_nats()  # skips where no server answers, fails where CI=true
     if _needs_journal_url(name):
         url = request.getfixturevalue("pg_url")  # skips (or fails where CI=true) without one
         env["INTENTLOG_URL"] = url
