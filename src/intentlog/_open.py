@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from pathlib import Path
 from typing import overload
 
@@ -14,7 +15,7 @@ from intentlog._errors import InvalidInput
 from intentlog.stores._async_store import AsyncStore
 from intentlog.stores._base import Store
 
-__all__ = ["DEFAULT_PATH", "ENV_URL", "open_store"]
+__all__ = ["DEFAULT_PATH", "ENV_URL", "cli_command", "open_store"]
 
 DEFAULT_PATH = Path(".intentlog") / "journal.db"
 ENV_URL = "INTENTLOG_URL"
@@ -77,3 +78,22 @@ def _postgres(url: str, asynchronous: bool, create: bool) -> Store | AsyncStore:
     if asynchronous:
         return AsyncPostgresStore(url, create=create)
     return PostgresStore(url, create=create)
+
+
+def cli_command(url: str, *words: str) -> str:
+    """The ``intentlog`` command line that acts on the journal at ``url`` (a store's printable
+    ``url``), ready to paste into a shell: ``--db URL`` unless it is the default journal
+    (``./.intentlog/journal.db`` here, with no ``$INTENTLOG_URL``; a journal the environment
+    names is spelled out, since the person reading may work in another shell). A password is
+    never printed: it is left out, so the command works where libpq finds it (``PGPASSWORD``,
+    ``~/.pgpass``) or the server does not ask for one."""
+    default = f"sqlite://{DEFAULT_PATH.resolve()}"
+    parts = ["intentlog"]
+    if url != default or os.environ.get(ENV_URL):
+        shown = re.sub(r"(://[^/:@]*):[^/@]*@", r"\1@", url)  # user:***@ -> user@
+        scheme, sep, query = shown.partition("?")
+        if sep:
+            kept = [item for item in query.split("&") if not item.startswith("password=")]
+            shown = scheme + ("?" + "&".join(kept) if kept else "")
+        parts += ["--db", shown]
+    return " ".join(shlex.quote(word) for word in [*parts, *words])

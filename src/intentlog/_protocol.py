@@ -48,6 +48,7 @@ from intentlog._model import (
     State,
     TaskRecord,
 )
+from intentlog._open import cli_command
 from intentlog._options import Options
 from intentlog._owner import holder_is_dead, new_owner
 from intentlog.stores._async_store import AsyncStore
@@ -341,7 +342,9 @@ class TaskCore:
             if action is Action.ESCALATE:
                 raise OutcomeUnknown(
                     f"operation {op.key!r} ({op.effect}) is UNRESOLVED: {decision.reason}. "
-                    f"Resolve it: intentlog resolve {op.key} --confirmed/--failed/--retry",
+                    "Resolve it once you know what happened, for example: "
+                    f"{cli_command(self.store.url, 'resolve', op.key, '--failed')} (or "
+                    "--confirmed --receipt JSON, or --retry)",
                     key=op.key,
                     task_id=self.id,
                     state=op.state.value,
