@@ -255,6 +255,7 @@ def resolve_flow(
         raise InvalidInput(
             "note must be a string of at most 2000 characters without control characters",
             key=str(key),
+            path="note",
         )
     if note is not None:
         check_text(note, what="note", key=str(key))  # shown by `intentlog show`, like state
@@ -401,6 +402,7 @@ def checked_actor(actor: object, *, key: str | None = None) -> str:
             f"actor must be a printable string of 1 to {_ACTOR_MAX} characters (who resolved "
             f"it, e.g. 'alice@ops-1'), got {got}",
             key=key,
+            path="actor",
         )
     check_safe(actor, what="actor", max_bytes=4 * _ACTOR_MAX)  # a token is not a name
     return actor
