@@ -88,7 +88,9 @@ def test_async_errors_match_the_sync_api(tmp_path: Path, journal_url: str) -> No
                     await task.run(intentlog.Effect("other", refuse, idempotent=True), key="k")
             pending = await journal.pending()
             assert [p.next_action for p in pending] == [Action.ESCALATE]
-            resolved = await journal.resolve(pending[0].key, "failed", note="bounced")
+            resolved = await journal.resolve(
+                pending[0].key, "failed", note="bounced", accept_risk=True
+            )
             assert resolved.state is State.FAILED
             assert len(await journal.resolutions()) == 1
 

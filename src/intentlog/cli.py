@@ -431,7 +431,7 @@ def resolve(
     does not fit the operation's state, or a risk not confirmed; 2 usage error.
 
     \b
-    Examples:
+    Example:
       intentlog resolve charge-1ec2efaa48 --confirmed \\
           --receipt '{"id": "ch_1"}' --note "seen in the dashboard"
       intentlog resolve mail-5b1f09c2d4 --retry --confirm "retry mail" \\
