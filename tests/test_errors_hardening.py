@@ -1018,9 +1018,11 @@ def test_the_default_actor_without_a_user_name(monkeypatch: pytest.MonkeyPatch) 
 def test_the_cli_records_and_shows_who_resolved(journal_url: str) -> None:
     with intentlog.open(journal_url) as journal:
         first, second = _unresolved(journal, "t-1"), _unresolved(journal, "t-2")
-    proc = run_cli(journal_url, "resolve", first, "--failed", "--note", "bounced")
+    proc = run_cli(journal_url, "resolve", first, "--failed", "--note", "bounced",
+                   "--confirm", "failed send_email")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    proc = run_cli(journal_url, "resolve", second, "--retry", "--actor", "carol@desk")
+    proc = run_cli(journal_url, "resolve", second, "--retry", "--actor", "carol@desk",
+                   "--confirm", "retry send_email")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     shown = run_cli(journal_url, "show", "t-1").stdout
     assert f"UNRESOLVED -> FAILED by {_this_user_at_host()}: bounced" in shown

@@ -455,9 +455,18 @@ def resolve(
             raise _Failure("--receipt is nested too deeply") from None
     with _open(ctx) as journal:
         accept = _confirmed_risk(journal, key, chosen[0], confirm)
-        op = journal.resolve(
-            key, chosen[0], receipt=parsed, note=note, actor=actor, accept_risk=accept
-        )
+        try:
+            op = journal.resolve(
+                key, chosen[0], receipt=parsed, note=note, actor=actor, accept_risk=accept
+            )
+        except intentlog.InvalidInput as exc:
+            risk = risk_of(journal.operation(key), chosen[0], journal.store.now())
+            if getattr(exc, "phrase", None) is None or risk is None:
+                raise
+            raise _Failure(
+                f"not resolved: {risk.reason} To resolve it as {chosen[0]} anyway, add "
+                f"--confirm {shlex.quote(risk.phrase)}"
+            ) from None
         info = journal.task_info(op.task_id)
     if as_json:
         _emit(
@@ -472,20 +481,15 @@ def resolve(
 def _confirmed_risk(
     journal: intentlog.Journal, key: str, outcome: Outcome, confirm: str | None
 ) -> bool:
-    """Whether the person typed the confirmation of what resolving ``key`` as ``outcome``
-    risks (the decision module says what that is); refuses, with the reason and the phrase,
-    a risky choice without it and a --confirm that is not the phrase."""
-    op = journal.operation(key)
-    phrase = confirm_phrase(outcome, op.effect)
-    if confirm is not None and confirm.strip() != phrase:
+    """Whether the person typed the confirmation of resolving ``key`` as ``outcome`` against
+    a risk (the journal's resolve, asking the decision module, refuses a risk without it);
+    refuses a --confirm that is not the phrase."""
+    if confirm is None:
+        return False
+    phrase = confirm_phrase(outcome, journal.operation(key).effect)
+    if confirm.strip() != phrase:
         raise _Failure(f"--confirm must be exactly {phrase!r} to resolve {key} as {outcome}")
-    risk = risk_of(op, outcome, journal.store.now())
-    if risk is not None and confirm is None:
-        raise _Failure(
-            f"not resolved: {risk.reason} To resolve it as {outcome} anyway, add "
-            f"--confirm {shlex.quote(risk.phrase)}"
-        )
-    return confirm is not None
+    return True
 
 
 _EFFECTS = "Module (or module:attr) with the effects; repeatable; ./ is importable."
