@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,6 +23,7 @@ import httpx
 import pytest
 
 import intentlog
+from intentlog._decide import in_flight_until
 
 READY = "intentlog console: serving "
 SCRIPT_TEXT = "<script>alert(1)</script>"
@@ -37,8 +39,10 @@ def _lookup_down(key: str) -> intentlog.Found:
     raise RuntimeError("lookup service down")
 
 
-EMAIL = intentlog.Effect("send_email", _unreachable)  # can neither deduplicate nor be asked
-CHARGE = intentlog.Effect("charge", _unreachable, reconcile=_lookup_down)  # can be asked
+# Short deadlines: a resolve by hand is refused without a typed confirmation while the
+# latest request may still land; make_unresolved waits that window out.
+EMAIL = intentlog.Effect("send_email", _unreachable, timeout=0.05)  # neither dedupes nor asks
+CHARGE = intentlog.Effect("charge", _unreachable, reconcile=_lookup_down, timeout=0.05)
 
 
 def make_unresolved(
@@ -50,6 +54,9 @@ def make_unresolved(
         with pytest.raises(intentlog.OutcomeUnknown):
             task.run(effect, **(args or {"to": "a@example.com"}))
         (op,) = journal.operations(task_id)
+        # Until the latest request can no longer land (observed on the store's clock).
+        while journal.store.now() < in_flight_until(op, op.policy):
+            time.sleep(0.01)
     assert op.state is intentlog.State.UNRESOLVED
     return op.key
 

@@ -99,7 +99,9 @@ def test_async_errors_match_the_sync_api(tmp_path: Path, journal_url: str) -> No
                     )
             pending = await journal.pending()
             assert [p.next_action for p in pending] == [Action.ESCALATE]
-            resolved = await journal.resolve(pending[0].key, "failed", note="bounced")
+            resolved = await journal.resolve(
+                pending[0].key, "failed", note="bounced", accept_risk=True
+            )
             assert resolved.state is State.FAILED
             assert len(await journal.resolutions()) == 1
 

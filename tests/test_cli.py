@@ -36,6 +36,7 @@ def _lookup_down(key: str) -> intentlog.Found:
 
 
 EMAIL = intentlog.Effect("send_email", _unreachable)  # neither reconcilable nor idempotent
+EMAIL_QUICK = intentlog.Effect("send_email", _unreachable, timeout=0.05)  # the same, short
 # A short deadline, so that a recovery's NotFound is trusted at once (the stricter of the
 # recorded and the live deadline counts).
 CHARGE = intentlog.Effect("charge", _unreachable, reconcile=_lookup_down, timeout=0.001)
@@ -55,11 +56,14 @@ def db(tmp_path: Path) -> str:
 
 
 def make_unresolved(db: str, task_id: str = "order-1") -> str:
-    """An UNRESOLVED operation: the send failed ambiguously and nothing can settle it."""
+    """An UNRESOLVED operation: the send failed ambiguously and nothing can settle it; its
+    request can no longer land (a resolve needs no confirmation for that)."""
     with intentlog.open(db) as journal, journal.task(task_id) as task:
         with pytest.raises(intentlog.OutcomeUnknown):
-            task.run(EMAIL, to="a@example.com")
-        return journal.operations(task_id)[0].key
+            task.run(EMAIL_QUICK, to="a@example.com")
+        key = journal.operations(task_id)[0].key
+    wait_out_the_request(db, key)
+    return key
 
 
 def make_submitted(db: str, effect: intentlog.Effect = CHARGE, task_id: str = "order-2") -> str:
@@ -196,7 +200,7 @@ def test_resolve_confirmed_then_show_has_the_resolution(db: str) -> None:
 
 def test_resolve_retry_makes_it_planned(db: str) -> None:
     key = make_unresolved(db)
-    result = invoke(db, "resolve", key, "--retry", "--json")
+    result = invoke(db, "resolve", key, "--retry", "--confirm", "retry send_email", "--json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["key"] == key and data["state"] == "PLANNED"
@@ -562,7 +566,9 @@ def test_status_and_show_take_db_and_json_on_either_side(db: str) -> None:
 def test_resolve_takes_db_and_json_on_either_side(db: str) -> None:
     for order in ("before", "after", "split"):
         key = make_unresolved(db, task_id=f"order-{order}")
-        result = invoke_argv(*orders(db, "resolve", key, "--retry")[order])
+        result = invoke_argv(
+            *orders(db, "resolve", key, "--retry", "--confirm", "retry send_email")[order]
+        )
         assert result.exit_code == 0, (order, result.output)
         assert json.loads(result.stdout)["state"] == "PLANNED"
         assert op_state(db, key) is intentlog.State.PLANNED

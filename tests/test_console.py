@@ -258,7 +258,9 @@ def test_each_outcome_records_who_resolved_it(tmp_path: Path) -> None:
         assert token_name.status_code == 400 and "actor looks like a credential" in token_name.text
         for outcome, key in keys.items():
             actor = f"{outcome}-person@ops"
-            response = post_resolve(client, f"t-{outcome}", key, outcome=outcome, actor=actor)
+            typed = {"confirm": "retry charge"} if outcome == "retry" else {}  # no dedupe
+            response = post_resolve(client, f"t-{outcome}", key, outcome=outcome, actor=actor,
+                                    **typed)  # fmt: skip
             assert response.status_code == 303, response.text
             assert actor in client.get(response.headers["location"]).text
     with intentlog.open(db) as journal:
@@ -274,7 +276,7 @@ def test_a_retry_that_may_apply_twice_needs_the_phrase(db: str) -> None:
     key = only_op(db).key
     with running_console(db) as console, console.client() as client:
         page = client.get(task_path("order-1")).text
-        assert "A retry may apply it twice" in page
+        assert "a retry applies it twice" in page
         assert '<code class="phrase">retry send_email</code>' in page
         for typed in ({}, {"confirm": "retry"}, {"confirm": "retry charge"}):
             response = post_resolve(client, "order-1", key, outcome="retry", actor="bob", **typed)
@@ -289,14 +291,19 @@ def test_a_retry_that_may_apply_twice_needs_the_phrase(db: str) -> None:
     assert [r.actor for r in resolutions(db)] == ["bob"]
 
 
-def test_a_retry_of_an_effect_that_can_be_asked_warns_without_the_phrase(tmp_path: Path) -> None:
+def test_a_retry_of_an_effect_that_can_be_asked_still_needs_the_phrase(tmp_path: Path) -> None:
+    # One rule for every face: without deduplication a retry may apply it twice, whether or
+    # not the service could have been asked; the warning says to ask it first.
     db = str(tmp_path / "journal.db")
     key = make_unresolved(db, "t-1", CHARGE, amount=5)
     with running_console(db) as console, console.client() as client:
         page = client.get(task_path("t-1")).text
-        assert "ask the service first that it did not land" in page
-        assert 'name="confirm"' not in page
-        response = post_resolve(client, "t-1", key, outcome="retry", actor="bob")
+        assert "Ask the service first that it did not land" in page
+        assert '<code class="phrase">retry charge</code>' in page
+        refused = post_resolve(client, "t-1", key, outcome="retry", actor="bob")
+        assert refused.status_code == 400 and "Not retried." in refused.text
+        response = post_resolve(client, "t-1", key, outcome="retry", actor="bob",
+                                confirm="retry charge")  # fmt: skip
         assert response.status_code == 303
 
 
@@ -358,7 +365,8 @@ def test_a_form_for_a_situation_that_changed_writes_nothing(db: str) -> None:
         page = client.get(task_path("order-1")).text
         assert 'name="seen" value="UNRESOLVED:1"' in page
         with intentlog.open(db) as journal:  # someone else decides meanwhile
-            journal.resolve(key, "retry", actor="carol", note="not in the relay's log")
+            journal.resolve(key, "retry", actor="carol", note="not in the relay's log",
+                            accept_risk=True)  # fmt: skip
         # 'failed' applies to a PLANNED operation too: only the form's record of what was
         # shown stops a decision about another situation.
         data = {"csrf": csrf_of(page), "key": key, "seen": "UNRESOLVED:1",
@@ -403,3 +411,58 @@ def test_the_consoles_metrics_are_the_journals_in_prometheus_text(db: str) -> No
     assert samples[("intentlog_unresolved", ())] == 1
     assert samples[("intentlog_operations", (("state", "UNRESOLVED"),))] == 1
     assert samples[("intentlog_operations", (("state", "CONFIRMED"),))] == 0
+
+
+# -- what each choice risks, and what is never echoed -----------------------------------------
+
+
+def _in_flight_email(url: str, task_id: str) -> str:
+    """A SUBMITTED operation whose live worker's request may still land for a minute."""
+    slow = intentlog.Effect("send_email", lambda key, **kw: {"id": "x"}, idempotent=True,
+                            key_retention=24 * 3600, timeout=60, receipt=["id"])  # fmt: skip
+
+    def boom(key: str, **kwargs: object) -> object:
+        raise ConnectionError("reset")
+
+    slow.submit = boom
+    with intentlog.open(url, max_wait=0, attempts_per_run=1) as journal:
+        with journal.task(task_id) as task, pytest.raises(intentlog.StillInFlight):
+            task.run(slow, to="a@example.com")
+        (op,) = journal.operations(task_id)
+    return op.key
+
+
+def test_failed_or_confirmed_in_flight_needs_the_phrase(journal_url: str) -> None:
+    key = _in_flight_email(journal_url, "t-live")
+    with running_console(journal_url) as console, console.client() as client:
+        page = client.get(task_path("t-live")).text
+        assert "may still land" in page and '<code class="phrase">failed send_email</code>' in page
+        assert "must hold id" in page
+        refused = post_resolve(client, "t-live", key, outcome="failed", actor="bob")
+        assert refused.status_code == 400 and "Not marked failed." in refused.text
+        no_id = post_resolve(client, "t-live", key, outcome="confirmed", actor="bob",
+                             receipt='{"other": 1}', confirm="confirmed send_email")  # fmt: skip
+        assert no_id.status_code == 400 and "without id" in no_id.text
+        assert resolutions(journal_url) == []
+        done = post_resolve(client, "t-live", key, outcome="failed", actor="bob",
+                            confirm="failed send_email")  # fmt: skip
+        assert done.status_code == 303
+    assert only_op(journal_url, "t-live").state is intentlog.State.FAILED
+
+
+@pytest.mark.parametrize("field", ["actor", "note", "receipt"])
+def test_a_refused_secret_is_never_echoed(db: str, field: str) -> None:
+    key = only_op(db).key
+    secret = "sk_live_4eC39HqLyjWDarjtT1zdp7dc"
+    typed = {"actor": "alice", "note": "checked", "receipt": ""}
+    typed[field] = {"actor": secret, "note": f"token {secret}",
+                    "receipt": f'{{"id": "{secret}"}}'}[field]  # fmt: skip
+    with running_console(db) as console, console.client() as client:
+        response = post_resolve(client, "order-1", key, outcome="confirmed", **typed)
+        assert response.status_code == 400 and "credential" in response.text
+        assert secret not in response.text
+        # A secret in one box while another is refused for something else: not echoed either.
+        other = dict(typed, receipt="{oops") if field != "receipt" else dict(typed, actor="")
+        response = post_resolve(client, "order-1", key, outcome="confirmed", **other)
+        assert response.status_code == 400 and secret not in response.text
+    assert only_op(db).state is intentlog.State.UNRESOLVED and resolutions(db) == []

@@ -243,7 +243,7 @@ def test_script_in_a_task_id_or_receipt_is_text_and_a_risky_retry_asks_first(
         # without the phrase typed it is refused, nothing written.
         browser.get(console.base + task_path("mail-2"))
         section = browser.find_element(By.ID, f"op-{mail_key}")
-        assert "A retry may apply it twice" in section.text
+        assert "a retry applies it twice" in section.text
         phrase = section.find_element(By.CSS_SELECTOR, "code.phrase").text
         assert phrase == "retry send_email"
         fill_and_send(browser, mail_key, "retry", actor="bob")

@@ -107,6 +107,8 @@ def test_neither_kind_becomes_unresolved_and_is_resolved_by_a_person(tmp_path: P
         json.dumps({"id": payment}),
         "--note",
         "seen in the dashboard",
+        "--confirm",  # seen at the service, whether or not its deadline has passed yet
+        "confirmed charge",
     )
     assert resolved.returncode == 0, resolved.stdout + resolved.stderr
 

@@ -153,7 +153,7 @@ def test_every_journal_call_on_a_damaged_journal_is_journal_corrupt(damaged: Pat
             "counts": journal.counts,
             "pending": journal.pending,
             "recover": lambda: journal.recover([effect]),
-            "resolve": lambda: journal.resolve("charge-x", "failed"),
+            "resolve": lambda: journal.resolve("charge-x", "failed", accept_risk=True),
             "resolutions": journal.resolutions,
             "gc": lambda: journal.gc(0),
             "worker": lambda: intentlog.Worker(journal, registry).run_once(),
@@ -217,7 +217,7 @@ def test_the_async_journal_on_a_damaged_journal_is_journal_corrupt(damaged: Path
                 "operations": journal.operations,
                 "counts": journal.counts,
                 "pending": journal.pending,
-                "resolve": lambda: journal.resolve("charge-x", "failed"),
+                "resolve": lambda: journal.resolve("charge-x", "failed", accept_risk=True),
                 "resolutions": journal.resolutions,
                 "gc": lambda: journal.gc(0),
             }
@@ -963,8 +963,8 @@ def _this_user_at_host() -> str:
 def test_resolve_records_the_os_user_and_host_or_the_given_actor(journal_url: str) -> None:
     with intentlog.open(journal_url) as journal:
         keys = [_unresolved(journal, f"t-{n}") for n in range(4)]
-        journal.resolve(keys[0], "failed", note="bounced")
-        journal.resolve(keys[1], "retry", actor="ops-bot (ticket 42)")
+        journal.resolve(keys[0], "failed", note="bounced", accept_risk=True)
+        journal.resolve(keys[1], "retry", actor="ops-bot (ticket 42)", accept_risk=True)
         [by_default] = journal.resolutions(keys[0])
         [given] = journal.resolutions(keys[1])
     assert by_default.actor == _this_user_at_host() and "unknown" not in by_default.actor
@@ -972,8 +972,8 @@ def test_resolve_records_the_os_user_and_host_or_the_given_actor(journal_url: st
 
     async def main() -> None:
         async with intentlog.open_async(journal_url) as journal:
-            await journal.resolve(keys[2], "retry", actor="alice@ops-1")
-            await journal.resolve(keys[3], "failed")
+            await journal.resolve(keys[2], "retry", actor="alice@ops-1", accept_risk=True)
+            await journal.resolve(keys[3], "failed", accept_risk=True)
             assert [r.actor for r in await journal.resolutions(keys[2])] == ["alice@ops-1"]
             assert [r.actor for r in await journal.resolutions(keys[3])] == [_this_user_at_host()]
 
@@ -1000,7 +1000,7 @@ def test_a_bad_actor_is_refused_and_nothing_is_written(
     with intentlog.open(tmp_path / "journal.db") as journal:
         key = _unresolved(journal, "t")
         with pytest.raises(error, match="actor"):
-            journal.resolve(key, "failed", actor=actor)
+            journal.resolve(key, "failed", actor=actor, accept_risk=True)
         assert journal.operation(key).state is intentlog.State.UNRESOLVED
         assert journal.resolutions(key) == []
 
@@ -1022,9 +1022,11 @@ def test_the_default_actor_without_a_user_name(monkeypatch: pytest.MonkeyPatch) 
 def test_the_cli_records_and_shows_who_resolved(journal_url: str) -> None:
     with intentlog.open(journal_url) as journal:
         first, second = _unresolved(journal, "t-1"), _unresolved(journal, "t-2")
-    proc = run_cli(journal_url, "resolve", first, "--failed", "--note", "bounced")
+    proc = run_cli(journal_url, "resolve", first, "--failed", "--note", "bounced",
+                   "--confirm", "failed send_email")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    proc = run_cli(journal_url, "resolve", second, "--retry", "--actor", "carol@desk")
+    proc = run_cli(journal_url, "resolve", second, "--retry", "--actor", "carol@desk",
+                   "--confirm", "retry send_email")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     shown = run_cli(journal_url, "show", "t-1").stdout
     assert f"UNRESOLVED -> FAILED by {_this_user_at_host()}: bounced" in shown

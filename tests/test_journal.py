@@ -308,13 +308,15 @@ def test_resolve_keeps_an_audit_record(journal: intentlog.Journal) -> None:
     with journal.task("t") as task, pytest.raises(intentlog.OutcomeUnknown):
         task.run(effect)
     (op,) = journal.operations("t")
-    resolved = journal.resolve(op.key, "confirmed", receipt={"id": "x"}, note="in the dashboard")
+    resolved = journal.resolve(
+        op.key, "confirmed", receipt={"id": "x"}, note="in the dashboard", accept_risk=True
+    )
     assert resolved.state is State.CONFIRMED
     (audit,) = journal.resolutions(op.key)
     assert (audit.from_state, audit.to_state, audit.note) == (
         State.UNRESOLVED, State.CONFIRMED, "in the dashboard")  # fmt: skip
     with pytest.raises(intentlog.InvalidInput, match="CONFIRMED"):
-        journal.resolve(op.key, "failed")
+        journal.resolve(op.key, "failed", accept_risk=True)
     with journal.task("t") as task:
         assert task.run(effect) == {"id": "x"}
 
@@ -324,11 +326,11 @@ def test_resolve_bad_input_changes_nothing(journal: intentlog.Journal) -> None:
         task.run(intentlog.Effect("flaky", lambda key: 1 / 0))
     (op,) = journal.operations("t")
     with pytest.raises(intentlog.UnknownOperation, match="nope"):
-        journal.resolve("nope", "failed")
+        journal.resolve("nope", "failed", accept_risk=True)
     with pytest.raises(intentlog.InvalidInput, match="outcome"):
-        journal.resolve(op.key, "maybe")
+        journal.resolve(op.key, "maybe", accept_risk=True)
     with pytest.raises(intentlog.UnsafeValue, match=r"receipt\.api_key"):
-        journal.resolve(op.key, "confirmed", receipt={"api_key": "k"})
+        journal.resolve(op.key, "confirmed", receipt={"api_key": "k"}, accept_risk=True)
     assert journal.operation(op.key) == op
     assert journal.resolutions() == []
 
@@ -345,7 +347,7 @@ def test_retry_resolution_resends_with_the_same_key(journal: intentlog.Journal) 
     effect = intentlog.Effect("once", once_flaky)
     with journal.task("t") as task, pytest.raises(intentlog.OutcomeUnknown):
         task.run(effect)
-    journal.resolve(sent[0], "retry", note="not in the dashboard")
+    journal.resolve(sent[0], "retry", note="not in the dashboard", accept_risk=True)
     with journal.task("t") as task:
         assert task.run(effect) == {"id": sent[0]}
     assert sent == [sent[0], sent[0]]
@@ -365,7 +367,7 @@ def test_gc_removes_only_completed_and_settled_tasks(journal: intentlog.Journal)
         pass
     assert journal.gc(older_than=0) == 1
     assert sorted(t.task_id for t in journal.tasks()) == ["running", "stuck"]
-    journal.resolve(journal.operations("stuck")[0].key, "failed", note="gone")
+    journal.resolve(journal.operations("stuck")[0].key, "failed", note="gone", accept_risk=True)
     assert len(journal.resolutions()) == 1
     assert journal.gc(older_than=0) == 1  # settled now
     assert journal.resolutions() == []  # the audit log went with its task

@@ -147,7 +147,7 @@ def test_render_reads_real_operations(journal_url: str, counting: None) -> None:
             with pytest.raises(intentlog.StillInFlight):
                 task.run(redo, n=0)  # in flight for 0.15 s, beyond a max_wait of 0
         retry_key = next(op.key for op in journal.operations() if op.effect == retried.name)
-        journal.resolve(retry_key, "retry", actor="test")
+        journal.resolve(retry_key, "retry", actor="test", accept_risk=True)
         with journal.task("t") as task:
             task.run(redo, n=0)  # another handle, after the deadline: resent (dedupe)
             task.run(retried, n=0)  # a person said retry

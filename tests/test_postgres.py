@@ -103,7 +103,13 @@ def test_journal_end_to_end(pg_url: str) -> None:
             task.run(blind, amount=7)
         (pending,) = journal.pending()
         assert pending.key == info.value.key and pending.next_action is Action.ESCALATE
-        journal.resolve(pending.key, "confirmed", receipt={"id": "seen"}, note="in the dashboard")
+        journal.resolve(
+            pending.key,
+            "confirmed",
+            receipt={"id": "seen"},
+            note="in the dashboard",
+            accept_risk=True,
+        )  # fresh: its request may still land
         assert journal.pending() == []
         assert [r.to_state for r in journal.resolutions(pending.key)] == [State.CONFIRMED]
         with journal.task("order-2") as task:

@@ -47,7 +47,9 @@ def test_outcome_is_a_str_enum_of_the_three_resolutions() -> None:
 @pytest.mark.parametrize("outcome", [Outcome.CONFIRMED, "confirmed"])
 def test_resolve_takes_an_outcome_or_its_string(journal: intentlog.Journal, outcome: Any) -> None:
     key = unresolved(journal)
-    op = journal.resolve(key, outcome, receipt={"id": "m-1"}, note="seen in the relay's log")
+    op = journal.resolve(
+        key, outcome, receipt={"id": "m-1"}, note="seen in the relay's log", accept_risk=True
+    )
     assert (op.state, op.receipt) == (State.CONFIRMED, {"id": "m-1"})
     (audit,) = journal.resolutions(key)
     assert audit.to_state is State.CONFIRMED
@@ -56,7 +58,7 @@ def test_resolve_takes_an_outcome_or_its_string(journal: intentlog.Journal, outc
 def test_resolve_refuses_an_outcome_that_is_none_of_them(journal: intentlog.Journal) -> None:
     key = unresolved(journal)
     with pytest.raises(intentlog.InvalidInput, match="outcome must be one of"):
-        journal.resolve(key, "done")  # type: ignore[arg-type]  # the point: not an Outcome
+        journal.resolve(key, "done", accept_risk=True)  # type: ignore[arg-type]  # the point: not an Outcome
     assert journal.operation(key).state is State.UNRESOLVED
 
 
@@ -66,7 +68,9 @@ def test_async_resolve_takes_an_outcome(tmp_path: Path) -> None:
 
     async def main() -> None:
         async with intentlog.open_async(tmp_path / "j.db") as journal:
-            op = await journal.resolve(key, Outcome.RETRY, note="not in the relay's log")
+            op = await journal.resolve(
+                key, Outcome.RETRY, note="not in the relay's log", accept_risk=True
+            )
             assert op.state is State.PLANNED
 
     asyncio.run(main())

@@ -427,7 +427,7 @@ def test_a_deep_receipt_from_an_operator_is_refused(journal_url: str) -> None:
             task.run(intentlog.Effect("mail", submit))
         (op,) = journal.operations("mail-1")
         with pytest.raises(intentlog.InvalidInput, match="receipt nests"):
-            journal.resolve(op.key, "confirmed", receipt=nested(5000))
+            journal.resolve(op.key, "confirmed", receipt=nested(5000), accept_risk=True)
         assert journal.operation(op.key) == op and journal.resolutions(op.key) == []
 
 
@@ -475,7 +475,7 @@ def test_a_note_with_a_credential_is_refused(journal_url: str, note: str) -> Non
         op = make_unresolved(journal)
         for outcome in ("confirmed", "failed", "retry"):
             with pytest.raises(intentlog.UnsafeValue) as refused:
-                journal.resolve(op.key, outcome, note=note)
+                journal.resolve(op.key, outcome, note=note, accept_risk=True)
             assert refused.value.path == "note" and refused.value.key == op.key  # type: ignore[attr-defined]
             assert "credential" in str(refused.value) and note not in str(refused.value)
         assert journal.operation(op.key) == op and journal.resolutions(op.key) == []
@@ -485,7 +485,7 @@ def test_a_note_with_a_credential_is_refused(journal_url: str, note: str) -> Non
 def test_an_ordinary_note_is_kept(journal_url: str, note: str) -> None:
     with intentlog.open(journal_url) as journal:
         op = make_unresolved(journal)
-        assert journal.resolve(op.key, "failed", note=note).note == note
+        assert journal.resolve(op.key, "failed", note=note, accept_risk=True).note == note
         assert journal.resolutions(op.key)[0].note == note
 
 
@@ -493,7 +493,7 @@ def test_a_note_that_is_not_text_is_refused(journal_url: str) -> None:
     with intentlog.open(journal_url) as journal:
         op = make_unresolved(journal)
         with pytest.raises(intentlog.InvalidInput, match=r"note holds \\udcff at position 5"):
-            journal.resolve(op.key, "retry", note="seen \udcff")
+            journal.resolve(op.key, "retry", note="seen \udcff", accept_risk=True)
         assert journal.operation(op.key) == op and journal.resolutions(op.key) == []
 
 

@@ -362,10 +362,13 @@ class AsyncJournal(OptionsView):
         receipt: JSON = None,
         note: str | None = None,
         actor: str | None = None,
+        accept_risk: bool = False,
     ) -> Operation:
         """See :meth:`intentlog.Journal.resolve`."""
         return await self._drive(
-            _verbs.resolve_flow(self._store, self.options, key, outcome, receipt, note, actor)
+            _verbs.resolve_flow(
+                self._store, self.options, key, outcome, receipt, note, actor, accept_risk
+            )
         )
 
     async def resolutions(self, key: str | None = None) -> list[Resolution]:

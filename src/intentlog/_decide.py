@@ -25,8 +25,11 @@ __all__ = [
     "DEFAULT_LOOKUP_LIMIT",
     "Decision",
     "LookupFailed",
+    "Risk",
+    "confirm_phrase",
     "decide",
     "in_flight_until",
+    "resolve_risk",
     "send_slack",
     "strictest",
     "task_action",
@@ -122,6 +125,7 @@ def strictest(recorded: Policy, live: Policy) -> Policy:
         lookup_lag=max(recorded.lookup_lag, live.lookup_lag),
         locks_in_flight=recorded.locks_in_flight and live.locks_in_flight,
         service=live.service if live.service is not None else recorded.service,
+        receipt_fields=live.receipt_fields or recorded.receipt_fields,
     )
 
 
@@ -336,3 +340,118 @@ def task_action(states: Iterable[State], completed: bool) -> Action | None:
     if State.PLANNED in present:
         return Action.SUBMIT
     return None if completed else Action.RESUME
+
+
+# -- what a person's resolution risks --------------------------------------------------------
+#
+# A person who resolves an operation by hand acts on the same facts as the decision, so the
+# decision module says what each choice risks; the faces (API, CLI, console) only show it and
+# ask for the typed confirmation.
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Risk:
+    """Why resolving an operation as ``outcome`` may apply it twice or record what did not
+    happen, and what a person types to do it anyway.
+
+    ``phrase`` is the confirmation to type (see :func:`confirm_phrase`). ``until`` (store
+    clock) is when this risk is gone by waiting (the latest request can no longer land), or
+    None where waiting does not remove it (the service does not deduplicate, or may have
+    forgotten the key).
+    """
+
+    outcome: str
+    reason: str
+    phrase: str
+    until: float | None = None
+
+
+def confirm_phrase(outcome: str, effect: str) -> str:
+    """What a person types to resolve an operation of ``effect`` as ``outcome`` against a
+    :class:`Risk`: the outcome and the effect's name, e.g. ``retry charge``."""
+    return f"{outcome} {effect}"
+
+
+def resolve_risk(
+    op: Operation, policy: Policy, now: float, outcome: str, *, submitter_gone: bool
+) -> Risk | None:
+    """What resolving ``op`` as ``outcome`` ("confirmed", "failed" or "retry") at store-clock
+    time ``now`` risks, or None when the decision itself would do the same.
+
+    ``policy``: what the operation is judged by (the recorded policy, or :func:`strictest` of
+    it and the live effect's where the effect is loaded). ``submitter_gone``: as for
+    :func:`decide` (the process of the latest send is known to be dead).
+
+    Guarantees: a "retry" (a resend with the same key, without an answer from the service)
+    is without risk exactly when :func:`decide`, given the operation as SUBMITTED and no
+    usable lookup, would send it again: the service deduplicates, the key is inside its
+    retention minus :func:`retention_margin`, and the latest request can no longer be
+    running (or the service locks a key in flight and its sender is gone). "confirmed" and
+    "failed" are risky while the latest request may still land (before
+    :func:`in_flight_until`): the service's answer, not the person's, would then be the truth.
+    """
+    if op.state not in (State.SUBMITTED, State.UNRESOLVED):
+        return None  # nothing is in flight: PLANNED was never sent (or a retry is queued)
+    phrase = confirm_phrase(outcome, op.effect)
+    in_flight = in_flight_until(op, policy)
+    if outcome != "retry":
+        if now >= in_flight:
+            return None
+        who = "whose process is gone" if submitter_gone else "of a live worker"
+        landed = (
+            "if it lands, the journal says FAILED for an effect that happened."
+            if outcome == "failed"
+            else "its own answer (a receipt, or a failure) is the truth, not what you saw."
+        )
+        return Risk(
+            outcome,
+            f"the latest request (sent {_ago(now, op.submitted_at)}, {who}) may still land "
+            f"for {_duration(in_flight - now)}: {landed}",
+            phrase,
+            until=in_flight,
+        )
+    # A person's retry is a resend with no answer from the service: judge it as the
+    # decision judges a resend that cannot ask.
+    blind = dataclasses.replace(policy, can_reconcile=False)
+    as_sent = op.replace(state=State.SUBMITTED)
+    decision = decide(as_sent, blind, now, submitter_gone=submitter_gone)
+    if decision.action is Action.SUBMIT:
+        return None
+    ask = (
+        " Ask the service first that it did not land (intentlog recover with the effect)."
+        if policy.can_reconcile
+        else " It cannot be asked whether the first request landed: retry only if you "
+        "checked by other means that it did not happen."
+    )
+    if not policy.idempotent:
+        why = "the service does not deduplicate requests: a retry applies it twice if the "
+        return Risk(outcome, why + "first request landed." + ask, phrase)
+    if not _inside_retention(op, policy, now):
+        assert policy.key_retention is not None  # forever is always inside
+        first = op.first_submitted_at if op.first_submitted_at is not None else op.created_at
+        return Risk(
+            outcome,
+            f"the service keeps keys for {_duration(policy.key_retention)} and this key was "
+            f"first sent {_ago(now, first)}, past that less a safety margin of "
+            f"{_duration(retention_margin(policy))}: it may have forgotten the key, so a "
+            "retry may apply it twice." + ask,
+            phrase,
+        )
+    return Risk(
+        outcome,
+        f"the latest request (sent {_ago(now, op.submitted_at)}) may still be executing for "
+        f"{_duration(in_flight - now)}, and the service may deduplicate only completed "
+        "requests: a retry before then may apply it twice.",
+        phrase,
+        until=in_flight,
+    )
+
+
+def _duration(seconds: float) -> str:
+    from intentlog._check import human  # _check imports this module
+
+    return human(max(seconds, 0.0))
+
+
+def _ago(now: float, then: float | None) -> str:
+    return "at an unknown time" if then is None else f"{_duration(now - then)} ago"

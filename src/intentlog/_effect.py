@@ -164,6 +164,7 @@ class Effect:
             self.lookup_lag,
             self.locks_in_flight,
             self.service.name if self.service is not None else None,
+            None if self.receipt is None or callable(self.receipt) else tuple(self.receipt),
         )
         if of != self._policy_of:  # cached (asked several times per run); rebuilt on change
             self._policy_of = of

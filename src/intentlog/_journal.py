@@ -193,6 +193,7 @@ class Journal(OptionsView):
         receipt: JSON = None,
         note: str | None = None,
         actor: str | None = None,
+        accept_risk: bool = False,
     ) -> Operation:
         """Settle an operation by hand; the resolution is kept as an audit record.
 
@@ -201,14 +202,25 @@ class Journal(OptionsView):
         this key) or "retry" (it did not happen; the next run sends it again with the same
         key). Allowed from PLANNED, SUBMITTED and UNRESOLVED ("retry" not from PLANNED).
         ``actor``: who resolves it, kept in the audit record (a printable string of at most
-        200 characters; default ``user@host`` of this process). Raises UnknownOperation for an
-        unknown key, InvalidInput for an outcome that does not fit (or when the operation's
-        state or sends change while it is being resolved: look again), UnsafeValue for a
-        receipt or an actor that looks like a credential; in every error case nothing is
-        written.
+        200 characters; default ``user@host`` of this process).
+
+        A choice the decision would not make is refused unless ``accept_risk=True``: a
+        "retry" that may apply the effect twice (the service does not deduplicate, may have
+        forgotten the key, or the latest request may still be executing), and "confirmed" or
+        "failed" while the latest request may still land (the decision module's
+        ``resolve_risk``); the error says why and when it passes. "confirmed"
+        needs a receipt with every field the effect keeps (its ``receipt=`` list, recorded
+        with the operation at its first send); operations recorded before that was kept are
+        accepted as given.
+
+        Raises UnknownOperation for an unknown key, InvalidInput for an outcome that does not
+        fit (a state it does not apply to, a risk not accepted, missing receipt fields, or
+        the operation's state or sends changed while it was being resolved: look again),
+        UnsafeValue for a receipt, note or actor that looks like a credential (never echoed
+        in the message); in every error case nothing is written.
         """
         return self._run(
-            resolve_flow(self._store, self.options, key, outcome, receipt, note, actor)
+            resolve_flow(self._store, self.options, key, outcome, receipt, note, actor, accept_risk)
         )
 
     def resolutions(self, key: str | None = None) -> list[Resolution]:

@@ -110,6 +110,9 @@ class Policy:
     lookup_lag: float = 0.0  # how long a lookup may lag behind a commit, seconds
     locks_in_flight: bool = False  # a same-key request is refused while the first one runs
     service: str | None = None  # the declared service contract's name, for people to read
+    # The receipt fields the effect keeps (its ``receipt=`` list), so that a person's
+    # "confirmed" can be held to them without the effect's code; None: not declared.
+    receipt_fields: tuple[str, ...] | None = None
 
     @property
     def writes_planned_first(self) -> bool:

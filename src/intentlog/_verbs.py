@@ -15,7 +15,7 @@ import warnings
 from collections.abc import Iterable
 from typing import Any
 
-from intentlog._decide import LookupFailed, decide, task_action
+from intentlog._decide import LookupFailed, Risk, decide, resolve_risk, task_action
 from intentlog._effect import Effect
 from intentlog._errors import InvalidInput, KeyConflict, TaskBusy, UnknownOperation
 from intentlog._flow import Flow, call
@@ -34,11 +34,13 @@ __all__ = [
     "TaskInfo",
     "attention_flow",
     "gc_flow",
+    "missing_receipt_fields",
     "operation_flow",
     "pending_flow",
     "recover_flow",
     "recover_one_flow",
     "resolve_flow",
+    "risk_of",
     "start_flow",
     "task_info_flow",
 ]
@@ -235,8 +237,13 @@ def resolve_flow(
     receipt: JSON,
     note: str | None,
     actor: str | None,
+    accept_risk: bool = False,
 ) -> Flow[Operation]:
     """See :meth:`intentlog.Journal.resolve`."""
+    if type(accept_risk) is not bool:
+        raise InvalidInput(
+            f"accept_risk must be True or False, got {type(accept_risk).__name__}", key=str(key)
+        )
     targets = {"confirmed": State.CONFIRMED, "failed": State.FAILED, "retry": State.PLANNED}
     if outcome not in targets:
         raise InvalidInput(
@@ -248,6 +255,7 @@ def resolve_flow(
         raise InvalidInput(
             "note must be a string of at most 2000 characters without control characters",
             key=str(key),
+            path="note",
         )
     if note is not None:
         check_text(note, what="note", key=str(key))  # shown by `intentlog show`, like state
@@ -281,6 +289,18 @@ def resolve_flow(
                 state=op.state.value,
             )
         now = store.now()
+        if to_state is State.CONFIRMED:
+            _check_receipt_fields(op, receipt)
+        risk = risk_of(op, outcome, now)
+        if risk is not None and not accept_risk:
+            raise InvalidInput(
+                f"operation {key!r} ({op.effect}) was not resolved as {outcome}: "
+                f"{risk.reason} To resolve it anyway, pass accept_risk=True (CLI: --confirm "
+                f"{risk.phrase!r})",
+                key=key,
+                state=op.state.value,
+                phrase=risk.phrase,
+            )
         new = op.replace(
             state=to_state,
             updated_at=now,
@@ -304,6 +324,41 @@ def resolve_flow(
         stored = yield from call(Store.update_op, new, None, options.lease_ttl, resolution=audit)
         if stored is not None:
             return stored
+
+
+def risk_of(op: Operation, outcome: str, now: float) -> Risk | None:
+    """What resolving ``op`` as ``outcome`` risks, judged by the policy recorded with it
+    (the effect's code is not needed: the recorded policy is what its sends were judged by)."""
+    gone = holder_is_dead(op.submitted_by)
+    return resolve_risk(op, op.policy, now, str(outcome), submitter_gone=gone)
+
+
+def missing_receipt_fields(op: Operation, receipt: JSON) -> list[str]:
+    """The receipt fields ``op``'s effect declared (recorded at its first send) that
+    ``receipt`` lacks; empty when it has them all or none were declared."""
+    declared = op.policy.receipt_fields
+    if not declared:
+        return []
+    present = receipt if isinstance(receipt, dict) else {}
+    return [name for name in declared if name not in present]
+
+
+def _check_receipt_fields(op: Operation, receipt: JSON) -> None:
+    # The task's run returns this receipt as if the service had: without the fields its
+    # code reads, the program fails after the operation is settled for good.
+    missing = missing_receipt_fields(op, receipt)
+    if missing:
+        declared = op.policy.receipt_fields or ()
+        example = json.dumps({name: "..." for name in declared})
+        given = "no receipt" if receipt is None else "a receipt without " + ", ".join(missing)
+        raise InvalidInput(
+            f"operation {op.key!r} ({op.effect}) keeps the receipt fields "
+            f"{', '.join(declared)}; 'confirmed' came with {given}. Give what the service "
+            f"shows, e.g. --receipt '{example}'",
+            key=op.key,
+            state=op.state.value,
+            missing=missing,
+        )
 
 
 def gc_flow(store: AnyStore, older_than: float) -> Flow[int]:
@@ -333,10 +388,21 @@ def checked_actor(actor: object, *, key: str | None = None) -> str:
         or len(actor) > _ACTOR_MAX
         or not actor.isprintable()
     ):
+        # Described, never echoed: a refused actor may be a secret typed in the wrong box.
+        got = (
+            f"a {type(actor).__name__}"
+            if not isinstance(actor, str)
+            else "an empty name"
+            if not actor.strip()
+            else f"{len(actor)} characters"
+            if len(actor) > _ACTOR_MAX
+            else "a name with control characters"
+        )
         raise InvalidInput(
             f"actor must be a printable string of 1 to {_ACTOR_MAX} characters (who resolved "
-            f"it, e.g. 'alice@ops-1'), got {actor!r:.80}",
+            f"it, e.g. 'alice@ops-1'), got {got}",
             key=key,
+            path="actor",
         )
     check_safe(actor, what="actor", max_bytes=4 * _ACTOR_MAX)  # a token is not a name
     return actor

@@ -39,6 +39,7 @@ import json
 import math
 import os
 import re
+import shlex
 import signal
 import sys
 import textwrap
@@ -53,7 +54,9 @@ import click
 
 import intentlog
 from intentlog import Outcome
+from intentlog._decide import confirm_phrase
 from intentlog._open import DEFAULT_PATH
+from intentlog._verbs import risk_of
 
 __all__ = ["cli", "main"]
 
@@ -394,6 +397,11 @@ def show(ctx: click.Context, task_id: str, as_json: bool) -> None:
 @click.option(
     "--actor", metavar="NAME", help="Who resolves it, for the audit log [default: USER@HOST]."
 )
+@click.option(
+    "--confirm",
+    metavar="PHRASE",
+    help="Resolve despite the risk shown, by typing the phrase it names ('retry EFFECT').",
+)
 @_db_option
 @_json_option
 @click.pass_context
@@ -406,6 +414,7 @@ def resolve(
     receipt: str | None,
     note: str | None,
     actor: str | None,
+    confirm: str | None,
     as_json: bool,
 ) -> None:
     """Settle an operation by hand (exactly one of --confirmed, --failed, --retry).
@@ -413,14 +422,23 @@ def resolve(
     The resolution is kept as an audit record (see intentlog show TASK), with
     who made it: --actor, by default this process's USER@HOST.
 
+    A choice the decision would not make is refused with the reason, until
+    you type the phrase it names with --confirm: a retry that may apply the
+    effect twice (the service does not deduplicate, may have forgotten the
+    key, or the latest request may still be executing), and --confirmed or
+    --failed while the latest request may still land. --confirmed needs a
+    --receipt with every field the effect keeps.
+
     \b
-    Exit codes: 0 resolved; 1 unknown key, bad --receipt, or an outcome that
-    does not fit the operation's state; 2 usage error.
+    Exit codes: 0 resolved; 1 unknown key, bad --receipt, an outcome that
+    does not fit the operation's state, or a risk not confirmed; 2 usage error.
 
     \b
     Example:
       intentlog resolve charge-1ec2efaa48 --confirmed \\
           --receipt '{"id": "ch_1"}' --note "seen in the dashboard"
+      intentlog resolve mail-5b1f09c2d4 --retry --confirm "retry mail" \\
+          --note "not in the outbox; the server does not deduplicate"
     """
     flags = {Outcome.CONFIRMED: confirmed, Outcome.FAILED: failed, Outcome.RETRY: retry}
     chosen = [name for name, on in flags.items() if on]
@@ -439,7 +457,19 @@ def resolve(
         except RecursionError:  # the journal's depth bound refuses far less already
             raise _Failure("--receipt is nested too deeply") from None
     with _open(ctx) as journal:
-        op = journal.resolve(key, chosen[0], receipt=parsed, note=note, actor=actor)
+        accept = _confirmed_risk(journal, key, chosen[0], confirm)
+        try:
+            op = journal.resolve(
+                key, chosen[0], receipt=parsed, note=note, actor=actor, accept_risk=accept
+            )
+        except intentlog.InvalidInput as exc:
+            risk = risk_of(journal.operation(key), chosen[0], journal.store.now())
+            if getattr(exc, "phrase", None) is None or risk is None:
+                raise
+            raise _Failure(
+                f"not resolved: {risk.reason} To resolve it as {chosen[0]} anyway, add "
+                f"--confirm {shlex.quote(risk.phrase)}"
+            ) from None
         info = journal.task_info(op.task_id)
     if as_json:
         _emit(
@@ -449,6 +479,20 @@ def resolve(
         return
     click.echo(f"{op.key}: {op.state.value}")
     click.echo(f"task {op.task_id}: next action {_action_text(info)}")
+
+
+def _confirmed_risk(
+    journal: intentlog.Journal, key: str, outcome: Outcome, confirm: str | None
+) -> bool:
+    """Whether the person typed the confirmation of resolving ``key`` as ``outcome`` against
+    a risk (the journal's resolve, asking the decision module, refuses a risk without it);
+    refuses a --confirm that is not the phrase."""
+    if confirm is None:
+        return False
+    phrase = confirm_phrase(outcome, journal.operation(key).effect)
+    if confirm.strip() != phrase:
+        raise _Failure(f"--confirm must be exactly {phrase!r} to resolve {key} as {outcome}")
+    return True
 
 
 _EFFECTS = "Module (or module:attr) with the effects; repeatable; ./ is importable."

@@ -27,8 +27,11 @@ from starlette.routing import Route
 
 import intentlog
 from intentlog._check import human
+from intentlog._decide import confirm_phrase
+from intentlog._hygiene import check_safe, check_text
+from intentlog._verbs import risk_of
 from intentlog.console._auth import Gate, GateMiddleware, identity
-from intentlog.console._facts import overview, retry_phrase, retry_risk, task_view
+from intentlog.console._facts import overview, task_view
 
 __all__ = ["OUTCOMES", "create_app"]
 
@@ -156,24 +159,25 @@ class Console:
                 request, "error.html", 404, title="No such operation", message=str(exc)
             )
         problem, receipt = self._check(op, fields)
-        keep_receipt = True
+        refused: str | None = None
         if problem is None:
+            outcome = intentlog.Outcome(fields["outcome"])  # checked above: one of OUTCOMES
             try:
                 self.journal.resolve(
                     key,
-                    intentlog.Outcome(fields["outcome"]),  # checked above: one of OUTCOMES
+                    outcome,
                     receipt=receipt,
                     note=fields["note"] or None,
                     actor=fields["actor"],
+                    # _check refused a risk whose phrase was not typed; this is that phrase.
+                    accept_risk=fields["confirm"] == confirm_phrase(outcome, op.effect),
                 )
             except intentlog.Error as exc:
                 problem = f"Nothing was written: {exc}"
-                # A receipt refused as a credential is not echoed back into the page.
-                keep_receipt = not isinstance(exc, intentlog.UnsafeValue)
+                refused = getattr(exc, "path", None) or ""
             else:
                 return RedirectResponse(f"{task_url(op.task_id)}#op-{_quote(key)}", 303)
-        values = {name: fields[name] for name in ("outcome", "note", "actor")}
-        values["receipt"] = fields["receipt"] if keep_receipt else ""
+        values = _echoed(fields, refused)
         view = task_view(self.journal, op.task_id)
         return self.render(
             request, "task.html", 400, view=view, errors={key: problem}, values={key: values}
@@ -201,16 +205,60 @@ class Console:
                 return f"Nothing was written: the receipt is not valid JSON ({exc}).", None
             except RecursionError:
                 return "Nothing was written: the receipt is nested too deeply.", None
-        if outcome == "retry":
-            warning, must_confirm = retry_risk(op, self.journal.store.now())
-            phrase = retry_phrase(op.effect)
-            if must_confirm and fields["confirm"] != phrase:
-                return (
-                    f"Not retried. {warning} To retry anyway, type “{phrase}” in the "
-                    "confirmation box.",
-                    None,
-                )
+        # The decision module says what this choice risks; the journal refuses it too
+        # without accept_risk, so the form's check and the journal's cannot disagree.
+        risk = risk_of(op, outcome, self.journal.store.now())
+        if risk is not None and fields["confirm"] != risk.phrase:
+            return (
+                f"{_NOT_DONE[outcome]} {_sentence(risk.reason)} To resolve it so anyway, type "
+                f"“{risk.phrase}” in the confirmation box.",
+                None,
+            )
         return None, receipt
+
+
+_NOT_DONE = {"retry": "Not retried.", "failed": "Not marked failed.",
+             "confirmed": "Not marked confirmed."}  # fmt: skip
+
+
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def _echoed(fields: dict[str, str], refused: str | None) -> dict[str, str]:
+    """The form's values to show again with an error: what the person typed, except a value
+    the journal refused (``refused``: the error's path) and any value that looks like a
+    credential. A secret typed in the wrong box is never written into the page."""
+    values = {"outcome": fields["outcome"]}
+    for name in ("note", "actor", "receipt"):
+        value = fields[name]
+        named = refused is not None and (refused == name or refused.startswith(name + "."))
+        values[name] = "" if named or _holds_secret(name, value) else value
+    return values
+
+
+def _holds_secret(name: str, value: str) -> bool:
+    """Whether the journal's checks would refuse ``value`` as a credential: as free text
+    (a note's check), and as the JSON it is (a receipt parsed, an actor as a string)."""
+    try:
+        check_text(value, what=name)
+    except intentlog.UnsafeValue:
+        return True
+    except intentlog.Error:  # unstorable characters: not a credential
+        pass
+    data: Any = value
+    if name == "receipt":
+        try:
+            data = json.loads(value)
+        except (ValueError, RecursionError):
+            return False  # not JSON: the free-text check above is what applies
+    try:
+        check_safe(data, what=name, max_bytes=1 << 30)  # no size bound: only secrets count
+    except intentlog.UnsafeValue:
+        return True
+    except (intentlog.Error, RecursionError):
+        return False
+    return False
 
 
 def _field(form: FormData, name: str) -> str:

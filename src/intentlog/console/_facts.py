@@ -14,7 +14,9 @@ from typing import Any
 import intentlog
 from intentlog import Action, Operation, Outcome, Pending, Policy, State, TaskInfo, TaskRecord
 from intentlog._check import human
+from intentlog._decide import Risk
 from intentlog._owner import holder_is_dead
+from intentlog._verbs import risk_of
 from intentlog.stores._base import Resolution
 
 __all__ = [
@@ -26,8 +28,7 @@ __all__ = [
     "describe_policy",
     "headroom",
     "overview",
-    "retry_phrase",
-    "retry_risk",
+    "risks_of",
     "task_view",
 ]
 
@@ -90,8 +91,10 @@ class OpView:
     needs_person: bool
     outcomes: tuple[Outcome, ...]  # what a person may resolve it as (empty: settled)
     policy_text: str
-    retry_warning: str | None  # a retry may apply it twice: why
-    retry_phrase: str | None  # what a person must type to retry anyway
+    # What each outcome risks (the decision module's answer): why, and the phrase a person
+    # types to resolve it so anyway; an outcome without a risk is absent.
+    risks: dict[str, Risk]
+    receipt_fields: tuple[str, ...]  # what a "confirmed" receipt must hold (empty: anything)
     resolutions: list[Resolution]
     receipt: str | None  # pretty JSON
     error: str | None
@@ -197,39 +200,11 @@ def task_view(journal: intentlog.Journal, task_id: str) -> TaskView:
     )
 
 
-def retry_phrase(effect: str) -> str:
-    """What a person types to retry an operation that a retry may apply twice."""
-    return f"retry {effect}"
-
-
-def retry_risk(op: Operation, now: float) -> tuple[str | None, bool]:
-    """Why a retry of ``op`` (a resend with the same key) may apply it twice, and whether the
-    person must confirm it in words: when the service neither deduplicates the key now nor
-    can be asked whether the first request landed."""
-    policy = op.policy
-    expired = (
-        policy.idempotent
-        and policy.key_retention is not None
-        and now >= _first_sent(op) + policy.key_retention
-    )
-    if policy.idempotent and not expired:
-        return None, False
-    why = (
-        f"the service keeps keys for {human(policy.key_retention or 0)} and this one was first "
-        "sent longer ago, so it may have forgotten it"
-        if expired
-        else "the service does not deduplicate requests"
-    )
-    if policy.can_reconcile:
-        return (
-            f"A retry sends it again and {why}: ask the service first that it did not land.",
-            False,
-        )
-    return (
-        f"A retry may apply it twice: {why}, and it cannot be asked whether the first request "
-        "landed. Retry only if you checked by other means that it did not happen.",
-        True,
-    )
+def risks_of(op: Operation, outcomes: tuple[Outcome, ...], now: float) -> dict[str, Risk]:
+    """What resolving ``op`` as each of ``outcomes`` risks at store-clock time ``now``, as
+    the journal's resolve judges it (the policy recorded with the operation)."""
+    found = {str(o): risk_of(op, o, now) for o in outcomes}
+    return {outcome: risk for outcome, risk in found.items() if risk is not None}
 
 
 def _op_view(
@@ -246,7 +221,6 @@ def _op_view(
         outcomes = (Outcome.CONFIRMED, Outcome.FAILED)
     elif op.state in _OPEN:
         outcomes = tuple(Outcome)
-    warning, phrase_needed = retry_risk(op, now) if Outcome.RETRY in outcomes else (None, False)
     return OpView(
         op=op,
         number=number,
@@ -256,8 +230,8 @@ def _op_view(
         needs_person=action is Action.ESCALATE,
         outcomes=outcomes,
         policy_text=describe_policy(op.policy),
-        retry_warning=warning,
-        retry_phrase=retry_phrase(op.effect) if phrase_needed else None,
+        risks=risks_of(op, outcomes, now),
+        receipt_fields=op.policy.receipt_fields or (),
         resolutions=journal.resolutions(op.key),
         receipt=_pretty(op.receipt),
         error=_pretty(op.error),

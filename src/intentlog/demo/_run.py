@@ -36,6 +36,7 @@ import click
 
 import intentlog
 from intentlog._crash import ENV_VAR
+from intentlog._verbs import risk_of
 from intentlog.demo._agents import EXIT_UNRESOLVED
 from intentlog.testing._service import ReferenceService
 
@@ -205,13 +206,16 @@ class _Demo:
             )
             receipt: Any = {"id": sent[0]}
             note = "seen in the mailer record"
-            self.journal.resolve(op.key, "confirmed", receipt=receipt, note=note)
+            self.journal.resolve(op.key, "confirmed", receipt=receipt, note=note, accept_risk=True)
             flags = f"--confirmed --receipt {shlex.quote(json.dumps(receipt))}"
         else:
             self.say("   the mailer's record has no such mail, so a person runs:")
             note = "not in the mailer record"
-            self.journal.resolve(op.key, "retry", note=note)
+            self.journal.resolve(op.key, "retry", note=note, accept_risk=True)
             flags = "--retry"
+            risk = risk_of(op, "retry", self.journal.store.now())
+            if risk is not None:  # the mailer cannot deduplicate: a person types the phrase
+                flags += f" --confirm {shlex.quote(risk.phrase)}"
         self.say(f"     intentlog --db {shlex.quote(str(self.db))} \\")
         self.say(f"         resolve {op.key} \\")
         self.say(f"         {flags} --note {shlex.quote(note)}")

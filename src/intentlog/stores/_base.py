@@ -66,6 +66,7 @@ OP_COLUMNS = (
     "note",
     "locks_in_flight",
     "service",
+    "receipt_fields",
 )
 TASK_COLUMNS = (
     "task_id",
@@ -120,6 +121,7 @@ def op_to_row(op: Operation, version: int) -> dict[str, Any]:
         "note": op.note,
         "locks_in_flight": int(op.policy.locks_in_flight),
         "service": op.policy.service,
+        "receipt_fields": _fields_text(op.policy.receipt_fields),
     }
     for name in _JSON_FIELDS:
         value = getattr(op, name)
@@ -157,7 +159,17 @@ def op_values(op: Operation, version: int) -> tuple[Any, ...]:
         op.note,
         int(policy.locks_in_flight),
         policy.service,
+        _fields_text(policy.receipt_fields),
     )
+
+
+def _fields_text(fields: tuple[str, ...] | None) -> str | None:
+    return None if fields is None else _dumps(list(fields))
+
+
+def _fields_of(text: str | None) -> tuple[str, ...] | None:
+    # NULL: written before the column existed, or by an effect without a field list.
+    return None if text is None else tuple(json.loads(text))
 
 
 def op_from_row(row: Any) -> Operation:
@@ -170,6 +182,7 @@ def op_from_row(row: Any) -> Operation:
         lookup_lag=row["lookup_lag"],
         locks_in_flight=bool(row["locks_in_flight"]),
         service=row["service"],
+        receipt_fields=_fields_of(row["receipt_fields"]),
     )
     json_values = {
         name: None if row[name] is None else json.loads(row[name]) for name in _JSON_FIELDS

@@ -46,7 +46,7 @@ from intentlog.stores._base import (
 
 __all__ = ["DEFAULT_SCHEMA", "SCHEMA_VERSION", "Plans", "Q", "Result", "parse_url"]
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 DEFAULT_SCHEMA = "intentlog"
 LOCK_KEY = 0x494C4F47  # "ILOG": with the schema name's hash, the migration advisory lock
 URL_OPTIONS = ("schema", "pool_max_size")  # ours: stripped before libpq sees the URL
@@ -136,6 +136,12 @@ MIGRATIONS: tuple[str, ...] = (
     DROP INDEX {s}.operations_open;
     DROP INDEX {s}.operations_unresolved;
     ALTER TABLE {s}.operations SET (fillfactor = 90)
+    """,
+    # 6: the receipt fields the effect keeps (a JSON list), recorded at the first send, so a
+    # person's "confirmed" is held to them; NULL for older operations (accepted as before).
+    # No index mentions it, so the receipt write stays a HOT update.
+    """
+    ALTER TABLE {s}.operations ADD COLUMN receipt_fields TEXT
     """,
 )
 assert len(MIGRATIONS) == SCHEMA_VERSION

@@ -49,7 +49,7 @@ from intentlog.stores._sqlite_errors import DRIVER_ERRORS, describe, describe_os
 __all__ = ["SQLiteStore", "VersionMoved"]
 
 APPLICATION_ID = 0x494C4F47  # "ILOG": tells our files from other SQLite databases
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 _HEADER = b"SQLite format 3\x00"
 
 # Each entry migrates from version index to index + 1. Append only; never edit a released one.
@@ -131,6 +131,11 @@ _MIGRATIONS: tuple[str, ...] = (
     # other kinds' backlog (tasks_runnable stays for workers of the previous version)
     """
     CREATE INDEX tasks_claim ON tasks (kind, not_before) WHERE completed = 0 AND kind IS NOT NULL;
+    """,
+    # 6: the receipt fields the effect keeps (a JSON list), recorded at the first send, so a
+    # person's "confirmed" is held to them; NULL for older operations (accepted as before)
+    """
+    ALTER TABLE operations ADD COLUMN receipt_fields TEXT;
     """,
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION

@@ -278,9 +278,9 @@ def resolve_from_record(
     dashboard would: confirmed with the payment it applied, or retry if it applied none."""
     ids = service.applied().get(key)
     if ids:
-        journal.resolve(key, "confirmed", receipt={"id": ids[-1]}, note=who)
+        journal.resolve(key, "confirmed", receipt={"id": ids[-1]}, note=who, accept_risk=True)
     else:
-        journal.resolve(key, "retry", note=f"{who}: not in the service record")
+        journal.resolve(key, "retry", note=f"{who}: not in the service record", accept_risk=True)
 
 
 class _ChildFailed(Exception):

@@ -1,0 +1,205 @@
+"""What a person's resolution risks: one answer from the decision module, held against
+``decide`` over one table, and given alike by the API, the CLI and the console."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+import intentlog
+from intentlog import Action, Operation, Policy, State
+from intentlog._decide import decide, in_flight_until, resolve_risk, retention_margin
+from intentlog.cli import cli
+from intentlog.console._facts import risks_of
+
+DAY = 24 * 3600.0
+T0 = 1_000_000.0
+
+
+def _op(policy: Policy, state: State, sent: float, first: float | None = None) -> Operation:
+    return Operation(
+        "k", "t", "charge", "f", state, policy, created_at=sent, updated_at=sent,
+        attempts=1, submitted_at=sent, first_submitted_at=sent if first is None else first,
+        submitted_by="gone-host:1:2:3",
+    )  # fmt: skip
+
+
+POLICIES = {
+    "dedupe 24 h": Policy(idempotent=True, key_retention=DAY, timeout=30.0),
+    "dedupe 24 h + lookup": Policy(can_reconcile=True, idempotent=True, key_retention=DAY),
+    "dedupe forever": Policy(idempotent=True, key_retention=None),
+    "no dedupe": Policy(),
+    "no dedupe + lookup": Policy(can_reconcile=True),
+    "locks in flight": Policy(idempotent=True, key_retention=DAY, locks_in_flight=True),
+}
+
+
+def _times(policy: Policy) -> dict[str, float]:
+    """Now, relative to a first send at T0: in flight, after it, inside the margin window
+    (where a naive retention check still says "kept"), and past the retention."""
+    op = _op(policy, State.SUBMITTED, T0)
+    times = {"in flight": T0 + 0.01, "after the deadline": in_flight_until(op, policy) + 1}
+    if policy.key_retention is not None:
+        edge = T0 + policy.key_retention
+        times["inside the margin"] = edge - retention_margin(policy) / 2
+        times["past the retention"] = edge + 1
+    return times
+
+
+TABLE = [
+    (name, state, when, gone)
+    for name, policy in POLICIES.items()
+    for state in (State.SUBMITTED, State.UNRESOLVED)
+    for when in _times(policy)
+    for gone in (False, True)
+]
+
+
+@pytest.mark.parametrize(("name", "state", "when", "gone"), TABLE)
+def test_a_retry_is_safe_exactly_when_decide_would_resend(
+    name: str, state: State, when: str, gone: bool
+) -> None:
+    policy = POLICIES[name]
+    now = _times(policy)[when]
+    op = _op(policy, state, T0, first=T0)
+    risk = resolve_risk(op, policy, now, "retry", submitter_gone=gone)
+    # The decision on the same operation as SUBMITTED, with no usable answer from the
+    # service (a person's retry asks nothing): lookups failed up to the limit.
+    as_sent = op.replace(state=State.SUBMITTED, lookup_failures=10)
+    decision = decide(as_sent, policy, now, lookup=intentlog.Indeterminate("not asked"),
+                      submitter_gone=gone, lookup_limit=1)  # fmt: skip
+    assert (risk is None) == (decision.action is Action.SUBMIT), (decision, risk)
+    # The console's answer is the same one.
+    assert ("retry" in risks_of(op, (intentlog.Outcome.RETRY,), now)) == (risk is not None) or gone
+    # failed/confirmed are risky exactly inside the in-flight window.
+    for outcome in ("failed", "confirmed"):
+        other = resolve_risk(op, policy, now, outcome, submitter_gone=gone)
+        assert (other is not None) == (now < in_flight_until(op, policy))
+
+
+def test_stripe_margin_window_is_a_risky_retry() -> None:
+    # The console's own rule said "safe" here: the key is inside 24 h but inside the margin.
+    policy = Policy(idempotent=True, key_retention=DAY, timeout=30.0)
+    now = T0 + DAY - retention_margin(policy) / 2
+    assert retention_margin(policy) > 3600  # more than an hour of disagreement before
+    risk = resolve_risk(_op(policy, State.UNRESOLVED, T0), policy, now, "retry",
+                        submitter_gone=True)  # fmt: skip
+    assert risk is not None and "forgotten the key" in risk.reason
+    assert risk.phrase == "retry charge"
+
+
+# -- the faces, on a real journal -----------------------------------------------------------
+
+
+def _unreachable(key: str, **kwargs: Any) -> Any:
+    raise ConnectionError("connection reset by peer")
+
+
+PAY = intentlog.Effect("pay", _unreachable, idempotent=True, key_retention=DAY, timeout=60,
+                       receipt=["id", "status"])  # fmt: skip
+
+
+def _in_flight(url: str, task_id: str = "t-1") -> str:
+    """A SUBMITTED operation of PAY whose request may still land for a minute."""
+    with intentlog.open(url, max_wait=0, attempts_per_run=1) as journal:
+        with journal.task(task_id) as task, pytest.raises(intentlog.StillInFlight):
+            task.run(PAY, amount=5)
+        (op,) = journal.operations(task_id)
+    assert op.state is State.SUBMITTED and op.policy.receipt_fields == ("id", "status")
+    return op.key
+
+
+def test_api_refuses_an_in_flight_failed_or_retry_without_accept_risk(journal_url: str) -> None:
+    key = _in_flight(journal_url)
+    with intentlog.open(journal_url) as journal:
+        for outcome in ("failed", "retry", "confirmed"):
+            receipt = {"id": "p1", "status": "ok"} if outcome == "confirmed" else None
+            with pytest.raises(intentlog.InvalidInput, match="may still") as caught:
+                journal.resolve(key, outcome, receipt=receipt, actor="alice")
+            assert caught.value.phrase == f"{outcome} pay"  # type: ignore[attr-defined]
+        assert journal.operation(key).state is State.SUBMITTED and journal.resolutions() == []
+        done = journal.resolve(key, "failed", actor="alice", accept_risk=True)
+        assert done.state is State.FAILED
+
+
+def test_async_journal_takes_accept_risk(journal_url: str) -> None:
+    key = _in_flight(journal_url)
+
+    async def resolve() -> State:
+        async with intentlog.open_async(journal_url) as journal:
+            with pytest.raises(intentlog.InvalidInput, match="may still land"):
+                await journal.resolve(key, "failed", actor="alice")
+            return (await journal.resolve(key, "failed", accept_risk=True)).state
+
+    assert asyncio.run(resolve()) is State.FAILED
+
+
+def test_confirmed_needs_the_declared_receipt_fields(journal_url: str) -> None:
+    key = _in_flight(journal_url)
+    with intentlog.open(journal_url) as journal:
+        for receipt in (None, {"id": "p1"}, ["id", "status"]):
+            with pytest.raises(intentlog.InvalidInput, match="status") as caught:
+                journal.resolve(key, "confirmed", receipt=receipt, accept_risk=True)
+            assert "status" in caught.value.missing  # type: ignore[attr-defined]
+        assert journal.operation(key).state is State.SUBMITTED and journal.resolutions() == []
+        op = journal.resolve(key, "confirmed", receipt={"id": "p1", "status": "ok"},
+                             accept_risk=True)  # fmt: skip
+        assert op.receipt == {"id": "p1", "status": "ok"}
+
+
+def test_an_operation_from_before_the_record_is_accepted_as_before(tmp_path: Path) -> None:
+    db = str(tmp_path / "j.db")
+    key = _in_flight(db)
+    with sqlite3.connect(db) as conn:  # as a journal of the previous schema left it
+        conn.execute("UPDATE operations SET receipt_fields = NULL")
+    with intentlog.open(db) as journal:
+        assert journal.operation(key).policy.receipt_fields is None
+        op = journal.resolve(key, "confirmed", accept_risk=True)
+        assert op.state is State.CONFIRMED and op.receipt is None
+
+
+def test_cli_needs_the_phrase_and_names_the_missing_fields(tmp_path: Path) -> None:
+    db = str(tmp_path / "j.db")
+    key = _in_flight(db)
+    run = CliRunner().invoke
+    refused = run(cli, ["--db", db, "resolve", key, "--failed"])
+    assert refused.exit_code == 1 and "may still land" in refused.output
+    assert "--confirm 'failed pay'" in refused.output
+    wrong = run(cli, ["--db", db, "resolve", key, "--failed", "--confirm", "failed"])
+    assert wrong.exit_code == 1 and "exactly 'failed pay'" in wrong.output
+    fields = run(cli, ["--db", db, "resolve", key, "--confirmed", "--confirm", "confirmed pay",
+                       "--receipt", '{"id": "p1"}'])  # fmt: skip
+    assert fields.exit_code == 1 and "without status" in fields.output
+    with intentlog.open(db) as journal:
+        assert journal.operation(key).state is State.SUBMITTED and journal.resolutions() == []
+    proc = subprocess.run(
+        [sys.executable, "-m", "intentlog.cli", "--db", db, "resolve", key, "--failed",
+         "--confirm", "failed pay", "--actor", "sk_live_4eC39HqLyjWDarjtT1zdp7dc"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 1 and "actor" in proc.stderr
+    assert "sk_live_4eC39HqLyjWDarjtT1zdp7dc" not in proc.stderr + proc.stdout
+    proc = subprocess.run(
+        [sys.executable, "-m", "intentlog.cli", "--db", db, "resolve", key, "--failed",
+         "--confirm", "failed pay"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    with intentlog.open(db) as journal:
+        assert journal.operation(key).state is State.FAILED
+
+
+def test_a_refused_actor_is_described_not_echoed() -> None:
+    from intentlog._verbs import checked_actor
+
+    secret = "ghp_" + "a" * 300
+    with pytest.raises(intentlog.InvalidInput) as caught:
+        checked_actor(secret)
+    assert secret[:20] not in str(caught.value) and "304 characters" in str(caught.value)
