@@ -78,10 +78,12 @@ def test_a_retry_is_safe_exactly_when_decide_would_resend(
     assert (risk is None) == (decision.action is Action.SUBMIT), (decision, risk)
     # The console's answer is the same one.
     assert ("retry" in risks_of(op, (intentlog.Outcome.RETRY,), now)) == (risk is not None) or gone
-    # failed/confirmed are risky exactly inside the in-flight window.
+    # "failed" is risky exactly inside the in-flight window; "confirmed" too, but only while
+    # the sender's own answer is still to come (SUBMITTED).
     for outcome in ("failed", "confirmed"):
         other = resolve_risk(op, policy, now, outcome, submitter_gone=gone)
-        assert (other is not None) == (now < in_flight_until(op, policy))
+        waiting = outcome == "failed" or op.state is intentlog.State.SUBMITTED
+        assert (other is not None) == (waiting and now < in_flight_until(op, policy))
 
 
 def test_stripe_margin_window_is_a_risky_retry() -> None:

@@ -386,9 +386,11 @@ def resolve_risk(
     is without risk exactly when :func:`decide`, given the operation as SUBMITTED and no
     usable lookup, would send it again: the service deduplicates, the key is inside its
     retention minus :func:`retention_margin`, and the latest request can no longer be
-    running (or the service locks a key in flight and its sender is gone). "confirmed" and
-    "failed" are risky while the latest request may still land (before
-    :func:`in_flight_until`): the service's answer, not the person's, would then be the truth.
+    running (or the service locks a key in flight and its sender is gone). "failed" is risky
+    while the latest request may still land (before :func:`in_flight_until`): if it lands, the
+    journal would say FAILED for an effect that happened. "confirmed" is risky in that window
+    only on a SUBMITTED operation, whose sender's own answer is still to come; on an UNRESOLVED
+    one nobody waits for that answer, and a late landing agrees with the person.
     """
     if op.state not in (State.SUBMITTED, State.UNRESOLVED):
         return None  # nothing is in flight: PLANNED was never sent (or a retry is queued)
@@ -396,6 +398,10 @@ def resolve_risk(
     in_flight = in_flight_until(op, policy)
     if outcome != "retry":
         if now >= in_flight:
+            return None
+        if outcome == "confirmed" and op.state is State.UNRESOLVED:
+            # Nobody waits for the request's own answer any more, and a person who saw the
+            # effect at the service only agrees with a late landing: nothing is lost.
             return None
         who = "whose process is gone" if submitter_gone else "of a live worker"
         landed = (

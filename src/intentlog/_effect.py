@@ -179,6 +179,7 @@ class Effect:
                 lookup_lag=self.lookup_lag,
                 locks_in_flight=self.locks_in_flight and retention is not None,
                 service=self.service.name if self.service is not None else None,
+                receipt_fields=of[7],
             )
         return self._policy
 
