@@ -30,8 +30,8 @@ __all__ = [
     "PROXY_TASK_KIND",
     "Decision",
     "Doer",
-    "Outlook",
     "LookupFailed",
+    "Outlook",
     "decide",
     "in_flight_until",
     "send_slack",
@@ -437,4 +437,3 @@ def _keys(keys: Sequence[str], *, verb: bool = True) -> str:
     if not verb:
         return f"operation {shown}" if len(keys) == 1 else f"operations {shown}"
     return f"operation {shown} is" if len(keys) == 1 else f"operations {shown} are"
-

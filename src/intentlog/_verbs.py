@@ -128,9 +128,7 @@ def start_flow(options: Options, kind: str, task_id: str, input: JSON) -> Flow[b
     return False
 
 
-def task_info_flow(
-    store: AnyStore, task_id: str, options: Options | None = None
-) -> Flow[TaskInfo]:
+def task_info_flow(store: AnyStore, task_id: str, options: Options | None = None) -> Flow[TaskInfo]:
     """See :meth:`intentlog.Journal.task_info`."""
     record = yield from call(Store.get_task, validate_task_id(task_id))
     if record is None:

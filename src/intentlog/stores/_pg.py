@@ -34,17 +34,17 @@ from urllib.parse import unquote, urlsplit
 from intentlog._errors import InvalidInput, JournalError
 from intentlog._model import Operation, State, TaskRecord
 from intentlog.stores._base import (
-    TASK_AUDIT_KEY,
-    TaskResolution,
-    task_resolution_from_row,
     OP_COLUMNS,
+    TASK_AUDIT_KEY,
     Resolution,
+    TaskResolution,
     TaskUpdate,
     lease_lost,
     op_from_row,
     op_values,
     resolution_from_row,
     task_from_row,
+    task_resolution_from_row,
 )
 
 __all__ = ["DEFAULT_SCHEMA", "SCHEMA_VERSION", "Plans", "Q", "Result", "parse_url"]

@@ -33,18 +33,18 @@ from typing import Any, TypeVar
 from intentlog._errors import Error, JournalCorrupt, SchemaTooNew
 from intentlog._model import Operation, State, TaskRecord
 from intentlog.stores._base import (
-    TASK_AUDIT_KEY,
-    TaskResolution,
-    task_resolution_from_row,
     OP_COLUMNS,
+    TASK_AUDIT_KEY,
     Resolution,
     Store,
+    TaskResolution,
     TaskUpdate,
     lease_lost,
     op_from_row,
     op_values,
     resolution_from_row,
     task_from_row,
+    task_resolution_from_row,
 )
 from intentlog.stores._group_commit import GroupCommit, OneStatement
 from intentlog.stores._sqlite_errors import DRIVER_ERRORS, describe, describe_os_error
