@@ -165,3 +165,39 @@ def test_a_closed_pipe_is_quiet(tmp_path: Path) -> None:
     done = subprocess.run(cmd, shell=True, capture_output=True, text=True, env=env, timeout=60)
     assert done.stdout.startswith("task")
     assert "Traceback" not in done.stderr and "Broken pipe" not in done.stderr, done.stderr
+
+
+def test_a_proxied_call_keeps_its_arguments_redacted_and_the_proxy_marks_its_task(
+    tmp_path: Path,
+) -> None:
+    from tests.mcp_clients import stdio_session
+    from tests.test_mcp_proxy import TOOLS, proxied
+
+    tools = tmp_path / "tools.toml"
+    tools.write_text(TOOLS)
+    setup = {"db": tmp_path / "journal.db", "ledger": tmp_path / "ledger.db", "tools": tools,
+             "hold": tmp_path / "hold"}  # fmt: skip
+    token = "sk_live_" + "b" * 30
+
+    async def body() -> None:
+        async with stdio_session(proxied(setup)) as session:
+            await session.call_tool("charge", {"amount": 500, "memo": token})
+
+    asyncio.run(body())
+    url = str(setup["db"])
+    with intentlog.open(url) as journal:
+        (op,) = journal.operations("t1")
+        assert op.args["arguments"]["amount"] == 500
+        assert token not in json.dumps(op.args)  # redacted, not refused
+        assert journal.task_info("t1").record.kind == PROXY_TASK_KIND
+        (info,) = journal.attention()
+        assert info.outlook is not None and "MCP proxy" in info.outlook.reason
+    shown = _invoke(url, "show", "t1")
+    assert '"amount": 500' in shown.output
+    from intentlog.proxy._policy import load_tools
+
+    tools.write_text("[proxy]\nkeep_arguments = false\n" + TOOLS)
+    assert load_tools(tools).keep_arguments is False
+    tools.write_text('[proxy]\nkeep_arguments = "yes"\n' + TOOLS)
+    with pytest.raises(intentlog.InvalidInput, match="keep_arguments must be true or false"):
+        load_tools(tools)
