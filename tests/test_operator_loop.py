@@ -201,3 +201,26 @@ def test_a_proxied_call_keeps_its_arguments_redacted_and_the_proxy_marks_its_tas
     tools.write_text('[proxy]\nkeep_arguments = "yes"\n' + TOOLS)
     with pytest.raises(intentlog.InvalidInput, match="keep_arguments must be true or false"):
         load_tools(tools)
+
+
+def test_the_console_shows_who_finishes_a_task_and_ends_it(tmp_path: Path) -> None:
+    from tests.console_support import csrf_of, running_console, task_path
+
+    url = str(tmp_path / "j.db")
+    with intentlog.open(url) as journal, journal.task("order-9") as task:
+        task.run(MAIL, to="f")
+    with running_console(url) as console, console.client() as client:
+        page = client.get(task_path("order-9"))
+        assert "Who finishes it" in page.text and "never completed it" in page.text
+        assert "&lt;20261203-abc-def-ghi@mail.example-host.com&gt;" in page.text
+        form = {"csrf": csrf_of(page.text), "task": "order-9", "verb": "complete",
+                "note": "done", "actor": "dora"}  # fmt: skip
+        refused = client.post("/end-task", data={**form, "csrf": "wrong"})
+        assert refused.status_code == 403
+        done = client.post("/end-task", data=form)
+        assert done.status_code == 303, done.text
+        assert "Who finishes it" not in client.get(task_path("order-9")).text
+    with intentlog.open(url) as journal:
+        assert [(r.outcome, r.actor) for r in journal.task_resolutions("order-9")] == [
+            ("completed", "dora")
+        ]
