@@ -35,8 +35,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import functools
-import importlib
 import json
 import math
 import os
@@ -55,6 +53,8 @@ import click
 import intentlog
 from intentlog import Outcome
 from intentlog import _cli_report as report
+from intentlog._cli_load import CliFailure as _Failure
+from intentlog._cli_load import load_effects, load_registry
 from intentlog._open import DEFAULT_PATH
 from intentlog._words import duration
 
@@ -63,10 +63,6 @@ __all__ = ["cli", "main"]
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_PERSON, EXIT_AUTOMATION = 0, 1, 2, 3, 4
 WIDTH = 100  # the width when not a terminal and $COLUMNS is unset
 _USERINFO = re.compile(r"([A-Za-z][\w+.-]*://[^:/@\s'\"]*):[^\s'\"]*@")
-
-
-class _Failure(Exception):
-    """A CLI-level error (bad option value, module that will not import): exit 1."""
 
 
 def mask(text: str, raw_url: str | None = None) -> str:
@@ -558,40 +554,6 @@ _EFFECTS = "Module (or module:attr) with the effects; repeatable; ./ is importab
 _WAIT = "How long to wait for a task held by a live worker (default 0)."
 
 
-def load_effects(specs: Sequence[str]) -> list[intentlog.Effect]:
-    """Import ``module`` or ``module:attr`` specs and collect their intentlog.Effect objects."""
-    cwd = os.getcwd()
-    if not sys.path or sys.path[0] != cwd:
-        sys.path.insert(0, cwd)
-    found: dict[str, intentlog.Effect] = {}
-    for spec in specs:
-        module_name, _, attr = spec.partition(":")
-        try:
-            module = importlib.import_module(module_name)
-        except Exception as exc:
-            raise _Failure(
-                f"cannot import effects module {module_name!r}: {type(exc).__name__}: {exc}"
-            ) from None
-        if attr:
-            try:
-                obj: Any = functools.reduce(getattr, attr.split("."), module)
-            except AttributeError:
-                raise _Failure(f"module {module_name!r} has no attribute {attr!r}") from None
-            many = isinstance(obj, list | tuple | set | frozenset)
-            effects = list(obj) if many else [obj]
-            if not effects or not all(isinstance(e, intentlog.Effect) for e in effects):
-                raise _Failure(f"{spec} is not an intentlog.Effect or a list of them")
-        else:
-            effects = [v for v in vars(module).values() if isinstance(v, intentlog.Effect)]
-            if not effects:
-                raise _Failure(f"no intentlog.Effect found in module {module_name!r}")
-        for effect in effects:
-            other = found.setdefault(effect.name, effect)
-            if other is not effect:
-                raise _Failure(f"two different effects are named {effect.name!r} (in {spec})")
-    return list(found.values())
-
-
 @cli.command(short_help="Reconcile SUBMITTED operations; sends nothing.")
 @click.option("--effects", "specs", metavar="MODULE", multiple=True, required=True, help=_EFFECTS)
 @click.option("--wait", type=Seconds(min=0), default=0.0, metavar="SECONDS", help=_WAIT)
@@ -796,24 +758,6 @@ def demo(ctx: click.Context, directory: Path | None, as_json: bool) -> None:
     from intentlog.demo import run_demo
 
     ctx.exit(run_demo(directory, as_json=as_json))
-
-
-def load_registry(spec: str) -> intentlog.Registry:
-    """Import ``module:attr`` naming an intentlog.Registry."""
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        raise _Failure(f"--app must be module:attribute, got {spec!r}")
-    cwd = os.getcwd()
-    if not sys.path or sys.path[0] != cwd:
-        sys.path.insert(0, cwd)
-    try:
-        module = importlib.import_module(module_name)
-        registry = functools.reduce(getattr, attr.split("."), module)
-    except Exception as exc:
-        raise _Failure(f"cannot load {spec!r}: {type(exc).__name__}: {exc}") from None
-    if not isinstance(registry, intentlog.Registry):
-        raise _Failure(f"{spec} is not an intentlog.Registry")
-    return registry
 
 
 @cli.command(short_help="Create a task for workers to run.")
