@@ -133,7 +133,9 @@ def test_status_unresolved_needs_a_person(db: str) -> None:
     [item] = data["pending"]
     assert item["key"] == key and item["task_id"] == "order-1" and item["effect"] == "send_email"
     assert (item["state"], item["next_action"]) == ("UNRESOLVED", "ESCALATE")
-    assert data["tasks"] == [
+    [listed] = data["tasks"]
+    assert listed.pop("who") == "person" and key in listed.pop("why")
+    assert [listed] == [
         {
             "task_id": "order-1",
             "next_step": None,
@@ -156,17 +158,21 @@ def test_status_wait_shows_seconds_and_exits_4(db: str) -> None:
     assert 0 < item["wait_seconds"] <= 31  # the request may run for slack + `timeout` seconds
     result = invoke(db, "status")
     assert result.exit_code == 4, result.output
-    assert "WAIT" in result.stdout and re.search(r"\bWAIT\s+\d+\.\ds\b", result.stdout)
+    assert "WAIT" in result.stdout and re.search(r"\bWAIT\s+\d+(\.\d)? s\b", result.stdout)
 
 
-def test_status_abandoned_task_is_work_for_automation(db: str) -> None:
+def test_status_abandoned_task_needs_a_person(db: str) -> None:
+    # No worker runs a task without a kind: only its program, or a person who completes or
+    # cancels it. Nothing automatic will, so it is not "work remains" (4) but a person's (3).
     with intentlog.open(db) as journal, journal.task("crawl") as task:
         task.checkpoint(next_step="page-2", state={"page": 2})
     result = invoke(db, "status")
-    assert result.exit_code == 4, result.output
+    assert result.exit_code == 3, result.output
+    assert "never completed it" in result.stdout
     assert "RESUME at page-2" in result.stdout
     data = json.loads(invoke(db, "status", "--json").stdout)
     assert data["pending"] == [] and data["tasks"][0]["task_id"] == "crawl"
+    assert "intentlog complete crawl" in data["tasks"][0]["why"]
 
 
 # -- resolve and show ------------------------------------------------------------------------
@@ -189,7 +195,7 @@ def test_resolve_confirmed_then_show_has_the_resolution(db: str) -> None:
     assert res["note"] == "seen" and res["receipt"] == {"id": "x"}
 
     text = invoke(db, "show", "order-1").stdout
-    assert "UNRESOLVED -> CONFIRMED" in text and '{"id":"x"}' in text
+    assert "UNRESOLVED -> CONFIRMED" in text and '{"id": "x"}' in text
 
     # The task runs again: it gets the resolved receipt, sends nothing, and completes.
     with intentlog.open(db) as journal, journal.task("order-1") as task:
@@ -206,7 +212,7 @@ def test_resolve_retry_makes_it_planned(db: str) -> None:
     assert data["key"] == key and data["state"] == "PLANNED"
     assert data["task_next_action"] == "SUBMIT"
     status = invoke(db, "status", "--json")
-    assert status.exit_code == 4
+    assert status.exit_code == 3  # no worker runs this task: its program must send it again
     assert json.loads(status.stdout)["pending"][0]["next_action"] == "SUBMIT"
 
 
@@ -511,7 +517,7 @@ def test_subprocess_status_and_resolve(db: str) -> None:
     assert "CONFIRMED" in proc.stdout
     assert op_state(db, key) is intentlog.State.CONFIRMED
     proc = run_cli(db, "status")
-    assert proc.returncode == 4  # the task itself still has to resume
+    assert proc.returncode == 3  # the task still has to resume, and no worker runs it
     assert "RESUME" in proc.stdout
 
 

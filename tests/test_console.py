@@ -327,7 +327,7 @@ def test_the_overview_shows_headroom_and_leases(tmp_path: Path) -> None:
         with intentlog.open(db) as journal, journal.task("held") as held:
             page = client.get("/").text
             epoch = held.epoch
-        assert "1h" in page and "the whole retention (nothing in flight)" in page
+        assert "1 h" in page and "the whole retention (nothing in flight)" in page
         assert "forever (the service keeps keys for good)" in page
         assert "does not deduplicate and cannot be asked" in page
         assert f'{task_path("held")}">held</a>' in page and f"<td>{epoch}</td>" in page

@@ -11,7 +11,7 @@ import pytest
 
 import intentlog
 from intentlog._model import Operation, Policy, State
-from intentlog.stores._base import Resolution, Store, TaskUpdate
+from intentlog.stores._base import Resolution, Store, TaskResolution, TaskUpdate
 
 TTL = 30.0
 
@@ -368,3 +368,20 @@ def test_claimers_on_several_store_objects_never_get_the_same_task(
         record = stores[1].get_task(task_id)
         assert record is not None and (record.owner, record.epoch) == (name, 1)
     assert len({name for _, name in claims}) > 1  # they did race
+
+
+def test_a_task_audit_rides_in_the_fenced_task_write(store: Store) -> None:
+    record = store.claim_task("t1", "w1", 30.0, None)
+    assert record is not None
+    ending = TaskResolution("t1", store.now(), "cancelled", "not needed", "alice")
+    stale = TaskUpdate(completed=True, audit=ending)
+    with pytest.raises(intentlog.LeaseLost):  # a refused write keeps no audit either
+        store.write_task("t1", record.epoch + 1, 30.0, stale)
+    assert store.task_resolutions("t1") == []
+    done = store.write_task("t1", record.epoch, 30.0, TaskUpdate(completed=True, release=True,
+                                                                 audit=ending))  # fmt: skip
+    assert done.completed and done.owner is None
+    assert store.task_resolutions("t1") == [ending]
+    assert store.resolutions() == []  # the task's record is not an operation's resolution
+    assert store.delete_completed(store.now() + 1) == 1
+    assert store.task_resolutions("t1") == []  # collected with its task

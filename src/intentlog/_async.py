@@ -40,7 +40,7 @@ from intentlog._task import NEXT_ACTION_DEPRECATED, TaskView, release_flow
 from intentlog._validate import count, seconds, task_kinds
 from intentlog._verbs import Pending, Recovered, TaskInfo
 from intentlog.stores._async_store import AsyncStore
-from intentlog.stores._base import Resolution, Store
+from intentlog.stores._base import Resolution, Store, TaskResolution
 
 if TYPE_CHECKING:  # the sync face is imported where it is used: see sync_journal()
     from intentlog._journal import Journal
@@ -327,10 +327,30 @@ class AsyncJournal(OptionsView):
         return await self._drive(call(Store.list_tasks, include_completed=include_completed))
 
     async def task_info(self, task_id: str) -> TaskInfo:
-        return await self._drive(_verbs.task_info_flow(self._store, task_id))
+        return await self._drive(_verbs.task_info_flow(self._store, task_id, self.options))
 
-    async def attention(self) -> list[TaskInfo]:
-        return await self._drive(_verbs.attention_flow(self._store))
+    async def attention(self, *, unclaimed_after: Seconds | None = None) -> list[TaskInfo]:
+        """See :meth:`intentlog.Journal.attention`."""
+        after = None if unclaimed_after is None else seconds("unclaimed_after", unclaimed_after)
+        return await self._drive(_verbs.attention_flow(self._store, self.options, after))
+
+    async def complete(
+        self, task_id: str, *, note: str | None = None, actor: str | None = None
+    ) -> TaskInfo:
+        """See :meth:`intentlog.Journal.complete`."""
+        flow = _verbs.finish_flow(self._store, self.options, task_id, "completed", note, actor)
+        return await self._drive(flow)
+
+    async def cancel(
+        self, task_id: str, *, note: str | None = None, actor: str | None = None
+    ) -> TaskInfo:
+        """See :meth:`intentlog.Journal.cancel`."""
+        flow = _verbs.finish_flow(self._store, self.options, task_id, "cancelled", note, actor)
+        return await self._drive(flow)
+
+    async def task_resolutions(self, task_id: str) -> list[TaskResolution]:
+        """See :meth:`intentlog.Journal.task_resolutions`."""
+        return await self._drive(call(Store.task_resolutions, validate_task_id(task_id)))
 
     async def operations(self, task_id: str | None = None) -> list[Operation]:
         if task_id is not None:

@@ -21,6 +21,7 @@ from intentlog._decide import retention_margin
 from intentlog._effect import Effect
 from intentlog._errors import InvalidInput
 from intentlog._service import PROCESS, Seconds, seconds
+from intentlog._words import duration
 
 __all__ = ["Finding", "check", "describe", "human", "log_at_start"]
 
@@ -175,16 +176,9 @@ def describe(effect: Effect) -> str:
 
 
 def human(value: float) -> str:
-    """A duration as ``2d3h``, ``22h47m30s``, ``54s`` or ``0.5s``."""
-    if value < 60 and value != int(value):
-        return f"{value:.3g}s"
-    total = round(value)
-    parts: list[str] = []
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
-        if total >= size or (unit == "s" and not parts):
-            parts.append(f"{total // size}{unit}")
-            total %= size
-    return "".join(parts)
+    """A duration in words (``1 day``, ``22 h 48 min``, ``54 s``, ``0.5 s``): the one wording
+    of :func:`intentlog._words.duration`."""
+    return duration(value)
 
 
 _reported: weakref.WeakKeyDictionary[object, bool] = weakref.WeakKeyDictionary()

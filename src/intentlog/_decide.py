@@ -7,7 +7,8 @@ error while submitting is treated exactly like a crash during the request.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+import enum
+from collections.abc import Iterable, Sequence
 
 from intentlog._model import (
     JSON,
@@ -19,12 +20,18 @@ from intentlog._model import (
     Operation,
     Policy,
     State,
+    TaskRecord,
 )
+from intentlog._words import duration
 
 __all__ = [
     "DEFAULT_LOOKUP_LIMIT",
+    "DEFAULT_UNCLAIMED_AFTER",
+    "PROXY_TASK_KIND",
     "Decision",
+    "Doer",
     "LookupFailed",
+    "Outlook",
     "Risk",
     "confirm_phrase",
     "decide",
@@ -33,6 +40,7 @@ __all__ = [
     "send_slack",
     "strictest",
     "task_action",
+    "task_outlook",
 ]
 
 DEFAULT_LOOKUP_LIMIT = 5
@@ -454,10 +462,138 @@ def resolve_risk(
 
 
 def _duration(seconds: float) -> str:
-    from intentlog._check import human  # _check imports this module
-
-    return human(max(seconds, 0.0))
+    return duration(max(seconds, 0.0))
 
 
 def _ago(now: float, then: float | None) -> str:
     return "at an unknown time" if then is None else f"{_duration(now - then)} ago"
+
+
+#: The kind the MCP proxy gives the tasks it opens: no worker registers it, so status can
+#: tell a proxy's task from a program's.
+PROXY_TASK_KIND = "intentlog.mcp"
+#: How long a runnable task of a kind may wait unclaimed before status says that no running
+#: worker seems to register its kind (workers poll every 0.5 s by default).
+DEFAULT_UNCLAIMED_AFTER = 600.0
+
+
+class Doer(enum.StrEnum):
+    """Who does what remains of an unfinished task."""
+
+    HOLDER = "holder"  # the live process holding its lease goes on with it
+    WORKER = "worker"  # a worker that registers its kind claims it
+    RECOVER = "recover"  # `intentlog recover` (or the task's next run) settles an operation
+    PERSON = "person"  # nothing automatic will: a person resolves, completes or cancels
+
+    @property
+    def automatic(self) -> bool:
+        """True when some process will do it without a person: "work remains"."""
+        return self is not Doer.PERSON
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Outlook:
+    """Why work remains in a task and who will do it (see :func:`task_outlook`)."""
+
+    doer: Doer
+    reason: str
+
+    @property
+    def automatic(self) -> bool:
+        return self.doer.automatic
+
+
+def task_outlook(
+    record: TaskRecord,
+    open_ops: Sequence[tuple[str, Action, bool]],
+    *,
+    holder_alive: bool,
+    now: float,
+    unclaimed_after: float = DEFAULT_UNCLAIMED_AFTER,
+) -> Outlook | None:
+    """Why the task is not finished and who will finish it; None once it is complete.
+
+    ``open_ops``: its operations not yet CONFIRMED or FAILED as (key, next action from
+    :func:`decide`, whether the effect can reconcile). In order: an UNRESOLVED operation
+    needs a person (resolve it); a live lease holder goes on with the task; a task the MCP
+    proxy opened is never completed by it (a person completes or cancels it, or resolves its
+    open calls); a task of a kind is a worker's, unless it has waited unclaimed for longer
+    than ``unclaimed_after`` (then no running worker seems to register the kind); a task
+    without a kind is run by the program that opened it, which nothing here can start: its
+    operations that a lookup or time settles are ``recover``'s, anything else needs a person.
+    """
+    if record.completed:
+        return None
+    task = record.task_id
+    ended = f"complete or cancel it (intentlog complete {task} / intentlog cancel {task})"
+    escalated = [key for key, action, _ in open_ops if action is Action.ESCALATE]
+    if escalated:
+        return Outlook(
+            Doer.PERSON,
+            f"{_keys(escalated)} UNRESOLVED: a person finds out at the service whether it "
+            f"happened, then intentlog resolve KEY --confirmed/--failed/--retry",
+        )
+    proxy = record.kind == PROXY_TASK_KIND
+    if holder_alive:
+        who = "the MCP proxy session" if proxy else "a live process"
+        return Outlook(Doer.HOLDER, f"held by {who} ({record.owner}), which goes on with it")
+    if proxy:
+        if open_ops:
+            return Outlook(
+                Doer.PERSON,
+                f"its MCP proxy session ended with {_keys([k for k, _, _ in open_ops])} "
+                "open: the proxy settles a call only when the agent makes it again; else "
+                "resolve it, then " + ended,
+            )
+        return Outlook(
+            Doer.PERSON,
+            "held by an MCP proxy session that ended; the proxy never completes a task: "
+            "when the agent's work is done, " + ended,
+        )
+    if record.kind is not None:
+        kind = record.kind
+        if record.not_before > now:
+            failed = f" (failed runs: {record.runs})" if record.runs else ""
+            return Outlook(
+                Doer.WORKER,
+                f"a worker of kind {kind!r} runs it again in "
+                f"{duration(record.not_before - now)}{failed}",
+            )
+        due = max(record.not_before, record.lease_expires, record.updated_at)
+        if now - due > unclaimed_after:
+            return Outlook(
+                Doer.PERSON,
+                f"no worker has claimed it for {duration(now - due)}: no running worker "
+                f"registers kind {kind!r}; start one (intentlog worker --app ...) or cancel "
+                f"it (intentlog cancel {task})",
+            )
+        return Outlook(Doer.WORKER, f"a worker of kind {kind!r} claims it at its next poll")
+    settled = [
+        key
+        for key, action, can_reconcile in open_ops
+        if action is Action.WAIT or (action is Action.RECONCILE and can_reconcile)
+    ]
+    if settled:
+        return Outlook(
+            Doer.RECOVER,
+            f"intentlog recover --effects MODULE (or the task's next run) settles "
+            f"{_keys(settled, verb=False)}; no worker runs this task (it has no kind)",
+        )
+    if open_ops:
+        return Outlook(
+            Doer.PERSON,
+            f"no worker runs it (it has no kind) and {_keys([k for k, _, _ in open_ops])} "
+            "open: its program sends it when it runs this task again; if it will not, "
+            "resolve it, then " + ended,
+        )
+    return Outlook(
+        Doer.PERSON,
+        "its code never completed it and no worker runs it (it has no kind): " + ended,
+    )
+
+
+def _keys(keys: Sequence[str], *, verb: bool = True) -> str:
+    shown = ", ".join(keys[:3]) + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
+    if not verb:
+        return f"operation {shown}" if len(keys) == 1 else f"operations {shown}"
+    return f"operation {shown} is" if len(keys) == 1 else f"operations {shown} are"

@@ -64,7 +64,7 @@ class Effect:
         lookup_lag: Seconds = 0.0,
         locks_in_flight: bool = False,
         receipt: ReceiptSelector | None = None,
-        store_args: bool = False,
+        store_args: bool | Callable[[Any], Any] = False,
         lazy_receipt: bool = False,
     ) -> None:
         validate_label(name, "effect name", 100)
@@ -141,6 +141,9 @@ class Effect:
         self.lookup_lag = _seconds(lookup_lag, "lookup_lag", allow_zero=True) or 0.0
         self.locks_in_flight = locks_in_flight
         self.receipt = receipt
+        # A callable picks what is kept of the arguments (the MCP proxy keeps them bounded
+        # and redacted); True keeps them whole, checked for secrets.
+        self.args_kept: Callable[[Any], Any] | None = store_args if callable(store_args) else None
         self.store_args = bool(store_args)
         self.lazy_receipt = bool(lazy_receipt)
         try:

@@ -443,3 +443,28 @@ def warn_receipt(dropped: list[str]) -> None:
     code. Call it once the receipt is durable."""
     for message in dropped:
         warnings.warn(message, ReceiptWarning, stacklevel=_user_stacklevel())
+
+
+def kept_arguments(value: Any, *, max_bytes: int = 2048, max_text: int = 200) -> Any:
+    """Enough of a call's arguments for a person to find the call at its service, never a
+    credential: secret-like values redacted (:func:`redact`), strings longer than
+    ``max_text`` cut (with their length noted), and a whole that is still larger than
+    ``max_bytes`` replaced by a note of its size and digest. Total: never raises."""
+    try:
+        reduced = _cut(redact(value), max_text)
+        text = _encode(reduced)
+    except Exception as exc:  # not JSON: keep only a note, the call goes on
+        return _note("arguments could not be kept", value, error=exc)
+    if len(text.encode()) > max_bytes:
+        return _note("arguments too large to keep", value)
+    return reduced
+
+
+def _cut(value: Any, limit: int) -> Any:
+    if isinstance(value, dict):
+        return {name: _cut(item, limit) for name, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_cut(item, limit) for item in value]
+    if isinstance(value, str) and len(value) > limit:
+        return f"{value[:limit]}... ({len(value)} characters)"
+    return value

@@ -25,6 +25,7 @@ from intentlog._verbs import (
     Recovered,
     TaskInfo,
     attention_flow,
+    finish_flow,
     gc_flow,
     operation_flow,
     pending_flow,
@@ -33,7 +34,7 @@ from intentlog._verbs import (
     start_flow,
     task_info_flow,
 )
-from intentlog.stores._base import Resolution, Store
+from intentlog.stores._base import Resolution, Store, TaskResolution
 
 __all__ = [
     "BlockingCallWarning",
@@ -146,11 +147,46 @@ class Journal(OptionsView):
 
     def task_info(self, task_id: str) -> TaskInfo:
         """The task, its operations and its next action. Raises InvalidInput if unknown."""
-        return self._run(task_info_flow(self._store, task_id))
+        return self._run(task_info_flow(self._store, task_id, self.options))
 
-    def attention(self) -> list[TaskInfo]:
-        """Unfinished tasks that nobody is working on now, or that need a person."""
-        return self._run(attention_flow(self._store))
+    def attention(self, *, unclaimed_after: Seconds | None = None) -> list[TaskInfo]:
+        """Unfinished tasks that nobody is working on now, or that need a person, each with
+        its ``outlook``: why work remains and who will do it (a worker of its kind,
+        ``recover``, or a person, who completes, cancels or resolves). ``unclaimed_after``
+        (default 10 minutes): how long a runnable task of a kind may wait unclaimed before
+        it counts as needing a person (no running worker seems to register its kind)."""
+        after = None if unclaimed_after is None else seconds("unclaimed_after", unclaimed_after)
+        return self._run(attention_flow(self._store, self.options, after))
+
+    def complete(
+        self, task_id: str, *, note: str | None = None, actor: str | None = None
+    ) -> TaskInfo:
+        """Mark a task complete by hand (its code never did: a program that ended, a proxy
+        session), with ``note`` and ``actor`` kept in the task's audit log
+        (``task_resolutions``); returns the task as it is now.
+
+        Refused (InvalidInput, nothing written) when the task is unknown or already
+        complete, or has an operation that is not settled (SUBMITTED, UNRESOLVED: the error
+        names them and the resolve command) or is PLANNED (cancel instead). Refused
+        (TaskBusy) while a live process holds its lease. ``actor``: as for ``resolve``
+        (default ``user@host`` of this process).
+        """
+        return self._run(finish_flow(self._store, self.options, task_id, "completed", note, actor))
+
+    def cancel(
+        self, task_id: str, *, note: str | None = None, actor: str | None = None
+    ) -> TaskInfo:
+        """End a task that will not be finished, by hand; kept in the task's audit log with
+        ``note`` and ``actor``. Its PLANNED operations (nothing was sent) become FAILED, each
+        with an audit record. Refused like :meth:`complete`, except for PLANNED operations: an
+        operation whose outcome is not settled (SUBMITTED, UNRESOLVED) is never given up by
+        cancelling its task; resolve it first.
+        """
+        return self._run(finish_flow(self._store, self.options, task_id, "cancelled", note, actor))
+
+    def task_resolutions(self, task_id: str) -> list[TaskResolution]:
+        """The audit log of a task's completion or cancellation by hand, oldest first."""
+        return self._store.task_resolutions(validate_task_id(task_id))
 
     # -- operations ------------------------------------------------------------------------
 

@@ -249,8 +249,8 @@ class TaskCore:
             return existing, False
         stored_args = None
         if effect.store_args:
-            check_safe(named, what="args", max_bytes=self.options.max_bytes)
-            stored_args = named
+            stored_args = named if effect.args_kept is None else effect.args_kept(named)
+            check_safe(stored_args, what="args", max_bytes=self.options.max_bytes)
         now = self.store.now()
         # An effect that can neither deduplicate nor reconcile writes PLANNED first, so a
         # crash before the send is resubmittable; the others go straight to SUBMITTED.

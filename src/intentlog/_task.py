@@ -112,7 +112,7 @@ class Task(TaskView):
         action (``.next_action``: ESCALATE, RECONCILE, SUBMIT or RESUME; None once complete).
         The same :class:`intentlog.TaskInfo` as ``journal.task_info(task.id)``; reads the
         journal on every call."""
-        return self._run(task_info_flow(self._store, self.id))
+        return self._run(task_info_flow(self._store, self.id, self._core.options))
 
     @property
     def next_action(self) -> Action | None:

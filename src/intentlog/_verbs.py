@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import getpass
 import json
@@ -15,9 +16,18 @@ import warnings
 from collections.abc import Iterable
 from typing import Any
 
-from intentlog._decide import LookupFailed, Risk, decide, resolve_risk, task_action
+from intentlog._decide import (
+    DEFAULT_UNCLAIMED_AFTER,
+    LookupFailed,
+    Outlook,
+    Risk,
+    decide,
+    resolve_risk,
+    task_action,
+    task_outlook,
+)
 from intentlog._effect import Effect
-from intentlog._errors import InvalidInput, KeyConflict, TaskBusy, UnknownOperation
+from intentlog._errors import Error, InvalidInput, KeyConflict, TaskBusy, UnknownOperation
 from intentlog._flow import Flow, call
 from intentlog._hygiene import check_safe, check_text
 from intentlog._keys import validate_label, validate_task_id
@@ -26,13 +36,14 @@ from intentlog._options import Options
 from intentlog._owner import holder_is_dead
 from intentlog._protocol import TaskCore, acquire_flow, judged_by
 from intentlog.stores._async_store import AsyncStore
-from intentlog.stores._base import Resolution, Store
+from intentlog.stores._base import Resolution, Store, TaskResolution, TaskUpdate
 
 __all__ = [
     "Pending",
     "Recovered",
     "TaskInfo",
     "attention_flow",
+    "finish_flow",
     "gc_flow",
     "missing_receipt_fields",
     "operation_flow",
@@ -91,12 +102,19 @@ class Recovered:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class TaskInfo:
-    """A task with its operations and its next action (None once complete)."""
+    """A task with its operations and its next action (None once complete).
+
+    ``outlook``: why work remains and who will do it (None once complete), from
+    :func:`intentlog._decide.task_outlook`; ``pending``: its operations not yet CONFIRMED or
+    FAILED, each with its next action from the decision (as ``journal.pending()`` has them).
+    """
 
     record: TaskRecord
     operations: list[Operation]
     next_action: Action | None
     holder_alive: bool
+    outlook: Outlook | None = None
+    pending: tuple[Pending, ...] = ()
 
 
 def start_flow(options: Options, kind: str, task_id: str, input: JSON) -> Flow[bool]:
@@ -114,31 +132,47 @@ def start_flow(options: Options, kind: str, task_id: str, input: JSON) -> Flow[b
     return False
 
 
-def task_info_flow(store: AnyStore, task_id: str) -> Flow[TaskInfo]:
+def task_info_flow(store: AnyStore, task_id: str, options: Options | None = None) -> Flow[TaskInfo]:
     """See :meth:`intentlog.Journal.task_info`."""
     record = yield from call(Store.get_task, validate_task_id(task_id))
     if record is None:
         raise InvalidInput(f"no task {task_id!r} in the journal at {store.url}", task_id=task_id)
-    return (yield from _info_flow(store, record))
+    return (yield from _info_flow(store, record, options))
 
 
-def _info_flow(store: AnyStore, record: TaskRecord) -> Flow[TaskInfo]:
+def _info_flow(
+    store: AnyStore,
+    record: TaskRecord,
+    options: Options | None,
+    unclaimed_after: float = DEFAULT_UNCLAIMED_AFTER,
+) -> Flow[TaskInfo]:
     ops = yield from call(Store.list_ops, task_id=record.task_id)
+    now = store.now()
     alive = (
-        record.owner is not None
-        and record.lease_expires > store.now()
-        and not holder_is_dead(record.owner)
+        record.owner is not None and record.lease_expires > now and not holder_is_dead(record.owner)
     )
-    return TaskInfo(record, ops, task_action((o.state for o in ops), record.completed), alive)
+    limit = options.lookup_limit if options is not None else None
+    pending = tuple(_pending(op, now, limit) for op in ops if op.state in _OPEN_STATES)
+    opened = [(p.key, p.next_action, p.operation.policy.can_reconcile) for p in pending]
+    outlook = task_outlook(
+        record, opened, holder_alive=alive, now=now, unclaimed_after=unclaimed_after
+    )
+    action = task_action((o.state for o in ops), record.completed)
+    return TaskInfo(record, ops, action, alive, outlook, pending)
 
 
-def attention_flow(store: AnyStore) -> Flow[list[TaskInfo]]:
+def attention_flow(
+    store: AnyStore, options: Options | None = None, unclaimed_after: float | None = None
+) -> Flow[list[TaskInfo]]:
     """See :meth:`intentlog.Journal.attention`."""
+    after = DEFAULT_UNCLAIMED_AFTER if unclaimed_after is None else unclaimed_after
     records = yield from call(Store.list_tasks, include_completed=False)
     infos = []
     for record in records:
-        info = yield from _info_flow(store, record)
-        if info.next_action is Action.ESCALATE or not info.holder_alive:
+        info = yield from _info_flow(store, record, options, after)
+        if info.outlook is not None and (
+            not info.holder_alive or info.next_action is Action.ESCALATE
+        ):
             infos.append(info)
     return infos
 
@@ -155,26 +189,20 @@ def pending_flow(store: AnyStore, options: Options) -> Flow[list[Pending]]:
     """See :meth:`intentlog.Journal.pending`."""
     now = store.now()
     ops = yield from call(Store.list_ops, states=_OPEN_STATES)
-    result = []
-    for op in ops:
-        gone = holder_is_dead(op.submitted_by)
-        decision = decide(
-            op, op.policy, now, submitter_gone=gone, lookup_limit=options.lookup_limit
-        )
-        action = Action.ESCALATE if decision.mark is State.UNRESOLVED else decision.action
-        result.append(
-            Pending(
-                op.key,
-                op.task_id,
-                op.effect,
-                op.state,
-                action,
-                decision.reason,
-                decision.not_before,
-                op,
-            )
-        )
-    return result
+    return [_pending(op, now, options.lookup_limit) for op in ops]
+
+
+def _pending(op: Operation, now: float, lookup_limit: int | None) -> Pending:
+    """The operation with its one next action, as the decision gives it."""
+    gone = holder_is_dead(op.submitted_by)
+    kwargs: dict[str, Any] = {"submitter_gone": gone}
+    if lookup_limit is not None:
+        kwargs["lookup_limit"] = lookup_limit
+    decision = decide(op, op.policy, now, **kwargs)
+    action = Action.ESCALATE if decision.mark is State.UNRESOLVED else decision.action
+    return Pending(
+        op.key, op.task_id, op.effect, op.state, action, decision.reason, decision.not_before, op
+    )
 
 
 def recover_flow(
@@ -359,6 +387,125 @@ def _check_receipt_fields(op: Operation, receipt: JSON) -> None:
             state=op.state.value,
             missing=missing,
         )
+
+
+#: What ``complete``/``cancel`` record: the audit outcome of each.
+FINISH_OUTCOMES = ("completed", "cancelled")
+_UNSETTLED = (State.SUBMITTED, State.UNRESOLVED)
+
+
+def finish_flow(
+    store: AnyStore,
+    options: Options,
+    task_id: str,
+    outcome: str,
+    note: str | None,
+    actor: str | None,
+) -> Flow[TaskInfo]:
+    """See :meth:`intentlog.Journal.complete` and :meth:`intentlog.Journal.cancel`.
+
+    Takes the task's lease first (refused while a live process holds it), so no worker can
+    send one of its operations meanwhile: the operations are then read and judged under the
+    lease, and the task's completion, its release and the audit record are one fenced write.
+    """
+    task_id = validate_task_id(task_id)
+    if outcome not in FINISH_OUTCOMES:
+        raise InvalidInput(f"outcome must be completed or cancelled, got {outcome!r}")
+    verb = "complete" if outcome == "completed" else "cancel"
+    note = _checked_note(note, task_id=task_id)
+    actor = default_actor() if actor is None else checked_actor(actor)
+    record = yield from call(Store.get_task, task_id)
+    if record is None:
+        raise InvalidInput(f"no task {task_id!r} in the journal at {store.url}", task_id=task_id)
+    if record.completed:
+        raise InvalidInput(f"task {task_id!r} is already complete; nothing was written",
+                           task_id=task_id)  # fmt: skip
+    _refuse_open((yield from call(Store.list_ops, task_id=task_id)), task_id, verb)
+    try:
+        record, _owner = yield from acquire_flow(store, options, task_id, 0.0)
+    except TaskBusy:
+        raise TaskBusy(
+            f"task {task_id!r} is leased by {record.owner} (a live process); stop it or wait "
+            f"until it lets the task go, then {verb} it; nothing was written",
+            task_id=task_id,
+        ) from None
+    epoch, ttl = record.epoch, options.lease_ttl
+    try:
+        # Read again under the lease: a worker may have sent something meanwhile.
+        ops = yield from call(Store.list_ops, task_id=task_id)
+        _refuse_open(ops, task_id, verb)
+        now = store.now()
+        for op in ops:
+            if op.state is not State.PLANNED:  # only a cancel gets here with PLANNED ones
+                continue
+            # Nothing was sent for a PLANNED operation, and the lease stops any send now:
+            # cancelling it cannot lose an effect.
+            failed = op.replace(
+                state=State.FAILED,
+                updated_at=now,
+                error={"message": f"cancelled with its task by {actor}" + (
+                    f": {note}" if note else "")},
+                note=note,
+            )  # fmt: skip
+            audit = Resolution(op.key, task_id, now, op.state, State.FAILED, note, None, actor)
+            stored = yield from call(Store.update_op, failed, None, ttl, resolution=audit)
+            if stored is None:
+                raise InvalidInput(
+                    f"operation {op.key!r} changed while task {task_id!r} was being "
+                    f"cancelled; look at it again (the task was not cancelled)",
+                    task_id=task_id,
+                    key=op.key,
+                )
+        ending = TaskResolution(task_id, now, outcome, note, actor)
+        update = TaskUpdate(completed=True, release=True, audit=ending)
+        record = yield from call(Store.write_task, task_id, epoch, ttl, update)
+    except BaseException:
+        with contextlib.suppress(Error):  # not released: the lease expires instead
+            yield from call(Store.write_task, task_id, epoch, ttl, TaskUpdate(release=True))
+        raise
+    return (yield from _info_flow(store, record, options))
+
+
+def _refuse_open(ops: list[Operation], task_id: str, verb: str) -> None:
+    """Refuse to end a task that would leave an operation open (see ``finish_flow``)."""
+    unsettled = [op for op in ops if op.state in _UNSETTLED]
+    if unsettled:
+        listed = ", ".join(f"{op.key} ({op.state})" for op in unsettled[:5])
+        more = f" and {len(unsettled) - 5} more" if len(unsettled) > 5 else ""
+        raise InvalidInput(
+            f"task {task_id!r} has operations whose outcome is not settled: {listed}{more}; "
+            f"to {verb} the task would lose them. Find out at the service, then settle each "
+            "with intentlog resolve KEY --confirmed/--failed/--retry (a SUBMITTED one that "
+            "a lookup can settle: intentlog recover --effects MODULE). Nothing was written.",
+            task_id=task_id,
+            key=unsettled[0].key,
+            state=unsettled[0].state.value,
+        )
+    planned = [op for op in ops if op.state is State.PLANNED]
+    if planned and verb == "complete":
+        listed = ", ".join(op.key for op in planned[:5])
+        raise InvalidInput(
+            f"task {task_id!r} has PLANNED operations (nothing was sent for them): {listed}; "
+            "a complete task must not keep an intent open. Cancel the task (they become "
+            "FAILED), or resolve each with intentlog resolve KEY --failed. Nothing was written.",
+            task_id=task_id,
+            key=planned[0].key,
+            state=State.PLANNED.value,
+        )
+
+
+def _checked_note(note: object, *, task_id: str) -> str | None:
+    """``note`` if it can go into the audit log (as for resolve): at most 2000 printable
+    characters (newlines and tabs allowed), nothing that looks like a credential."""
+    if note is None:
+        return None
+    if not isinstance(note, str) or len(note) > 2000 or _has_control(note, allow="\n\t"):
+        raise InvalidInput(
+            "note must be a string of at most 2000 characters without control characters",
+            task_id=task_id,
+        )
+    check_text(note, what="note", task_id=task_id)
+    return note
 
 
 def gc_flow(store: AnyStore, older_than: float) -> Flow[int]:

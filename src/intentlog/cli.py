@@ -4,6 +4,8 @@ Commands::
 
     intentlog status                    counts by state, operations and tasks needing attention
     intentlog show TASK                 one task, its operations and their resolutions
+    intentlog complete TASK / cancel TASK [--note TEXT] [--actor NAME]
+                                        end a task nothing will finish, by hand
     intentlog resolve KEY --confirmed|--failed|--retry [--receipt JSON] [--note TEXT]
     intentlog recover --effects MODULE  reconcile SUBMITTED operations with their services
     intentlog gc --older-than 30d       delete completed tasks older than a duration
@@ -24,17 +26,15 @@ Exit codes:
     0  nothing needs attention (status), or the command did what it was asked
     1  an intentlog error (bad journal, bad input, unknown task or key): ``error: ...`` on stderr
     2  usage error (a bad or missing option)
-    3  something needs a person: an operation is UNRESOLVED, action ESCALATE (status, recover)
-    4  work that automation will do, and nothing needs a person (status)
+    3  something needs a person: an operation is UNRESOLVED, action ESCALATE (status, recover),
+       or a task nothing automatic will finish (status)
+    4  work that a worker or recover will do, and nothing needs a person (status)
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
-import enum
-import functools
-import importlib
 import json
 import math
 import os
@@ -45,8 +45,7 @@ import sys
 import textwrap
 import threading
 import urllib.parse
-from collections.abc import Iterable, Iterator, Sequence
-from datetime import UTC, datetime
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -54,19 +53,19 @@ import click
 
 import intentlog
 from intentlog import Outcome
+from intentlog import _cli_report as report
+from intentlog._cli_load import CliFailure as _Failure
+from intentlog._cli_load import load_effects, load_registry
 from intentlog._decide import confirm_phrase
 from intentlog._open import DEFAULT_PATH
 from intentlog._verbs import risk_of
+from intentlog._words import duration
 
 __all__ = ["cli", "main"]
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_PERSON, EXIT_AUTOMATION = 0, 1, 2, 3, 4
-WIDTH = 100
+WIDTH = 100  # the width when not a terminal and $COLUMNS is unset
 _USERINFO = re.compile(r"([A-Za-z][\w+.-]*://[^:/@\s'\"]*):[^\s'\"]*@")
-
-
-class _Failure(Exception):
-    """A CLI-level error (bad option value, module that will not import): exit 1."""
 
 
 def mask(text: str, raw_url: str | None = None) -> str:
@@ -87,6 +86,8 @@ class _Group(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except BrokenPipeError:
+            raise  # the reader went away: main() exits quietly
         except (intentlog.Error, _Failure, OSError) as exc:
             raw = ctx.obj.get("db") if ctx.obj else None
             click.echo(f"error: {mask(str(exc), raw)}", err=True)
@@ -121,6 +122,23 @@ class Address(click.ParamType):  # type: ignore[type-arg, unused-ignore]
         if not port.isdigit() or not 0 <= int(port) <= 65535:
             self.fail(f"{value!r} is not HOST:PORT (a port from 0 to 65535)", param, ctx)
         return (host or "127.0.0.1", int(port))
+
+
+class Duration(click.ParamType):  # type: ignore[type-arg, unused-ignore]
+    """``30d``, ``12h``, ``45m``, ``90s`` or a plain number of seconds."""
+
+    name = "duration"
+    units: ClassVar[dict[str, int]] = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        if isinstance(value, int | float):
+            return float(value)
+        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", str(value).lower())
+        if match is None:
+            self.fail(f"{value!r} is not a duration like 30d, 12h, 45m, 90s or seconds", param, ctx)
+        return float(match[1]) * self.units[match[2]]
 
 
 _JSON = "Print one JSON object."
@@ -192,52 +210,12 @@ def _emit(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, default=str))
 
 
-def _iso(t: float | None) -> str | None:
-    if t is None:
-        return None
-    return datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
-def _secs(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds:.1f}s"
-
-
-def _compact(value: Any) -> str:
-    return "-" if value is None else json.dumps(value, separators=(",", ":"), default=str)
-
-
-def _table(headers: Sequence[str], rows: Iterable[Sequence[object]], header: bool = True) -> str:
-    """Aligned text columns within WIDTH: the last column wraps, or goes below its row
-    (indented) when fewer than 40 columns are left for it."""
-    cells = [[str(c) for c in row] for row in rows]
-    widths = [len(h) for h in headers]
-    for row in cells:
-        for i, cell in enumerate(row[:-1]):
-            widths[i] = max(widths[i], len(cell))
-    indent = sum(w + 2 for w in widths[:-1])
-    below = WIDTH - indent < 40
-    lines = []
-    for n, row in enumerate([list(headers), *cells] if header else cells):
-        head = "".join(c.ljust(w + 2) for c, w in zip(row[:-1], widths, strict=False))
-        if below and not (header and n == 0):
-            lines.append(head.rstrip())
-            lines.extend("    " + part for part in textwrap.wrap(row[-1], WIDTH - 4))
-            continue
-        wrapped = textwrap.wrap(row[-1], max(WIDTH - indent, 1)) or [""]
-        lines.append((head + wrapped[0]).rstrip())
-        lines.extend((" " * indent + more).rstrip() for more in wrapped[1:])
-    return "\n".join(lines)
-
-
-def _pick(obj: Any, *names: str) -> dict[str, Any]:
-    """Attributes as JSON values: enums by value, times (``*_at``, ``at``) as ISO-8601 UTC."""
-    out: dict[str, Any] = {}
-    for name in names:
-        value = getattr(obj, name)
-        if name in ("at", "not_before") or name.endswith("_at"):
-            value = _iso(value)
-        out[name] = value.value if isinstance(value, enum.Enum) else value
-    return out
+_iso = report.iso
+_compact = report.compact
+_table = report.table
+_pick = report.pick
+_action = report.action
+_action_text = report.action_text
 
 
 _OP_FIELDS = ("key", "task_id", "effect", "state", "attempts", "receipt", "error", "note")
@@ -245,38 +223,37 @@ _OP_TIMES = ("created_at", "updated_at", "submitted_at")
 _RESOLUTION_FIELDS = ("at", "from_state", "to_state", "note", "receipt", "actor")
 
 
-def _action(action: intentlog.Action | None, next_step: str | None) -> str | None:
-    if action is intentlog.Action.RESUME and next_step:
-        return f"RESUME at {next_step}"
-    return action.value if action else None
-
-
-def _action_text(info: intentlog.TaskInfo) -> str:
-    return _action(info.next_action, info.record.next_step) or "none (task complete)"
-
-
 def _alive(info: intentlog.TaskInfo) -> str:
     return "live worker" if info.holder_alive else "none"
 
 
+_UNCLAIMED = "How long a runnable task may wait unclaimed before it needs a person [10m]."
+
+
 @cli.command(short_help="Counts by state, and what needs attention (exit 0/3/4).")
+@click.option("--unclaimed-after", type=Duration(), default=None, metavar="DURATION",
+              help=_UNCLAIMED)  # fmt: skip
 @_db_option
 @_json_option
 @click.pass_context
-def status(ctx: click.Context, as_json: bool) -> None:
+def status(ctx: click.Context, unclaimed_after: float | None, as_json: bool) -> None:
     """Show counts by state and everything that needs attention.
 
     Lists every operation not yet CONFIRMED or FAILED with its next action
-    (WAIT shows the seconds until the next step can be decided), then the
-    unfinished tasks nobody is working on, or that need a person.
+    (WAIT shows the time until the next step can be decided), then the
+    unfinished tasks nobody is working on, each with who will finish it and
+    why: a worker of its kind, intentlog recover, or a person (an UNRESOLVED
+    operation to resolve; a task its code or the MCP proxy never completed,
+    or whose kind no running worker claims: complete or cancel it).
 
     \b
     Exit codes:
       0  nothing needs attention
       1  intentlog error (message on stderr)
       2  usage error
-      3  something needs a person (an operation's next action is ESCALATE)
-      4  work that automation will do, and nothing needs a person
+      3  something needs a person: an operation's next action is ESCALATE,
+         or a task nothing automatic will finish (see WHY)
+      4  work that a worker or recover will do, and nothing needs a person
 
     \b
     Example:
@@ -285,11 +262,13 @@ def status(ctx: click.Context, as_json: bool) -> None:
     with _open(ctx) as journal:
         counts = journal.counts()
         pending = journal.pending()
-        tasks = journal.attention()
+        tasks = journal.attention(unclaimed_after=unclaimed_after)
         now = journal.store.now()
         url = journal.url
-    needs_person = any(p.next_action is intentlog.Action.ESCALATE for p in pending)
-    code = EXIT_PERSON if needs_person else EXIT_AUTOMATION if pending or tasks else EXIT_OK
+    escalated = any(p.next_action is intentlog.Action.ESCALATE for p in pending)
+    needs_person = escalated or any(t.outlook and not t.outlook.automatic for t in tasks)
+    automation = bool(pending) or any(t.outlook and t.outlook.automatic for t in tasks)
+    code = EXIT_PERSON if needs_person else EXIT_AUTOMATION if automation else EXIT_OK
     by_state = {s.value: counts.get(s, 0) for s in intentlog.State}
 
     def wait(p: intentlog.Pending) -> float | None:
@@ -306,6 +285,8 @@ def status(ctx: click.Context, as_json: bool) -> None:
         _pick(t.record, "task_id", "next_step", "epoch", "kind", "runs", "last_error")
         | {"next_action": _action(t.next_action, None), "holder_alive": t.holder_alive}
         | {"not_before": _iso(t.record.not_before) if t.record.not_before > now else None}
+        | {"who": t.outlook.doer.value if t.outlook else None}
+        | {"why": t.outlook.reason if t.outlook else None}
         for t in tasks
     ]
     if as_json:
@@ -316,23 +297,33 @@ def status(ctx: click.Context, as_json: bool) -> None:
     click.echo(_table(list(by_state), [[str(n) for n in by_state.values()]]))
     if pending:
         click.echo(f"\noperations needing attention ({len(pending)}):")
-        cols = ("task_id", "key", "effect", "state", "next_action")
-        rows = [[*(i[c] for c in cols), _secs(i["wait_seconds"]), i["reason"]] for i in items]
-        headers = ["TASK", "KEY", "EFFECT", "STATE", "NEXT", "WAIT", "REASON"]
-        click.echo(_table(headers, rows))
+        cols = ("task_id", "effect", "state", "next_action")
+        rows = [
+            [*(i[c] for c in cols), report.wait_text(i["wait_seconds"]), i["key"]] for i in items
+        ]
+        # The key last and whole, the reason on its own line below: keys are copied from here.
+        click.echo(_table(["TASK", "EFFECT", "STATE", "NEXT", "WAIT", "KEY"], rows))
+        click.echo("\nwhy:")
+        click.echo(_table(["KEY", "REASON"], [[i["key"], i["reason"]] for i in items]))
     if tasks:
         click.echo(f"\ntasks needing attention ({len(tasks)}):")
         rows = [
-            [t["task_id"], _action_text(a), _alive(a), str(t["runs"] or "-"), t["last_error"] or ""]
+            [t["task_id"], _action_text(a), t["who"] or "-", str(t["runs"] or "-"), t["why"] or ""]
             for t, a in zip(task_items, tasks, strict=True)
         ]
-        click.echo(_table(["TASK", "NEXT", "WORKER", "FAILED RUNS", "LAST ERROR"], rows))
+        click.echo(_table(["TASK", "NEXT", "WHO", "FAILED RUNS", "WHY"], rows))
+        errors = [(t["task_id"], t["last_error"]) for t in task_items if t["last_error"]]
+        if errors:
+            click.echo("\nlast errors:")
+            click.echo(_table(["TASK", "LAST ERROR"], errors))
     verdict = {
         EXIT_OK: "nothing needs attention",
-        EXIT_PERSON: "needs a person: intentlog resolve KEY --confirmed/--failed/--retry",
-        EXIT_AUTOMATION: "work remains that automation will do (run the tasks, or recover)",
+        EXIT_PERSON: "needs a person: resolve UNRESOLVED operations (intentlog resolve KEY "
+        "--confirmed/--failed/--retry); complete or cancel the tasks nothing will finish "
+        "(intentlog complete TASK / intentlog cancel TASK)",
+        EXIT_AUTOMATION: "work remains that a worker or intentlog recover will do",
     }
-    click.echo(f"\n{verdict[code]}")
+    click.echo("\n" + "\n".join(report.wrap(verdict[code], report.terminal_width())))
     ctx.exit(code)
 
 
@@ -342,7 +333,10 @@ def status(ctx: click.Context, as_json: bool) -> None:
 @_json_option
 @click.pass_context
 def show(ctx: click.Context, task_id: str, as_json: bool) -> None:
-    """Show one task, its operations and each operation's resolutions.
+    """Show one task, who will finish it and why, and each operation: its next
+    action and why, what it is (effect or service), its sends, last error, the
+    arguments it keeps (proxied tool calls keep theirs, secrets redacted) and
+    its resolutions.
 
     \b
     Exit codes: 0 shown; 1 unknown task or bad journal; 2 usage error.
@@ -354,13 +348,30 @@ def show(ctx: click.Context, task_id: str, as_json: bool) -> None:
     with _open(ctx) as journal:
         info = journal.task_info(task_id)
         resolutions = {op.key: journal.resolutions(op.key) for op in info.operations}
+        endings = journal.task_resolutions(task_id)
+        now = journal.store.now()
         url = journal.url
     rec = info.record
+    pending = {p.key: p for p in info.pending}
     task = _pick(rec, "task_id", "next_step", "state", "completed", "epoch", "created_at")
-    task |= {"updated_at": _iso(rec.updated_at), "lease_holder": rec.owner}
+    task |= {"updated_at": _iso(rec.updated_at), "lease_holder": rec.owner, "kind": rec.kind}
     task |= {"holder_alive": info.holder_alive, "next_action": _action(info.next_action, None)}
+    task |= {"who": info.outlook.doer.value if info.outlook else None}
+    task |= {"why": info.outlook.reason if info.outlook else None}
+    task |= {"resolutions": [_pick(r, "at", "outcome", "note", "actor") for r in endings]}
+
+    def next_of(op: intentlog.Operation) -> dict[str, Any]:
+        p = pending.get(op.key)
+        if p is None:
+            done = "USE_RECEIPT" if op.state is intentlog.State.CONFIRMED else "REPLAN"
+            return {"next_action": done, "next_reason": None, "not_before": None}
+        return {"next_action": p.next_action.value, "next_reason": p.reason,
+                "not_before": _iso(p.not_before)}  # fmt: skip
+
     ops = [
         _pick(op, *_OP_FIELDS, *_OP_TIMES)
+        | {"kind": report.kind_of(op), "args": op.args}
+        | next_of(op)
         | {"resolutions": [_pick(r, *_RESOLUTION_FIELDS) for r in resolutions[op.key]]}
         for op in info.operations
     ]
@@ -369,22 +380,113 @@ def show(ctx: click.Context, task_id: str, as_json: bool) -> None:
         return
     holder = f"{rec.owner} ({'alive' if info.holder_alive else 'not alive'})" if rec.owner else "-"
     fields = [("task", rec.task_id), ("next action", _action_text(info))]
-    fields += [("next_step", rec.next_step or "-"), ("state", _compact(rec.state))]
+    if info.outlook is not None:
+        fields += [("who", info.outlook.doer.value), ("why", info.outlook.reason)]
+    fields += [("kind", rec.kind or "-"), ("next_step", rec.next_step or "-")]
+    fields += [("state", _compact(rec.state))]
     fields += [("completed", "yes" if rec.completed else "no"), ("epoch", str(rec.epoch))]
     fields += [("lease holder", holder), ("updated", str(task["updated_at"]))]
+    for r in endings:
+        text = f"{_iso(r.at)} {r.outcome} by {r.actor}" + (f": {r.note}" if r.note else "")
+        fields.append(("ended", text))
     click.echo(_table(["", ""], fields, header=False))
     click.echo(f"\noperations ({len(ops)}):")
     for op in ops:
-        rows = [
-            (name, _compact(op[name]) if name in ("receipt", "error") else op[name] or "-")
-            for name in ("key", "effect", "state", "attempts", "receipt", "error", "note")
-        ]
+        nxt = op["next_action"]
+        if op["not_before"]:
+            p = pending[op["key"]]
+            nxt += f" (in {report.wait_text(max((p.not_before or now) - now, 0.0))})"
+        rows = [("key", op["key"]), ("effect", op["effect"]), ("kind", op["kind"])]
+        rows += [("state", op["state"]), ("next", nxt)]
+        if op["next_reason"]:
+            rows.append(("why", op["next_reason"]))
+        rows += [("runs", str(op["attempts"]))]
+        rows += [(name, _compact(op[name]) if name in ("receipt", "error", "args") else
+                  op[name] or "-") for name in ("args", "receipt", "error", "note")]  # fmt: skip
         rows += [("created", op["created_at"]), ("updated", op["updated_at"])]
         for r in op["resolutions"]:
             text = f"{r['at']} {r['from_state']} -> {r['to_state']} by {r['actor']}"
             extra = f"; receipt {_compact(r['receipt'])}" if r["receipt"] is not None else ""
             rows.append(("resolution", text + (f": {r['note']}" if r["note"] else "") + extra))
-        click.echo("\n" + textwrap.indent(_table(["", ""], rows, header=False), "  "))
+        width = report.terminal_width() - 2
+        click.echo("\n" + textwrap.indent(_table(["", ""], rows, header=False, width=width), "  "))
+
+
+_ACTOR = "Who does it, for the audit log [default: USER@HOST]."
+
+
+def _finish(ctx: click.Context, verb: str, task_id: str, note: str | None,
+            actor: str | None, as_json: bool) -> None:  # fmt: skip
+    with _open(ctx) as journal:
+        if verb == "complete":
+            info = journal.complete(task_id, note=note, actor=actor)
+        else:
+            info = journal.cancel(task_id, note=note, actor=actor)
+        endings = journal.task_resolutions(task_id)
+    last = endings[-1]
+    if as_json:
+        _emit({"task": task_id, "completed": info.record.completed, "outcome": last.outcome,
+               "actor": last.actor, "note": last.note, "at": _iso(last.at)})  # fmt: skip
+        return
+    click.echo(f"task {task_id}: {last.outcome} by {last.actor}")
+
+
+@cli.command(short_help="Mark a task complete by hand (its code never did).")
+@click.argument("task_id", metavar="TASK")
+@click.option("--note", metavar="TEXT", help="Why; kept in the audit log.")
+@click.option("--actor", metavar="NAME", help=_ACTOR)
+@_db_option
+@_json_option
+@click.pass_context
+def complete(
+    ctx: click.Context, task_id: str, note: str | None, actor: str | None, as_json: bool
+) -> None:
+    """Mark TASK complete: its work is done, but its code (a program that ended,
+    an MCP proxy session) never said so. Kept in the audit log with --actor
+    and --note (see intentlog show TASK).
+
+    Refused, with nothing written, while a live process holds the task, or
+    when an operation of it is SUBMITTED or UNRESOLVED (resolve those first:
+    the error names them) or PLANNED (cancel the task instead).
+
+    \b
+    Exit codes: 0 completed; 1 refused (unknown task, open operations, held
+    by a live process, bad --note/--actor); 2 usage error.
+
+    \b
+    Example:
+      intentlog complete order-42 --note "agent finished; session ended" --actor alice
+    """
+    _finish(ctx, "complete", task_id, note, actor, as_json)
+
+
+@cli.command(short_help="End a task that will not be finished, by hand.")
+@click.argument("task_id", metavar="TASK")
+@click.option("--note", metavar="TEXT", help="Why; kept in the audit log.")
+@click.option("--actor", metavar="NAME", help=_ACTOR)
+@_db_option
+@_json_option
+@click.pass_context
+def cancel(
+    ctx: click.Context, task_id: str, note: str | None, actor: str | None, as_json: bool
+) -> None:
+    """Cancel TASK: nobody will finish it. Its PLANNED operations (nothing was
+    sent for them) become FAILED; each change and the cancellation are kept in
+    the audit log with --actor and --note.
+
+    Never gives up an operation whose outcome is open: refused, with nothing
+    written, when one is SUBMITTED or UNRESOLVED (the error names them and the
+    resolve command), or while a live process holds the task.
+
+    \b
+    Exit codes: 0 cancelled; 1 refused (unknown task, open operations, held
+    by a live process, bad --note/--actor); 2 usage error.
+
+    \b
+    Example:
+      intentlog cancel order-42 --note "customer withdrew the order" --actor alice
+    """
+    _finish(ctx, "cancel", task_id, note, actor, as_json)
 
 
 @cli.command(short_help="Settle an operation: --confirmed, --failed or --retry.")
@@ -499,40 +601,6 @@ _EFFECTS = "Module (or module:attr) with the effects; repeatable; ./ is importab
 _WAIT = "How long to wait for a task held by a live worker (default 0)."
 
 
-def load_effects(specs: Sequence[str]) -> list[intentlog.Effect]:
-    """Import ``module`` or ``module:attr`` specs and collect their intentlog.Effect objects."""
-    cwd = os.getcwd()
-    if not sys.path or sys.path[0] != cwd:
-        sys.path.insert(0, cwd)
-    found: dict[str, intentlog.Effect] = {}
-    for spec in specs:
-        module_name, _, attr = spec.partition(":")
-        try:
-            module = importlib.import_module(module_name)
-        except Exception as exc:
-            raise _Failure(
-                f"cannot import effects module {module_name!r}: {type(exc).__name__}: {exc}"
-            ) from None
-        if attr:
-            try:
-                obj: Any = functools.reduce(getattr, attr.split("."), module)
-            except AttributeError:
-                raise _Failure(f"module {module_name!r} has no attribute {attr!r}") from None
-            many = isinstance(obj, list | tuple | set | frozenset)
-            effects = list(obj) if many else [obj]
-            if not effects or not all(isinstance(e, intentlog.Effect) for e in effects):
-                raise _Failure(f"{spec} is not an intentlog.Effect or a list of them")
-        else:
-            effects = [v for v in vars(module).values() if isinstance(v, intentlog.Effect)]
-            if not effects:
-                raise _Failure(f"no intentlog.Effect found in module {module_name!r}")
-        for effect in effects:
-            other = found.setdefault(effect.name, effect)
-            if other is not effect:
-                raise _Failure(f"two different effects are named {effect.name!r} (in {spec})")
-    return list(found.values())
-
-
 @cli.command(short_help="Reconcile SUBMITTED operations; sends nothing.")
 @click.option("--effects", "specs", metavar="MODULE", multiple=True, required=True, help=_EFFECTS)
 @click.option("--wait", type=Seconds(min=0), default=0.0, metavar="SECONDS", help=_WAIT)
@@ -582,23 +650,6 @@ def recover(ctx: click.Context, specs: tuple[str, ...], wait: float, as_json: bo
     ctx.exit(code)
 
 
-class Duration(click.ParamType):  # type: ignore[type-arg, unused-ignore]
-    """``30d``, ``12h``, ``45m``, ``90s`` or a plain number of seconds."""
-
-    name = "duration"
-    units: ClassVar[dict[str, int]] = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
-
-    def convert(
-        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
-    ) -> float:
-        if isinstance(value, int | float):
-            return float(value)
-        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", str(value).lower())
-        if match is None:
-            self.fail(f"{value!r} is not a duration like 30d, 12h, 45m, 90s or seconds", param, ctx)
-        return float(match[1]) * self.units[match[2]]
-
-
 _OLDER = "Remove tasks completed longer ago than this: 30d, 12h, 45m, 90s or seconds."
 
 
@@ -626,7 +677,7 @@ def gc(ctx: click.Context, older_than: float, as_json: bool) -> None:
     if as_json:
         _emit({"journal": url, "older_than_seconds": older_than, "removed": removed})
         return
-    click.echo(f"removed {removed} completed task(s) older than {older_than:g}s from {url}")
+    click.echo(f"removed {removed} completed task(s) older than {duration(older_than)} from {url}")
 
 
 _RESTART = "The longest a worker may stay down: 90s, 15m, 1h, 2d or seconds."
@@ -754,24 +805,6 @@ def demo(ctx: click.Context, directory: Path | None, as_json: bool) -> None:
     from intentlog.demo import run_demo
 
     ctx.exit(run_demo(directory, as_json=as_json))
-
-
-def load_registry(spec: str) -> intentlog.Registry:
-    """Import ``module:attr`` naming an intentlog.Registry."""
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        raise _Failure(f"--app must be module:attribute, got {spec!r}")
-    cwd = os.getcwd()
-    if not sys.path or sys.path[0] != cwd:
-        sys.path.insert(0, cwd)
-    try:
-        module = importlib.import_module(module_name)
-        registry = functools.reduce(getattr, attr.split("."), module)
-    except Exception as exc:
-        raise _Failure(f"cannot load {spec!r}: {type(exc).__name__}: {exc}") from None
-    if not isinstance(registry, intentlog.Registry):
-        raise _Failure(f"{spec} is not an intentlog.Registry")
-    return registry
 
 
 @cli.command(short_help="Create a task for workers to run.")
@@ -949,7 +982,19 @@ _add_console()
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the ``intentlog`` command."""
-    cli.main(args=list(argv) if argv is not None else None, prog_name="intentlog")
+    try:
+        cli.main(args=list(argv) if argv is not None else None, prog_name="intentlog")
+    except BrokenPipeError:
+        _quiet_closed_pipe()
+
+
+def _quiet_closed_pipe() -> None:
+    """The reader of stdout went away (``intentlog show ... | head``): exit quietly. Later
+    writes, and the interpreter's flush at exit, go to /dev/null instead of raising."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    sys.exit(EXIT_ERROR)
 
 
 if __name__ == "__main__":

@@ -26,10 +26,10 @@ from starlette.responses import HTMLResponse, PlainTextResponse, RedirectRespons
 from starlette.routing import Route
 
 import intentlog
-from intentlog._check import human
 from intentlog._decide import confirm_phrase
 from intentlog._hygiene import check_safe, check_text
 from intentlog._verbs import risk_of
+from intentlog._words import duration
 from intentlog.console._auth import Gate, GateMiddleware, identity
 from intentlog.console._facts import overview, task_view
 
@@ -72,7 +72,7 @@ def _environment() -> jinja2.Environment:
     env.filters["q"] = _quote
     env.filters["json"] = _compact
     env.filters["iso"] = _iso
-    env.filters["age"] = lambda seconds: human(max(float(seconds), 0.0))
+    env.filters["age"] = lambda seconds: duration(max(float(seconds), 0.0))
     return env
 
 
@@ -114,7 +114,7 @@ class Console:
             view = task_view(self.journal, task_id)
         except intentlog.InvalidInput as exc:
             return self.render(request, "error.html", 404, title="No such task", message=str(exc))
-        return self.render(request, "task.html", view=view, errors={}, values={})
+        return self.render(request, "task.html", view=view, errors={}, values={}, end_error=None)
 
     def css_file(self, request: Request) -> Response:
         return Response(self.css, media_type="text/css")
@@ -180,8 +180,46 @@ class Console:
         values = _echoed(fields, refused)
         view = task_view(self.journal, op.task_id)
         return self.render(
-            request, "task.html", 400, view=view, errors={key: problem}, values={key: values}
+            request,
+            "task.html",
+            400,
+            view=view,
+            errors={key: problem},
+            values={key: values},
+            end_error=None,
         )
+
+    async def end_task(self, request: Request) -> Response:
+        """POST /end-task: complete or cancel a task nothing automatic will finish; 303 to
+        its page. Refused (403) without this session's CSRF token; what the journal refuses
+        (open operations, a live holder, a bad actor or note) is shown, nothing written."""
+        names = ("csrf", "task", "verb", "note", "actor")
+        async with request.form(max_files=0, max_fields=len(names) * 2) as form:
+            fields = {name: _field(form, name) for name in names}
+        if not fields["csrf"] or not self.gate.csrf_ok(identity(request), fields["csrf"]):
+            return self.render(request, "error.html", 403, title="Refused",
+                               message="The form's CSRF token is missing or wrong: reload the "
+                               "page and try again.")  # fmt: skip
+        return await run_in_threadpool(self._end_task, request, fields)
+
+    def _end_task(self, request: Request, fields: dict[str, str]) -> Response:
+        task_id, verb = fields["task"], fields["verb"]
+        if verb not in ("complete", "cancel") or not fields["actor"]:
+            problem = "Choose complete or cancel, and give your name for the audit trail."
+        else:
+            try:
+                end = self.journal.complete if verb == "complete" else self.journal.cancel
+                end(task_id, note=fields["note"] or None, actor=fields["actor"])
+            except intentlog.Error as exc:
+                problem = f"Nothing was written: {exc}"
+            else:
+                return RedirectResponse(task_url(task_id), 303)
+        try:
+            view = task_view(self.journal, task_id)
+        except intentlog.InvalidInput as exc:
+            return self.render(request, "error.html", 404, title="No such task", message=str(exc))
+        return self.render(request, "task.html", 400, view=view, errors={}, values={},
+                           end_error=problem)  # fmt: skip
 
     def _check(self, op: intentlog.Operation, fields: dict[str, str]) -> tuple[str | None, Any]:
         """What is wrong with the form before the journal is asked (None: nothing), and the
@@ -284,6 +322,7 @@ def create_app(journal: intentlog.Journal, *, token: str, read_only: bool = Fals
         Route("/", console.overview, name="overview"),
         Route("/task/{task_id:path}", console.task, name="task"),
         Route("/resolve", console.resolve, methods=["POST"], name="resolve"),
+        Route("/end-task", console.end_task, methods=["POST"], name="end-task"),
         Route("/metrics", console.metrics, name="metrics"),
         Route("/console.css", console.css_file, name="css"),
     ]

@@ -39,6 +39,7 @@ from intentlog._errors import (
     Rejected,
     StillInFlight,
 )
+from intentlog._hygiene import kept_arguments
 from intentlog._keys import canonical_json, derive_key, validate_key, validate_task_id
 from intentlog._model import Found, Indeterminate, LookupResult, NotFound
 from intentlog.proxy._bridge import UpstreamError, UpstreamGone
@@ -171,6 +172,9 @@ class Calls:
             lookup_lag=policy.lookup_lag if policy.lookup_lag is not None else policy.timeout,
             locks_in_flight=policy.locks_in_flight,
             lazy_receipt=policy.lazy_receipt,
+            # What a person needs to find the call at the service (which file, entity or
+            # commit), bounded and with secrets redacted; off with keep_arguments = false.
+            store_args=kept_arguments if self.file.keep_arguments else False,
             receipt=lambda result: receipt_of(
                 result,
                 tool=name,

@@ -50,7 +50,7 @@ _TOOL_FIELDS = frozenset(
     }
 )
 _LOOKUP_FIELDS = frozenset({"tool", "arguments", "found", "not_found_error"})
-_PROXY_FIELDS = frozenset({"namespace", "timeout"})
+_PROXY_FIELDS = frozenset({"namespace", "timeout", "keep_arguments"})
 DEFAULT_TIMEOUT = 30.0
 
 
@@ -119,6 +119,8 @@ class ProxyFile:
     tools: Mapping[str, ToolPolicy]
     namespace: str | None = None
     timeout: float = DEFAULT_TIMEOUT
+    #: Keep each journaled call's arguments (bounded, secrets redacted) for `show`.
+    keep_arguments: bool = True
 
 
 def default_policy(tool: str, annotations: Any, *, timeout: float = DEFAULT_TIMEOUT) -> ToolPolicy:
@@ -171,7 +173,13 @@ def parse_tools(text: str, name: str = "tools.toml") -> ProxyFile:
     )
     tools = _table(data.get("tools", {}), where.table("tools"), "[tools]")
     policies = {tool: _tool(tool, entry, where, timeout) for tool, entry in tools.items()}
-    return ProxyFile(policies, namespace, timeout if timeout is not None else DEFAULT_TIMEOUT)
+    keep = proxy.get("keep_arguments", True)
+    if not isinstance(keep, bool):
+        raise InvalidInput(
+            f"{where.key('proxy', 'keep_arguments')}: keep_arguments must be true or false, "
+            f"got {keep!r}"
+        )
+    return ProxyFile(policies, namespace, timeout if timeout is not None else DEFAULT_TIMEOUT, keep)
 
 
 def _tool(tool: str, entry: Any, where: _Locator, timeout: float | None) -> ToolPolicy:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 
 from intentlog._async import AsyncJournal, AsyncTask
-from intentlog._errors import Error
+from intentlog._decide import PROXY_TASK_KIND
+from intentlog._errors import Error, KeyConflict
 
 __all__ = ["TaskHandles"]
 
@@ -29,6 +31,10 @@ class TaskHandles:
     async def get(self, task_id: str) -> AsyncTask:
         handle = self._handles.get(task_id)
         if handle is None:
+            # Marked as the proxy's (a kind no worker registers), so status can say that
+            # nobody but the proxy goes on with it and that the proxy never completes it.
+            with contextlib.suppress(KeyConflict):  # already there, with its own kind
+                await self.journal.start(PROXY_TASK_KIND, task_id)
             handle = await self.journal.task(task_id)
             self._handles[task_id] = handle
         return handle

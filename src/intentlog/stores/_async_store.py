@@ -13,7 +13,7 @@ import abc
 from collections.abc import Collection, Iterable, Sequence
 
 from intentlog._model import Operation, State, TaskRecord
-from intentlog.stores._base import Resolution, Store, TaskUpdate
+from intentlog.stores._base import Resolution, Store, TaskResolution, TaskUpdate
 
 __all__ = ["AsyncStore"]
 
@@ -98,3 +98,6 @@ class AsyncStore(abc.ABC):
 
     @abc.abstractmethod
     async def resolutions(self, key: str | None = None) -> list[Resolution]: ...
+
+    @abc.abstractmethod
+    async def task_resolutions(self, task_id: str) -> list[TaskResolution]: ...

@@ -33,6 +33,7 @@ __all__ = [
     "TASK_COLUMNS",
     "Resolution",
     "Store",
+    "TaskResolution",
     "TaskUpdate",
     "lease_lost",
     "op_from_row",
@@ -95,6 +96,43 @@ class Resolution:
     note: str | None
     receipt: Any
     actor: str
+
+
+#: The ``key`` of an audit row about a whole task (completed or cancelled by a person), kept
+#: in the same table as the resolutions of operations: no operation key is empty.
+TASK_AUDIT_KEY = ""
+#: The ``from_state`` of such a row: the task was open (not complete).
+TASK_AUDIT_FROM = "OPEN"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TaskResolution:
+    """A person's ending of a whole task, kept as an audit record: ``outcome`` is
+    ``"completed"`` (the work is done) or ``"cancelled"`` (it will not be done)."""
+
+    task_id: str
+    at: float
+    outcome: str
+    note: str | None
+    actor: str
+
+    def audit_values(self) -> tuple[Any, ...]:
+        """The row's values in (key, task_id, at, from_state, to_state, note, receipt,
+        actor) order, as both stores insert them."""
+        to_state = self.outcome.upper()
+        return (TASK_AUDIT_KEY, self.task_id, self.at, TASK_AUDIT_FROM, to_state, self.note,
+                None, self.actor)  # fmt: skip
+
+
+def task_resolution_from_row(row: Any) -> TaskResolution:
+    """A stored task-level audit row as a TaskResolution."""
+    return TaskResolution(
+        task_id=row["task_id"],
+        at=row["at"],
+        outcome=str(row["to_state"]).lower(),
+        note=row["note"],
+        actor=row["actor"],
+    )
 
 
 def op_to_row(op: Operation, version: int) -> dict[str, Any]:
@@ -250,6 +288,7 @@ class TaskUpdate:
     release: bool = False  # give up the lease (owner cleared, lease expired) in the same write
     failed: str | None = None  # a worker's run failed: count it and keep this reason
     not_before: float | None = None  # do not claim the task again before this time
+    audit: TaskResolution | None = None  # a person's ending of the task, kept in the same write
 
     def assignments(self, mark: str) -> tuple[list[str], list[Any]]:
         """The SET clauses (``column = <mark>``) and parameters of the fields this update
@@ -331,6 +370,8 @@ class Store(abc.ABC):
         """Fenced write of the task's position, state or completion; extends the lease.
 
         Raises LeaseLost if the task's epoch is no longer ``epoch``. ``also``: see below.
+        ``update.audit``: appended to the audit log in the same transaction (only if the
+        fence held).
         """
 
     @abc.abstractmethod
@@ -411,4 +452,11 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def resolutions(self, key: str | None = None) -> list[Resolution]:
-        """The audit log of operator resolutions, oldest first."""
+        """The audit log of operator resolutions of operations, oldest first (never the
+        task-level records of :meth:`task_resolutions`)."""
+
+    @abc.abstractmethod
+    def task_resolutions(self, task_id: str) -> list[TaskResolution]:
+        """The audit log of a person's endings of the task (``write_task`` with an
+        ``audit``: completed or cancelled by hand), oldest first; removed with the task by
+        ``delete_completed``."""

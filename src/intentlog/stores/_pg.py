@@ -35,13 +35,16 @@ from intentlog._errors import InvalidInput, JournalError
 from intentlog._model import Operation, State, TaskRecord
 from intentlog.stores._base import (
     OP_COLUMNS,
+    TASK_AUDIT_KEY,
     Resolution,
+    TaskResolution,
     TaskUpdate,
     lease_lost,
     op_from_row,
     op_values,
     resolution_from_row,
     task_from_row,
+    task_resolution_from_row,
 )
 
 __all__ = ["DEFAULT_SCHEMA", "SCHEMA_VERSION", "Plans", "Q", "Result", "parse_url"]
@@ -283,6 +286,13 @@ class Plans:
             " WHERE task_id = %s AND epoch = %s RETURNING *)"
         )
         ctes, also_params = _also(also)
+        if update.audit is not None:  # inserted only if the fence held, like the lazy receipts
+            ctes.append(
+                "audit AS (INSERT INTO {s}.resolutions (key, task_id, at, from_state, to_state,"
+                " note, receipt, actor) SELECT %s, %s, %s::float8, %s, %s, %s, %s, %s"
+                " FROM fence RETURNING id)"
+            )
+            also_params = [*also_params, *update.audit.audit_values()]
         sql = f"WITH {', '.join([task, *ctes])} SELECT * FROM fence"
         rows = (yield Q(sql, [*params, task_id, epoch, *also_params])).rows
         if not rows:
@@ -447,9 +457,15 @@ class Plans:
         return counts
 
     def plan_resolutions(self, key: str | None) -> Plan[list[Resolution]]:
-        where, params = (" WHERE key = %s", (key,)) if key is not None else ("", ())
+        # key <> '': the task-level rows share the table (see plan_task_resolutions).
+        where, params = (" WHERE key = %s", (key,)) if key is not None else (" WHERE key <> ''", ())
         rows = (yield Q(f"SELECT * FROM {{s}}.resolutions{where} ORDER BY id", params)).rows
         return [resolution_from_row(r) for r in rows]
+
+    def plan_task_resolutions(self, task_id: str) -> Plan[list[TaskResolution]]:
+        sql = "SELECT * FROM {s}.resolutions WHERE key = %s AND task_id = %s ORDER BY id"
+        rows = (yield Q(sql, (TASK_AUDIT_KEY, task_id))).rows
+        return [task_resolution_from_row(r) for r in rows]
 
     def _plan_check_epoch(self, task_id: str, epoch: int) -> Plan[None]:
         rows = (yield Q("SELECT epoch FROM {s}.tasks WHERE task_id = %s", (task_id,))).rows

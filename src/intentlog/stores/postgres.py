@@ -47,7 +47,7 @@ from intentlog._errors import (
 from intentlog._flow import drive, drive_async
 from intentlog._model import Operation, State, TaskRecord
 from intentlog.stores._async_store import AsyncStore
-from intentlog.stores._base import Resolution, Store, TaskUpdate
+from intentlog.stores._base import Resolution, Store, TaskResolution, TaskUpdate
 from intentlog.stores._pg import (
     CLOCK,
     DEFAULT_SCHEMA,
@@ -431,6 +431,9 @@ class PostgresStore(_Common, Store):
     def resolutions(self, key: str | None = None) -> list[Resolution]:
         return self._run(lambda: self.plan_resolutions(key), write=False)
 
+    def task_resolutions(self, task_id: str) -> list[TaskResolution]:
+        return self._run(lambda: self.plan_task_resolutions(task_id), write=False)
+
 
 class AsyncPostgresStore(_Common, AsyncStore):
     """The same journal through psycopg's asyncio connections, for :class:`AsyncJournal`.
@@ -597,6 +600,9 @@ class AsyncPostgresStore(_Common, AsyncStore):
 
     async def resolutions(self, key: str | None = None) -> list[Resolution]:
         return await self._run(lambda: self.plan_resolutions(key), write=False)
+
+    async def task_resolutions(self, task_id: str) -> list[TaskResolution]:
+        return await self._run(lambda: self.plan_task_resolutions(task_id), write=False)
 
 
 _SYNC_COMMIT = (

@@ -34,14 +34,17 @@ from intentlog._errors import Error, JournalCorrupt, JournalError, SchemaTooNew
 from intentlog._model import Operation, State, TaskRecord
 from intentlog.stores._base import (
     OP_COLUMNS,
+    TASK_AUDIT_KEY,
     Resolution,
     Store,
+    TaskResolution,
     TaskUpdate,
     lease_lost,
     op_from_row,
     op_values,
     resolution_from_row,
     task_from_row,
+    task_resolution_from_row,
 )
 from intentlog.stores._group_commit import GroupCommit, OneStatement
 from intentlog.stores._sqlite_errors import DRIVER_ERRORS, describe, describe_os_error
@@ -379,6 +382,8 @@ class SQLiteStore(Store):
         def body(conn: sqlite3.Connection) -> TaskRecord:
             self._fence(conn, task_id, epoch, ttl, now)
             _store_also(conn, also)
+            if update.audit is not None:
+                conn.execute(_INSERT_AUDIT, update.audit.audit_values())
             sets, params = update.assignments("?")
             if update.release:
                 sets.append("lease_expires = 0")  # after the fence extended it
@@ -605,12 +610,22 @@ class SQLiteStore(Store):
         return counts
 
     def resolutions(self, key: str | None = None) -> list[Resolution]:
-        where, params = (" WHERE key = ?", (key,)) if key is not None else ("", ())
+        # key <> '': the task-level rows share the table (see task_resolutions).
+        where, params = (" WHERE key = ?", (key,)) if key is not None else (" WHERE key <> ''", ())
         rows = self._read(f"SELECT * FROM resolutions{where} ORDER BY id", params)
         return [resolution_from_row(r) for r in rows]
 
+    def task_resolutions(self, task_id: str) -> list[TaskResolution]:
+        sql = "SELECT * FROM resolutions WHERE key = ? AND task_id = ? ORDER BY id"
+        rows = self._read(sql, (TASK_AUDIT_KEY, task_id))
+        return [task_resolution_from_row(r) for r in rows]
+
 
 _OPEN = frozenset(State) - {State.CONFIRMED, State.FAILED}
+_INSERT_AUDIT = (
+    "INSERT INTO resolutions (key, task_id, at, from_state, to_state, note, receipt, actor)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
 # The first runnable task of one kind, due first, then oldest (rowid: creation order). The
 # partial index tasks_claim (its WHERE repeated here, so the planner may use it) holds
 # (kind, not_before, rowid): one seek, then a walk past the leased and parked tasks only.

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 from intentlog._errors import JournalError
 from intentlog._model import Operation, State, TaskRecord
 from intentlog.stores._async_store import AsyncStore
-from intentlog.stores._base import Resolution, TaskUpdate
+from intentlog.stores._base import Resolution, TaskResolution, TaskUpdate
 from intentlog.stores._group_commit import WriteRequest
 from intentlog.stores._sqlite_errors import DRIVER_ERRORS
 from intentlog.stores.sqlite import SQLiteStore, VersionMoved
@@ -182,6 +182,9 @@ class AsyncSQLiteStore(AsyncStore):
 
     async def resolutions(self, key: str | None = None) -> list[Resolution]:
         return await self._read(self._store.resolutions, key)
+
+    async def task_resolutions(self, task_id: str) -> list[TaskResolution]:
+        return await self._read(self._store.task_resolutions, task_id)
 
 
 def _settle(items: list[_Pending]) -> None:

@@ -1,0 +1,70 @@
+"""Loading the user's code for the CLI: effects modules and worker registries."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import intentlog
+
+__all__ = ["CliFailure", "load_effects", "load_registry"]
+
+
+class CliFailure(Exception):
+    """A CLI-level error (bad option value, module that will not import): exit 1."""
+
+
+def load_effects(specs: Sequence[str]) -> list[intentlog.Effect]:
+    """Import ``module`` or ``module:attr`` specs and collect their intentlog.Effect objects."""
+    cwd = os.getcwd()
+    if not sys.path or sys.path[0] != cwd:
+        sys.path.insert(0, cwd)
+    found: dict[str, intentlog.Effect] = {}
+    for spec in specs:
+        module_name, _, attr = spec.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except Exception as exc:
+            raise CliFailure(
+                f"cannot import effects module {module_name!r}: {type(exc).__name__}: {exc}"
+            ) from None
+        if attr:
+            try:
+                obj: Any = functools.reduce(getattr, attr.split("."), module)
+            except AttributeError:
+                raise CliFailure(f"module {module_name!r} has no attribute {attr!r}") from None
+            many = isinstance(obj, list | tuple | set | frozenset)
+            effects = list(obj) if many else [obj]
+            if not effects or not all(isinstance(e, intentlog.Effect) for e in effects):
+                raise CliFailure(f"{spec} is not an intentlog.Effect or a list of them")
+        else:
+            effects = [v for v in vars(module).values() if isinstance(v, intentlog.Effect)]
+            if not effects:
+                raise CliFailure(f"no intentlog.Effect found in module {module_name!r}")
+        for effect in effects:
+            other = found.setdefault(effect.name, effect)
+            if other is not effect:
+                raise CliFailure(f"two different effects are named {effect.name!r} (in {spec})")
+    return list(found.values())
+
+
+def load_registry(spec: str) -> intentlog.Registry:
+    """Import ``module:attr`` naming an intentlog.Registry."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise CliFailure(f"--app must be module:attribute, got {spec!r}")
+    cwd = os.getcwd()
+    if not sys.path or sys.path[0] != cwd:
+        sys.path.insert(0, cwd)
+    try:
+        module = importlib.import_module(module_name)
+        registry = functools.reduce(getattr, attr.split("."), module)
+    except Exception as exc:
+        raise CliFailure(f"cannot load {spec!r}: {type(exc).__name__}: {exc}") from None
+    if not isinstance(registry, intentlog.Registry):
+        raise CliFailure(f"{spec} is not an intentlog.Registry")
+    return registry
