@@ -63,9 +63,9 @@ def test_a_short_retention_without_a_lookup_is_a_problem() -> None:
     [finding] = retention(found)
     assert finding.effect == "publish" and finding.service == "nats-jetstream"
     assert finding.kind == "retention" and finding.problem and not finding.accepted
-    # 2 min minus (1 s slack + 5 s timeout + 5 % of 2 min) leaves 1m48s.
-    assert "kept 2m" in finding.message and "leaves 1m48s" in finding.message
-    assert "restart within 1h" in finding.message and "UNRESOLVED" in finding.message
+    # 2 min minus (1 s slack + 5 s timeout + 5 % of 2 min) leaves 1 min 48 s.
+    assert "kept 2 min" in finding.message and "leaves 1 min 48 s" in finding.message
+    assert "restart within 1 h" in finding.message and "UNRESOLVED" in finding.message
     # JetStream can be asked (the stream holds the message): without a reconciler, a note.
     [note] = [f for f in found if f.kind == "no_reconciler"]
     assert not note.problem and "can be asked by reference" in note.message
@@ -149,7 +149,7 @@ def test_deduplication_without_a_stated_retention_is_never_taken_as_forever() ->
     day = intentlog.Effect("charge", _send, idempotent=True, key_retention=timedelta(hours=24))
     [finding] = intentlog.check([day], restart_within=timedelta(days=30))
     assert (finding.kind, finding.problem) == ("retention", True)
-    assert "does not cover a restart within 30d" in finding.message
+    assert "does not cover a restart within 30 days" in finding.message
 
 
 @pytest.mark.parametrize("reconcile", [False, True])
@@ -241,7 +241,7 @@ def test_cli_on_the_demos_effects() -> None:
     assert lines[0].split() == ["EFFECT", "SERVICE", "VERDICT", "WHY"]
     assert lines[1].split()[:3] == ["charge", "-", "ok"]
     assert lines[3].split()[:3] == ["send_mail", "-", "PROBLEM"]
-    assert "3 effect(s) checked for a restart within 1h: 1 problem(s), 0 note(s)" in result.output
+    assert "3 effect(s) checked for a restart within 1 h: 1 problem(s), 0 note(s)" in result.output
     accepted = invoke("check", "--effects", "intentlog.demo:EFFECTS",
                       "--restart-within", "3600", "--accept", "send_mail")  # fmt: skip
     assert accepted.exit_code == 0, accepted.output
@@ -257,7 +257,7 @@ def test_cli_json(workdir: Path) -> None:
     assert doc["effects"] == [{
         "effect": "publish_event", "service": "nats-jetstream", "deduplicates": True,
         "key_retention_seconds": 120.0, "can_reconcile": False,
-        "summary": "deduplicates (2m)",
+        "summary": "deduplicates (2 min)",
     }]  # fmt: skip
     assert [(f["kind"], f["problem"]) for f in doc["findings"]] == [
         ("retention", True),
@@ -357,9 +357,9 @@ def test_the_worker_command_logs_the_findings_at_start(tmp_path: Path) -> None:
     assert len(lines) == 3, run.stderr
     assert lines[0].startswith("intentlog check: problem: effect 'send_mail': can neither")
     # A 60 s window minus its margin (1 + 5 + 3 s) does not cover a 120 s lease.
-    assert lines[1].startswith("intentlog check: problem: effect 'publish': keys are kept 1m;")
+    assert lines[1].startswith("intentlog check: problem: effect 'publish': keys are kept 1 min;")
     assert lines[2].startswith("intentlog check: note: effect 'publish': its service can be")
-    assert all(line.endswith("(checked against the 2m lease)") for line in lines)
+    assert all(line.endswith("(checked against the 2 min lease)") for line in lines)
 
 
 def test_workers_sharing_a_registry_log_once(

@@ -354,7 +354,7 @@ def test_headroom_counts_from_the_oldest_key_in_flight() -> None:
     ]
     rows = {h.effect: h for h in headroom(ops, now)}
     assert (rows["pay"].seconds, rows["pay"].in_flight, rows["pay"].retention) == (50.0, 2, 100.0)
-    assert rows["old"].seconds == -50.0 and "expired 50s ago" in rows["old"].text
+    assert rows["old"].seconds == -50.0 and "expired 50 s ago" in rows["old"].text
     assert [h.seconds for h in headroom(ops[2:3], now)] == [100.0]
     assert EMAIL.policy.idempotent is False
 

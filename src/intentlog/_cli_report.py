@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import json
+import re
 import shutil
 import textwrap
 from collections.abc import Iterable, Sequence
@@ -34,11 +35,16 @@ def terminal_width() -> int:
     return max(shutil.get_terminal_size((100, 24)).columns, 20)
 
 
+# A number and its unit ("48 s", "2 days") stay on one line: held together while wrapping.
+_UNIT = re.compile(r"(\d) (?=(?:days?|h|min|s)\b)")
+_GLUE = "\x00"
+
+
 def wrap(text: str, width: int) -> list[str]:
     # Whole words only: a key, an id with hyphens or a URL is never split.
-    return textwrap.wrap(text, max(width, 1), break_long_words=False, break_on_hyphens=False) or [
-        ""
-    ]
+    glued = _UNIT.sub(lambda m: m[1] + _GLUE, text)
+    lines = textwrap.wrap(glued, max(width, 1), break_long_words=False, break_on_hyphens=False)
+    return [line.replace(_GLUE, " ") for line in lines] or [""]
 
 
 def table(

@@ -57,7 +57,7 @@ from intentlog import _cli_report as report
 from intentlog._cli_load import CliFailure as _Failure
 from intentlog._cli_load import load_effects, load_registry
 from intentlog._decide import confirm_phrase
-from intentlog._open import DEFAULT_PATH
+from intentlog._open import DEFAULT_PATH, cli_command
 from intentlog._verbs import risk_of
 from intentlog._words import duration
 
@@ -316,14 +316,23 @@ def status(ctx: click.Context, unclaimed_after: float | None, as_json: bool) -> 
         if errors:
             click.echo("\nlast errors:")
             click.echo(_table(["TASK", "LAST ERROR"], errors))
-    verdict = {
-        EXIT_OK: "nothing needs attention",
-        EXIT_PERSON: "needs a person: resolve UNRESOLVED operations (intentlog resolve KEY "
-        "--confirmed/--failed/--retry); complete or cancel the tasks nothing will finish "
-        "(intentlog complete TASK / intentlog cancel TASK)",
-        EXIT_AUTOMATION: "work remains that a worker or intentlog recover will do",
-    }
-    click.echo("\n" + "\n".join(report.wrap(verdict[code], report.terminal_width())))
+    # Name only the steps this journal needs, each as a command that works when pasted (with
+    # --db), on a line of its own and never wrapped: people copy it from here.
+    steps: list[tuple[str, str]] = []
+    if escalated:
+        command = cli_command(url, "resolve", "KEY", "--confirmed/--failed/--retry")
+        steps.append(("resolve the UNRESOLVED operations", command))
+    if any(t.outlook and not t.outlook.automatic and t.next_action is not intentlog.Action.ESCALATE
+           for t in tasks):  # fmt: skip
+        command = cli_command(url, "complete", "TASK") + "   (or: cancel TASK)"
+        steps.append(("complete or cancel the tasks nothing will finish", command))
+    if code == EXIT_PERSON:
+        lines = [f"needs a person: {what}:\n  {command}" for what, command in steps]
+        click.echo("\n" + "\n".join(lines or ["needs a person: see WHY above"]))
+    elif code == EXIT_AUTOMATION:
+        click.echo("\nwork remains that a worker or intentlog recover will do")
+    else:
+        click.echo("\nnothing needs attention")
     ctx.exit(code)
 
 
