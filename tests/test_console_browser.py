@@ -33,6 +33,9 @@ CHROMEDRIVER = Path("/usr/bin/chromedriver")
 DEADLINE = 120.0
 _T = TypeVar("_T")
 
+#: One Chromium per pytest-xdist worker at most: the browser tests run on one worker, in turn.
+pytestmark = pytest.mark.xdist_group("browser")
+
 
 def _missing_browser() -> str | None:
     missing = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not p.exists()]

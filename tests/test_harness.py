@@ -21,6 +21,8 @@ HERE = Path(__file__).parent
 IN_FLIGHT = {"after_submit_mark", "after_send", "after_remote_commit"}
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_crash_matrix_every_mode_every_point(crash_matrix: Callable[..., MatrixReport]) -> None:
     report = crash_matrix("workflows:order")
     report.raise_for_problems()
@@ -39,6 +41,8 @@ def test_crash_matrix_every_mode_every_point(crash_matrix: Callable[..., MatrixR
             assert cell.unresolved == []
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_crash_matrix_counts_effect_occurrences(
     crash_matrix: Callable[..., MatrixReport],
 ) -> None:
@@ -99,13 +103,15 @@ def test_restart_inside_retention_resends_with_the_same_key(tmp_path: Path) -> N
         assert list(service.truth().values()) == [1]  # the service deduplicated the resend
 
 
-@pytest.mark.parametrize(("declared_lag", "charges"), [(1.0, 1), (0.0, 2)])
+@pytest.mark.parametrize(("lag", "declared_lag", "charges"), [(1.0, 1.0, 1), (60.0, 0.0, 2)])
 def test_lagging_lookup_early_not_found_does_not_trigger_a_resend(
-    tmp_path: Path, declared_lag: float, charges: int
+    tmp_path: Path, lag: float, declared_lag: float, charges: int
 ) -> None:
-    # The service's lookup lags its commits by 1 s. Declared, the lag keeps an early NotFound
-    # from being trusted; undeclared (the control), the early NotFound causes a duplicate.
-    with ReferenceService("lookup", lookup_lag=1.0, db_path=tmp_path / "svc.db") as service:
+    # The service's lookup lags its commits. Declared, the lag keeps an early NotFound from
+    # being trusted (a late restart only makes it safer); undeclared (the control), the early
+    # NotFound causes a duplicate. The control's lag is long so that its restart is early
+    # however loaded the machine is: a 1 s lag let a slow restart see the record.
+    with ReferenceService("lookup", lookup_lag=lag, db_path=tmp_path / "svc.db") as service:
         info = ServiceInfo(service.url, "lookup", lookup_lag=declared_lag, timeout=0.2)
         assert run_child(tmp_path, info, "after_remote_commit:charge").returncode == -9
         second = run_child(tmp_path, info)
@@ -130,6 +136,8 @@ def test_crash_points_are_inert_unless_armed(tmp_path: Path) -> None:
     assert signal.SIGKILL == 9
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_crash_matrix_on_the_async_api_with_concurrent_tasks(
     crash_matrix: Callable[..., MatrixReport],
 ) -> None:
@@ -141,6 +149,8 @@ def test_crash_matrix_on_the_async_api_with_concurrent_tasks(
             assert cell.unresolved == [], cell  # a service that can be asked needs no person
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_crash_matrix_with_lazy_receipts(crash_matrix: Callable[..., MatrixReport]) -> None:
     report = crash_matrix("workflows:order_lazy")
     report.raise_for_problems()

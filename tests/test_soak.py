@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from intentlog.testing._soak import soak
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_random_kill_soak_never_duplicates(tmp_path: Path) -> None:
     report = soak(cycles=200, tasks=300, mode="both", seed=20261130, workdir=tmp_path)
     print(report.render())
@@ -19,6 +23,8 @@ def test_random_kill_soak_never_duplicates(tmp_path: Path) -> None:
     assert report.mid_step > 0  # and not only where the child waits to start a step
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_random_kill_soak_on_a_service_that_can_do_neither(tmp_path: Path) -> None:
     report = soak(cycles=40, tasks=30, mode="neither", seed=7, workdir=tmp_path)
     print(report.render())
