@@ -411,7 +411,8 @@ def test_the_output_shown_in_docs_services_is_real(workdir: Path) -> None:
     assert len(runs) >= 4 and all(code is not None for _, _, code in runs)
     checked = set()
     for args, shown, code in runs:
-        result = CliRunner().invoke(cli, args)
+        # The docs show output at 100 columns (as the doc-block test runs it).
+        result = CliRunner().invoke(cli, args, terminal_width=100, env={"COLUMNS": "100"})
         real = [line.rstrip() for line in result.output.rstrip("\n").splitlines()]
         assert real == shown, f"intentlog {' '.join(args)}:\n{result.output}"
         assert result.exit_code == code, f"intentlog {' '.join(args)}: exit {result.exit_code}"

@@ -138,7 +138,9 @@ def test_retried_resolve_is_not_applied_a_second_time(pg_url: str, pg_schema: st
     )
     operator = intentlog.open(proxied)
     try:
-        operator.resolve(op.key, "retry", note="checked the mail server: never sent")
+        operator.resolve(
+            op.key, "retry", note="checked the mail server: never sent", accept_risk=True
+        )
         assert proxy.fired.is_set()
         let_go.set()
         worker_thread.join(20)

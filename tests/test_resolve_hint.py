@@ -7,18 +7,22 @@ import re
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 import intentlog
+from intentlog._decide import in_flight_until
 
 
 def _lost_mail(key: str, to: str) -> dict[str, str]:
     raise ConnectionResetError("connection lost before the 250 reply")
 
 
-SEND_MAIL = intentlog.Effect("send_mail", _lost_mail)  # neither deduplicates nor can be asked
+# Neither deduplicates nor can be asked. A short deadline: a "failed" is refused (without a
+# typed confirmation) while the lost request may still land, and the hint is pasted after that.
+SEND_MAIL = intentlog.Effect("send_mail", _lost_mail, timeout=0.3)
 
 
 def _unresolved(url: str | None) -> tuple[str, str]:
@@ -29,8 +33,14 @@ def _unresolved(url: str | None) -> tuple[str, str]:
         pytest.raises(intentlog.OutcomeUnknown) as caught,
     ):
         task.run(SEND_MAIL, to="ana@example.com")
-    assert caught.value.key is not None
-    return caught.value.key, str(caught.value)
+    key = caught.value.key
+    assert key is not None
+    with intentlog.open(url) as journal:
+        op = journal.operation(key)
+        # Wait out the in-flight window on the journal's own clock.
+        while journal.store.now() < in_flight_until(op, op.policy):
+            time.sleep(0.05)
+    return key, str(caught.value)
 
 
 def _printed_command(message: str) -> str:

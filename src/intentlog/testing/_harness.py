@@ -275,10 +275,12 @@ def resolve_from_record(
     journal: intentlog.Journal, key: str, service: ReferenceService, *, who: str
 ) -> None:
     """Resolve an UNRESOLVED operation from the service's own record, as a person with its
-    dashboard would: confirmed with the payment it applied, or retry if it applied none."""
+    dashboard would: confirmed with the payment it applied (its id and status, as the
+    dashboard shows them), or retry if it applied none."""
     ids = service.applied().get(key)
     if ids:
-        journal.resolve(key, "confirmed", receipt={"id": ids[-1]}, note=who, accept_risk=True)
+        seen = {"id": ids[-1], "status": "succeeded"}  # every payment it applies succeeded
+        journal.resolve(key, "confirmed", receipt=seen, note=who, accept_risk=True)
     else:
         journal.resolve(key, "retry", note=f"{who}: not in the service record", accept_risk=True)
 
