@@ -42,7 +42,7 @@ import signal
 import sys
 import textwrap
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -378,13 +378,22 @@ def _finish(ctx: click.Context, verb: str, task_id: str, note: str | None,
     click.echo(f"task {task_id}: {last.outcome} by {last.actor}")
 
 
+def _ending_options(command: Callable[..., None]) -> Callable[..., None]:
+    """The arguments and options that ``complete`` and ``cancel`` share."""
+    for option in reversed((
+        click.argument("task_id", metavar="TASK"),
+        click.option("--note", metavar="TEXT", help="Why; kept in the audit log."),
+        click.option("--actor", metavar="NAME", help=_ACTOR),
+        _db_option,
+        _json_option,
+        click.pass_context,
+    )):  # fmt: skip
+        command = option(command)
+    return command
+
+
 @cli.command(short_help="Mark a task complete by hand (its code never did).")
-@click.argument("task_id", metavar="TASK")
-@click.option("--note", metavar="TEXT", help="Why; kept in the audit log.")
-@click.option("--actor", metavar="NAME", help=_ACTOR)
-@_db_option
-@_json_option
-@click.pass_context
+@_ending_options
 def complete(
     ctx: click.Context, task_id: str, note: str | None, actor: str | None, as_json: bool
 ) -> None:
@@ -408,12 +417,7 @@ def complete(
 
 
 @cli.command(short_help="End a task that will not be finished, by hand.")
-@click.argument("task_id", metavar="TASK")
-@click.option("--note", metavar="TEXT", help="Why; kept in the audit log.")
-@click.option("--actor", metavar="NAME", help=_ACTOR)
-@_db_option
-@_json_option
-@click.pass_context
+@_ending_options
 def cancel(
     ctx: click.Context, task_id: str, note: str | None, actor: str | None, as_json: bool
 ) -> None:
