@@ -328,3 +328,11 @@ def test_the_claim_seeks_its_kinds_in_an_index_on_both_stores(
     plan = "\n".join(row[0] for row in rows)
     assert "Index Scan using tasks_claim" in plan, plan
     assert "Index Cond: ((kind IS NOT NULL) AND (kind = w.kind)" in plan, plan
+
+
+def test_the_proxy_s_task_kind_cannot_be_registered() -> None:
+    # A worker claiming the proxy's tasks would run code for calls the proxy journaled.
+    registry = intentlog.Registry()
+    with pytest.raises(intentlog.InvalidInput, match="reserved for the MCP proxy"):
+        registry.task("intentlog.mcp")(lambda task, input: None)
+    assert registry.functions == {}

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from intentlog._check import log_at_start
+from intentlog._decide import PROXY_TASK_KIND
 from intentlog._effect import Effect
 from intentlog._errors import InvalidInput, LeaseLost, OutcomeUnknown, StillInFlight
 from intentlog._journal import Journal
@@ -51,6 +52,10 @@ class Registry:
 
         def register(fn: TaskFunction) -> TaskFunction:
             kind = name or fn.__name__
+            if kind == PROXY_TASK_KIND:
+                # The proxy's tasks are finished by the proxy or a person; a worker claiming
+                # them would run a function the proxy never journaled its calls for.
+                raise InvalidInput(f"task kind {kind!r} is reserved for the MCP proxy")
             if kind in self.functions and self.functions[kind] is not fn:
                 raise InvalidInput(f"task kind {kind!r} is registered twice")
             self.functions[kind] = fn
