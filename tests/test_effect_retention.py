@@ -43,7 +43,7 @@ def assert_names_the_fix(error: intentlog.InvalidInput, what: str) -> None:
     assert what in text and "key_retention" in text, text
     assert "intentlog.FOREVER" in text and "never taken as forever" in text
     assert "service=intentlog.profiles.X" in text and "profiles.STRIPE" in text
-    assert error.option == "key_retention"  # type: ignore[attr-defined]
+    assert error.option == "key_retention"
 
 
 # -- the keywords --------------------------------------------------------------------------
@@ -112,7 +112,7 @@ def test_a_retention_without_deduplication_or_one_lost_with_the_process_is_refus
     assert "pass idempotent=True as well" in str(error)
     error = _refused(lambda: intentlog.Effect("x", _send, idempotent=True,
                                               key_retention=intentlog.PROCESS))  # fmt: skip
-    assert "does not deduplicate across a crash" in str(error) and error.option == "key_retention"  # type: ignore[attr-defined]
+    assert "does not deduplicate across a crash" in str(error) and error.option == "key_retention"
 
 
 def test_the_integrations_built_on_profiles_state_their_retention() -> None:
@@ -136,7 +136,7 @@ def test_a_tools_file_key_without_a_retention_is_refused_at_load() -> None:
     assert message.startswith("tools.toml:2: tool 'create_payment'"), message
     assert "states no retention: set retention" in message and '"forever"' in message
     assert "profile" in message and "stripe" in message
-    assert error.option == "retention" and error.tool == "create_payment"  # type: ignore[attr-defined]
+    assert error.option == "retention" and error.tool == "create_payment"
     # A profile that states no retention does not give one either.
     shopify = '[tools.m]\nkey_argument = "k"\nprofile = "shopify_graphql"\n'
     assert "tool 'm'" in str(_refused(lambda: parse_tools(shopify)))

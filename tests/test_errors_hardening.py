@@ -844,7 +844,7 @@ BAD_OPTIONS = [(name, bad) for name in TIMES for bad in BAD_TIMES] + [
 def _names_option(info: pytest.ExceptionInfo[intentlog.InvalidInput], name: str) -> None:
     message = str(info.value)
     assert message.startswith(f"{name} must be "), message
-    assert info.value.option == name  # type: ignore[attr-defined]
+    assert info.value.option == name
 
 
 @pytest.mark.parametrize(("name", "bad"), BAD_OPTIONS, ids=repr)

@@ -394,7 +394,7 @@ def test_rejected_header_fails_cleanly(tmp_path: Path, tickets: Tickets) -> None
         open_ticket(tmp_path / "j.db", effect, "not-a-request-id", title="a")
     message = str(caught.value)
     assert "(400): invalid request id" in message and "abcdefghijklmnop" not in message
-    assert caught.value.status == 400  # type: ignore[attr-defined]
+    assert caught.value.status == 400
     with intentlog.open(tmp_path / "j.db") as journal:
         assert journal.pending() == []
         assert journal.operation("not-a-request-id").state is intentlog.State.FAILED

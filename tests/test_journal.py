@@ -108,7 +108,7 @@ def test_secret_in_state_is_refused_and_the_checkpoint_is_unchanged(
         ):
             with pytest.raises(intentlog.UnsafeValue) as info:
                 task.checkpoint(next_step="leaked", state=bad)
-            assert info.value.path == path  # type: ignore[attr-defined]
+            assert info.value.path == path
     info_after = journal.task_info("t").record
     assert info_after.next_step == "charge"
     assert info_after.state == {"user": {"name": "ann"}}
@@ -282,7 +282,7 @@ def test_wait_beyond_max_wait_raises_still_in_flight(tmp_path: Path, remote: Rem
     with intentlog.open(tmp_path / "j.db", max_wait=0.1) as journal, journal.task("t") as task:
         with pytest.raises(intentlog.StillInFlight) as info:
             task.run(effect, amount=1)
-        assert info.value.not_before is not None  # type: ignore[attr-defined]
+        assert info.value.not_before is not None
         (pending,) = journal.pending()
         assert pending.next_action is Action.RECONCILE
 
@@ -486,7 +486,7 @@ def test_errors_pickle_with_their_context() -> None:
     assert (type(clone), str(clone), clone.key, clone.task_id, clone.state) == (
         intentlog.KeyConflict, "boom", "k", "t", "CONFIRMED")  # fmt: skip
     unsafe = pickle.loads(pickle.dumps(intentlog.UnsafeValue("bad", path="state.x")))
-    assert unsafe.path == "state.x"  # type: ignore[attr-defined]
+    assert unsafe.path == "state.x"
 
 
 @pytest.mark.parametrize(

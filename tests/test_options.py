@@ -97,7 +97,7 @@ def test_a_bad_value_is_refused_before_a_file_is_created(
     for open_ in opens:
         with pytest.raises(intentlog.InvalidInput, match=f"^{name} must be ") as info:
             open_(path, **{name: bad})
-        assert info.value.option == name  # type: ignore[attr-defined]
+        assert info.value.option == name
         assert not path.exists()
 
 

@@ -151,7 +151,7 @@ def test_create_must_be_a_bool(tmp_path: Path) -> None:
     path = tmp_path / "journal.db"
     with pytest.raises(intentlog.InvalidInput, match=r"^create must be True or False") as info:
         intentlog.open(path, create="no")  # type: ignore[arg-type]
-    assert info.value.option == "create"  # type: ignore[attr-defined]
+    assert info.value.option == "create"
     assert not path.exists()
 
 

@@ -127,7 +127,7 @@ def test_api_refuses_an_in_flight_failed_or_retry_without_accept_risk(journal_ur
             receipt = {"id": "p1", "status": "ok"} if outcome == "confirmed" else None
             with pytest.raises(intentlog.InvalidInput, match="may still") as caught:
                 journal.resolve(key, outcome, receipt=receipt, actor="alice")
-            assert caught.value.phrase == f"{outcome} pay"  # type: ignore[attr-defined]
+            assert caught.value.phrase == f"{outcome} pay"
         assert journal.operation(key).state is State.SUBMITTED and journal.resolutions() == []
         done = journal.resolve(key, "failed", actor="alice", accept_risk=True)
         assert done.state is State.FAILED
@@ -151,7 +151,7 @@ def test_confirmed_needs_the_declared_receipt_fields(journal_url: str) -> None:
         for receipt in (None, {"id": "p1"}, ["id", "status"]):
             with pytest.raises(intentlog.InvalidInput, match="status") as caught:
                 journal.resolve(key, "confirmed", receipt=receipt, accept_risk=True)
-            assert "status" in caught.value.missing  # type: ignore[attr-defined]
+            assert "status" in caught.value.missing
         assert journal.operation(key).state is State.SUBMITTED and journal.resolutions() == []
         op = journal.resolve(key, "confirmed", receipt={"id": "p1", "status": "ok"},
                              accept_risk=True)  # fmt: skip

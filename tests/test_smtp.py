@@ -196,7 +196,7 @@ def test_refused_recipient_sends_nothing(
 ) -> None:
     with pytest.raises(intentlog.Rejected, match=match) as caught:
         send(tmp_path / "j.db", mailer(smtp_server), subject="s", text="t", **args)
-    assert caught.value.status == 550  # type: ignore[attr-defined]
+    assert caught.value.status == 550
     assert only_op(tmp_path / "j.db").state is intentlog.State.FAILED
     assert smtp_server.recorder.mails == []  # all or nothing: a.example.org got nothing either
 

@@ -476,7 +476,7 @@ def test_a_note_with_a_credential_is_refused(journal_url: str, note: str) -> Non
         for outcome in ("confirmed", "failed", "retry"):
             with pytest.raises(intentlog.UnsafeValue) as refused:
                 journal.resolve(op.key, outcome, note=note, accept_risk=True)
-            assert refused.value.path == "note" and refused.value.key == op.key  # type: ignore[attr-defined]
+            assert refused.value.path == "note" and refused.value.key == op.key
             assert "credential" in str(refused.value) and note not in str(refused.value)
         assert journal.operation(op.key) == op and journal.resolutions(op.key) == []
 

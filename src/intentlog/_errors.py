@@ -12,19 +12,27 @@
     ├── StillInFlight           the decision is WAIT and the caller's wait bound ran out
     ├── TaskBusy                another live worker holds the task's lease
     ├── LeaseLost               this worker's lease was taken over; its writes are refused
+    ├── AmbiguousResponse       an integration's answer does not say whether it applied
+    │                           (in intentlog.integrations)
     └── JournalError            the journal itself cannot be used
         ├── JournalCorrupt      the file is not an intentlog journal or is damaged
         ├── JournalReadOnly     read-only filesystem, file or directory, or permission denied
         ├── JournalFull         the disk (or a size limit) is full; the write was not recorded
         └── SchemaTooNew        the journal was written by a newer intentlog
 
-Every error carries the context it knows (``task_id``, ``key``, ``state``) as attributes
-and survives pickling, so it can cross a process boundary intact.
+Every error carries the context it knows (``task_id``, ``key``, ``state``) as attributes,
+and some say more: ``path`` (:class:`UnsafeValue`, :class:`InvalidInput`); ``option``,
+``phrase``, ``missing`` and ``tool`` (:class:`InvalidInput`); ``status`` (:class:`Rejected`,
+:class:`KeyConflict`, ``AmbiguousResponse``); ``not_before`` (:class:`StillInFlight`). Each
+is declared on its class, typed, None where not known, and given to the constructor as the
+keyword of its name. Every error survives pickling with all of them, so it can cross a
+process boundary intact.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, ClassVar
 
 __all__ = [
     "Error",
@@ -48,8 +56,23 @@ __all__ = [
 class Error(Exception):
     """Root of every exception intentlog raises.
 
-    ``task_id``, ``key`` and ``state`` name what the error is about, where known.
+    Attributes, each None where not known:
+
+    - ``task_id``: the task the error is about.
+    - ``key``: the operation key it is about.
+    - ``state``: the operation's state when it was raised, by name (``"FAILED"``).
+
+    ``message`` is the text ``str(error)`` gives.
     """
+
+    #: The constructor's keyword arguments, each kept as the attribute of its name: what
+    #: pickling carries across. A subclass that declares more extends it.
+    _context_names: ClassVar[tuple[str, ...]] = ("task_id", "key", "state")
+
+    message: str
+    task_id: str | None = None
+    key: str | None = None
+    state: str | None = None
 
     def __init__(
         self,
@@ -58,23 +81,19 @@ class Error(Exception):
         task_id: str | None = None,
         key: str | None = None,
         state: str | None = None,
-        **extra: Any,
     ) -> None:
         super().__init__(message)
         self.message = message
         self.task_id = task_id
         self.key = key
         self.state = state
-        self.extra = extra
-        for name, value in extra.items():
-            setattr(self, name, value)
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Keyword-only context would be lost by the default Exception pickling.
         return (_rebuild, (type(self), self.message, self._context()))
 
     def _context(self) -> dict[str, Any]:
-        return {"task_id": self.task_id, "key": self.key, "state": self.state, **self.extra}
+        return {name: getattr(self, name) for name in self._context_names}
 
     def __str__(self) -> str:
         return self.message
@@ -85,19 +104,96 @@ def _rebuild(cls: type[Error], message: str, context: dict[str, Any]) -> Error:
 
 
 class InvalidInput(Error, ValueError):
-    """An argument is not acceptable; the message names it. Nothing was written."""
+    """An argument is not acceptable; the message names it. Nothing was written.
+
+    Besides ``task_id``, ``key`` and ``state``, where they apply (None otherwise):
+
+    - ``option``: the keyword argument or setting at fault (``"key_retention"``,
+      ``"lease_ttl"``, ``"create"``).
+    - ``path``: where in a value the fault is (``"note"``, ``"actor"``).
+    - ``phrase``: when ``resolve`` refused an outcome that risks a duplicate or a lost
+      effect, the words that accept the risk (``accept_risk=True``; the CLI's ``--confirm``).
+    - ``missing``: when ``resolve(key, "confirmed")`` came without receipt fields the
+      effect keeps, their names.
+    - ``tool``: in an MCP proxy policy, the tool whose entry is at fault.
+    """
+
+    _context_names = (*Error._context_names, "option", "path", "phrase", "missing", "tool")
+
+    option: str | None = None
+    path: str | None = None
+    phrase: str | None = None
+    missing: tuple[str, ...] | None = None
+    tool: str | None = None
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        option: str | None = None,
+        path: str | None = None,
+        phrase: str | None = None,
+        missing: Sequence[str] | None = None,
+        tool: str | None = None,
+        task_id: str | None = None,
+        key: str | None = None,
+        state: str | None = None,
+    ) -> None:
+        super().__init__(message, task_id=task_id, key=key, state=state)
+        self.option = option
+        self.path = path
+        self.phrase = phrase
+        self.missing = None if missing is None else tuple(missing)
+        self.tool = tool
 
 
 class UnsafeValue(Error, ValueError):
     """A value to be stored looks like a credential or exceeds the size bound.
 
-    ``path`` names where in the value it was found, e.g. ``state.user.password``.
-    Nothing was written; the previous checkpoint is unchanged.
+    ``path`` names where in the value it was found, e.g. ``state.user.password`` (None only
+    when the raiser did not say). Nothing was written; the previous checkpoint is unchanged.
     """
+
+    _context_names = (*Error._context_names, "path")
+
+    path: str | None = None
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | None = None,
+        task_id: str | None = None,
+        key: str | None = None,
+        state: str | None = None,
+    ) -> None:
+        super().__init__(message, task_id=task_id, key=key, state=state)
+        self.path = path
 
 
 class KeyConflict(Error):
-    """An operation key is already recorded with other arguments or for another effect."""
+    """An operation key is already recorded with other arguments or for another effect.
+
+    ``status`` is the service's status code when it was the service that refused the reused
+    key (HTTP 422, an S3 412); None when the journal found the conflict itself, and on a
+    replay of a recorded conflict.
+    """
+
+    _context_names = (*Error._context_names, "status")
+
+    status: int | None = None
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        task_id: str | None = None,
+        key: str | None = None,
+        state: str | None = None,
+    ) -> None:
+        super().__init__(message, task_id=task_id, key=key, state=state)
+        self.status = status
 
 
 class UnknownOperation(Error, LookupError):
@@ -107,12 +203,27 @@ class UnknownOperation(Error, LookupError):
 class Rejected(Error):
     """Raised by an effect's submit when the service said the request was not applied.
 
-    The operation becomes FAILED and ``task.run`` raises this again on replay. ``detail``
-    is kept in the journal (it must be JSON and free of secrets).
+    The operation becomes FAILED. Its message is kept in the journal (scrubbed of anything
+    credential-like, and bounded), and ``task.run`` raises a Rejected again on replay, whose
+    message includes it. ``status`` is the service's status code where the submit knows it
+    (an HTTP 4xx, an SMTP 5xx reply, a NATS error code); None otherwise, and on a replay.
     """
 
-    def __init__(self, message: str = "rejected by the service", **context: Any) -> None:
-        super().__init__(message, **context)
+    _context_names = (*Error._context_names, "status")
+
+    status: int | None = None
+
+    def __init__(
+        self,
+        message: str = "rejected by the service",
+        *,
+        status: int | None = None,
+        task_id: str | None = None,
+        key: str | None = None,
+        state: str | None = None,
+    ) -> None:
+        super().__init__(message, task_id=task_id, key=key, state=state)
+        self.status = status
 
 
 class OutcomeUnknown(Error):
@@ -126,8 +237,25 @@ class OutcomeUnknown(Error):
 class StillInFlight(Error):
     """The decision is to wait (a request may still land) and the wait bound ran out.
 
-    ``not_before`` is the store-clock time from which the next step can be decided.
+    ``not_before`` is the store-clock time (seconds since the epoch) from which the next step
+    can be decided; ``task.run`` always sets it.
     """
+
+    _context_names = (*Error._context_names, "not_before")
+
+    not_before: float | None = None
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        not_before: float | None = None,
+        task_id: str | None = None,
+        key: str | None = None,
+        state: str | None = None,
+    ) -> None:
+        super().__init__(message, task_id=task_id, key=key, state=state)
+        self.not_before = not_before
 
 
 class TaskBusy(Error):

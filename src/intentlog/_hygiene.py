@@ -191,24 +191,26 @@ _SECRET_IN_NOTE = re.compile(
 )
 
 
-def check_text(text: str, *, what: str, **context: Any) -> str:
+def check_text(text: str, *, what: str, task_id: str | None = None, key: str | None = None) -> str:
     """Refuse free text the caller asked us to keep (a resolve note) that holds a credential
     (UnsafeValue, ``path`` = ``what``) or characters no store can keep, NUL or a lone
     surrogate (InvalidInput). Returns ``text``; nothing is written when it raises.
-    ``context`` (``key=...``) goes on the error."""
+    ``task_id`` and ``key`` go on the error."""
     bad = _UNSTORABLE.search(text)
     if bad is not None:
         raise InvalidInput(
             f"{what} holds {storable(bad.group())} at position {bad.start()}, which the journal "
             "cannot store (NUL characters and lone surrogates are not text)",
-            **context,
+            task_id=task_id,
+            key=key,
         )
     if _SECRET_IN_NOTE.search(text) is not None:
         raise UnsafeValue(
             f"{what} looks like it holds a credential; intentlog never stores credentials "
             "(say where the secret lives instead)",
             path=what,
-            **context,
+            task_id=task_id,
+            key=key,
         )
     return text
 

@@ -149,7 +149,7 @@ class Worker:
             self.parked += 1  # parked: not claimable while an operation is UNRESOLVED
             task.close()
         except StillInFlight as exc:
-            task.release(not_before=getattr(exc, "not_before", None))
+            task.release(not_before=exc.not_before)
         except LeaseLost:
             task.close()  # another worker has it: a lost lease writes nothing more
         except Exception as exc:

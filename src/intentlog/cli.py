@@ -517,7 +517,7 @@ def resolve(
             )
         except intentlog.InvalidInput as exc:
             risk = risk_of(journal.operation(key), chosen[0], journal.store.now())
-            if getattr(exc, "phrase", None) is None or risk is None:
+            if exc.phrase is None or risk is None:
                 raise
             raise _Failure(
                 f"not resolved: {risk.reason} To resolve it as {chosen[0]} anyway, add "

@@ -27,12 +27,26 @@ class AmbiguousResponse(Error):
     that is not the answer it promised (malformed JSON, missing receipt fields). It is not
     :class:`intentlog.Rejected`, on purpose: the operation stays SUBMITTED and the decision
     settles it by lookup, or by resending the same key where the service deduplicates, or
-    makes it UNRESOLVED; it is never taken as "not applied". ``status`` is the HTTP status
-    when there was one (None for a transport failure).
+    makes it UNRESOLVED; it is never taken as "not applied". ``status`` is the service's
+    status code when there was one (an HTTP status, a NATS error code; None for a transport
+    failure), besides the ``task_id``, ``key`` and ``state`` of every :class:`intentlog.Error`.
     """
 
-    def __init__(self, message: str, *, status: int | None = None, **context: Any) -> None:
-        super().__init__(message, status=status, **context)
+    _context_names = (*Error._context_names, "status")
+
+    status: int | None = None
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        task_id: str | None = None,
+        key: str | None = None,
+        state: str | None = None,
+    ) -> None:
+        super().__init__(message, task_id=task_id, key=key, state=state)
+        self.status = status
 
 
 def _call_body(kwargs: dict[str, Any]) -> Any:
