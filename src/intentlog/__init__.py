@@ -6,10 +6,10 @@ with the service before it would ever send again. Where nothing can settle an ou
 UNRESOLVED and never duplicates the effect automatically.
 """
 
-from intentlog._async import AsyncJournal, AsyncTask, open_async
-from intentlog._check import Finding, check
-from intentlog._decide import Decision, decide
-from intentlog._effect import Effect, effect
+from intentlog._async import AsyncJournal, AsyncTask, AsyncTaskOpening, open_async
+from intentlog._check import Finding, FindingKind, check
+from intentlog._decide import Decision, Doer, LookupFailed, Outlook, decide
+from intentlog._effect import Effect, ReceiptSelector, Reconcile, Submit, effect
 from intentlog._errors import (
     Error,
     InvalidInput,
@@ -33,17 +33,30 @@ from intentlog._model import (
     Action,
     Found,
     Indeterminate,
+    LookupResult,
     NotFound,
     Operation,
     Outcome,
+    OutcomeName,
     Policy,
     State,
     TaskRecord,
 )
 from intentlog._options import JournalOptions, Options
-from intentlog._service import FOREVER, PROCESS, KeyPlace, Replay, Retention, Service
+from intentlog._service import (
+    FOREVER,
+    PROCESS,
+    KeyKind,
+    KeyPlace,
+    LookupKind,
+    Replay,
+    Retention,
+    Seconds,
+    Service,
+)
 from intentlog._task import Task
-from intentlog._worker import Registry, Worker
+from intentlog._worker import Registry, TaskFunction, Worker
+from intentlog.stores._base import Resolution, TaskResolution
 
 __version__ = "0.1.0"
 
@@ -54,11 +67,14 @@ __all__ = [
     "Action",
     "AsyncJournal",
     "AsyncTask",
+    "AsyncTaskOpening",
     "BlockingCallWarning",
     "Decision",
+    "Doer",
     "Effect",
     "Error",
     "Finding",
+    "FindingKind",
     "Found",
     "Indeterminate",
     "InvalidInput",
@@ -69,29 +85,42 @@ __all__ = [
     "JournalOptions",
     "JournalReadOnly",
     "KeyConflict",
+    "KeyKind",
     "KeyPlace",
     "LeaseLost",
+    "LookupFailed",
+    "LookupKind",
+    "LookupResult",
     "NotFound",
     "Operation",
     "Options",
     "Outcome",
+    "OutcomeName",
     "OutcomeUnknown",
+    "Outlook",
     "Pending",
     "Policy",
+    "ReceiptSelector",
     "ReceiptWarning",
+    "Reconcile",
     "Recovered",
     "Registry",
     "Rejected",
     "Replay",
+    "Resolution",
     "Retention",
     "SchemaTooNew",
+    "Seconds",
     "Service",
     "State",
     "StillInFlight",
+    "Submit",
     "Task",
     "TaskBusy",
+    "TaskFunction",
     "TaskInfo",
     "TaskRecord",
+    "TaskResolution",
     "UnknownOperation",
     "UnsafeValue",
     "Worker",

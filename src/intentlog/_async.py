@@ -45,7 +45,7 @@ from intentlog.stores._base import Resolution, Store, TaskResolution
 if TYPE_CHECKING:  # the sync face is imported where it is used: see sync_journal()
     from intentlog._journal import Journal
 
-__all__ = ["AsyncJournal", "AsyncTask", "open_async"]
+__all__ = ["AsyncJournal", "AsyncTask", "AsyncTaskOpening", "open_async"]
 
 _T = TypeVar("_T")
 
@@ -134,8 +134,10 @@ class AsyncTask(TaskView):
         pass
 
 
-class _Opening:
-    """What ``AsyncJournal.task()`` returns: use it with ``async with`` or ``await`` it."""
+class AsyncTaskOpening:
+    """What ``AsyncJournal.task()`` returns: use it with ``async with`` (the lease is given
+    back when the block ends) or ``await`` it (then close the task yourself). Made only by
+    ``AsyncJournal.task()``; nothing is leased until it is entered or awaited."""
 
     def __init__(self, journal: AsyncJournal, task_id: str, wait: float | None) -> None:
         self._journal = journal
@@ -293,10 +295,10 @@ class AsyncJournal(OptionsView):
     def __exit__(self, *exc: object) -> None:  # pragma: no cover - __enter__ raises
         pass
 
-    def task(self, task_id: str, *, wait: Seconds | None = None) -> _Opening:
+    def task(self, task_id: str, *, wait: Seconds | None = None) -> AsyncTaskOpening:
         """Lease the task: ``async with journal.task(id) as task`` (or ``await``). See
         :meth:`intentlog.Journal.task`."""
-        return _Opening(self, validate_task_id(task_id), task_wait(wait))
+        return AsyncTaskOpening(self, validate_task_id(task_id), task_wait(wait))
 
     async def claim(self, kinds: Iterable[str]) -> AsyncTask | None:
         """See :meth:`intentlog.Journal.claim`."""

@@ -10,6 +10,7 @@ unchanged. See docs/mcp.md.
 
 from intentlog.proxy._policy import (
     Lookup,
+    OnError,
     ProxyFile,
     ToolPolicy,
     default_policy,
@@ -20,6 +21,7 @@ from intentlog.proxy._serve import ProxyConfig, serve
 
 __all__ = [
     "Lookup",
+    "OnError",
     "ProxyConfig",
     "ProxyFile",
     "ToolPolicy",
