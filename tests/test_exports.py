@@ -9,15 +9,19 @@ import importlib
 import inspect
 import subprocess
 import sys
+import tomllib
 import types
 import typing
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 import intentlog
 import intentlog.testing
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.parametrize("module", [intentlog, intentlog.testing], ids=lambda m: m.__name__)
@@ -249,3 +253,12 @@ def test_the_export_check_finds_a_private_class_and_alias(
     ]
     module.__all__ = ["Hidden", "Mode", "Shown", "make"]
     assert unexported([module], [module]) == []
+
+
+def test_the_users_view_is_type_checked_strictly() -> None:
+    # tests/typing holds real usage (effects, lookups, errors' attributes, sync and async
+    # journals) that the check command's mypy run must pass under --strict.
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]
+    assert config["strict"] is True
+    assert {"src/intentlog", "tests/typing"} <= set(config["files"])
+    assert {p.name for p in (ROOT / "tests" / "typing").glob("*.py")} >= {"api.py", "usage.py"}
