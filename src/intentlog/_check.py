@@ -25,6 +25,7 @@ from intentlog._words import duration
 
 __all__ = ["Finding", "check", "describe", "human", "log_at_start"]
 
+#: What a :class:`Finding` is about (see its ``kind``).
 FindingKind = Literal["retention", "unstated_retention", "unresolvable", "no_reconciler"]
 
 log = logging.getLogger("intentlog.worker")

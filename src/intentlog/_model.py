@@ -85,6 +85,7 @@ class Indeterminate:
     reason: str = ""
 
 
+#: What a reconciler returns: the three answers a service can give about a key.
 LookupResult = Found | NotFound | Indeterminate
 
 

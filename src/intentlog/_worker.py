@@ -26,6 +26,8 @@ from intentlog._validate import seconds
 
 __all__ = ["Registry", "Worker"]
 
+#: What ``Registry.task(kind)`` registers: ``fn(task, input)``, run by a worker that claims
+#: a task of that kind.
 TaskFunction = Callable[[Task, JSON], Any]
 _BACKOFF_CAP = 300.0
 
