@@ -15,7 +15,8 @@ rule, the fake takes the side that is worst for a client and says so.
 `FakeRecord` reads its record from any process.
 """
 
-from intentlog.testing.fakes._base import Application, FakeRecord, FakeService, RecordedRequest
+from intentlog.testing.fakes._base import FakeService
+from intentlog.testing.fakes._record import Application, FakeRecord, RecordedRequest
 from intentlog.testing.fakes.adyen import AdyenFake
 from intentlog.testing.fakes.paypal import PayPalFake
 from intentlog.testing.fakes.stripe import StripeFake

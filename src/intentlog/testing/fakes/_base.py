@@ -1,172 +1,39 @@
-"""What every fake service shares: the HTTP server, a test clock, hold/release, injected
-failures, the idempotency bookkeeping and the service's own durable record.
+"""What every fake service shares: lifecycle, a test clock, hold/release, injected failures
+and the idempotency bookkeeping, over the HTTP plumbing (`_http`) and the record (`_record`).
 
 A fake's idempotency layer is written once here and asks its service four questions (how a
 concurrent same-key request is answered, how a finished key is replayed, which failures are
 saved, what an error looks like); each service module answers them from its published rules.
-
-The record is a SQLite file (WAL, ``synchronous=FULL``): a request is written when it arrives,
-before any work, and finished with the status it was answered; an application is written
-before the answer leaves. So a test in another process can count what the service applied, and
-a request whose client was killed mid-flight is still in the record.
 """
 
 from __future__ import annotations
 
-import contextlib
-import http.server
 import json
 import os
 import shutil
-import socketserver
 import sqlite3
-import sys
 import tempfile
 import threading
 import time
-import urllib.parse
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from email.message import Message
-from typing import Any, ClassVar, cast
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar
 
-_MAX_BODY = 1 << 20
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS requests (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    service TEXT NOT NULL,
-    at REAL NOT NULL,           -- the fake's clock, so advance() shows in the record
-    method TEXT NOT NULL,
-    path TEXT NOT NULL,
-    key TEXT,                   -- the idempotency header as received, NULL when absent
-    params TEXT,                -- JSON of the parsed parameters, NULL until parsed
-    status INTEGER,             -- NULL: still being handled (or the fake died meanwhile)
-    outcome TEXT
-);
-CREATE TABLE IF NOT EXISTS applied (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    service TEXT NOT NULL,
-    at REAL NOT NULL,
-    key TEXT,
-    id TEXT NOT NULL,
-    object TEXT NOT NULL
-);
-"""
+from intentlog.testing.fakes._http import Reply, Request, Server
+from intentlog.testing.fakes._record import (
+    Application,
+    RecordedRequest,
+    connect,
+    read_applied,
+    read_requests,
+)
 
-
-@dataclass(frozen=True)
-class RecordedRequest:
-    """One request as the service saw it; ``status`` is None while it is still being handled.
-
-    ``outcome`` says what the service did: ``applied``, ``replayed``, ``in_flight`` (refused
-    because the key was executing), ``mismatch``, ``failed`` (an injected 5xx), ``rejected``
-    (validation or auth), ``read`` (a GET), or a service-specific word documented there.
-    """
-
-    seq: int
-    service: str
-    at: float
-    method: str
-    path: str
-    key: str | None
-    params: Any
-    status: int | None
-    outcome: str | None
-
-
-@dataclass(frozen=True)
-class Application:
-    """One object the service created: the ground truth duplicates are counted against."""
-
-    seq: int
-    service: str
-    at: float
-    key: str | None
-    id: str
-    object: dict[str, Any]
-
-
-def _connect(path: str) -> sqlite3.Connection:
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=10.0)
-    try:
-        # WAL + FULL: a row is on disk before the answer about it leaves, even if the fake's
-        # process is killed, and readers in other processes never block the writer.
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=FULL")
-        conn.executescript(_SCHEMA)
-    except BaseException:
-        conn.close()
-        raise
-    return conn
-
-
-class FakeRecord:
-    """Read a fake's record from its SQLite file, from any process, while it serves or after.
-
-    Each call opens the file afresh, so it always sees every committed row.
-    """
-
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = os.fspath(path)
-
-    def requests(self) -> list[RecordedRequest]:
-        """Every request received, oldest first."""
-        with contextlib.closing(_connect(self.path)) as conn:
-            return _requests(conn)
-
-    def applied(self) -> list[Application]:
-        """Every application, oldest first."""
-        with contextlib.closing(_connect(self.path)) as conn:
-            return _applied(conn)
-
-
-def _requests(conn: sqlite3.Connection) -> list[RecordedRequest]:
-    rows = conn.execute(
-        "SELECT seq, service, at, method, path, key, params, status, outcome FROM requests "
-        "ORDER BY seq"
-    ).fetchall()
-    return [
-        RecordedRequest(r[0], r[1], r[2], r[3], r[4], r[5], _loads(r[6]), r[7], r[8]) for r in rows
-    ]
-
-
-def _applied(conn: sqlite3.Connection) -> list[Application]:
-    rows = conn.execute("SELECT seq, service, at, key, id, object FROM applied ORDER BY seq")
-    return [Application(r[0], r[1], r[2], r[3], r[4], json.loads(r[5])) for r in rows]
-
-
-def _loads(raw: str | None) -> Any:
-    return None if raw is None else json.loads(raw)
+__all__ = ["Entry", "FakeService", "Reply", "Request", "canonical"]
 
 
 def canonical(value: object) -> str:
     """Canonical JSON, to compare parameters of a retry with the first request's."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-@dataclass
-class Request:
-    """A parsed HTTP request handed to a service's router."""
-
-    method: str
-    path: str
-    query: dict[str, list[str]]
-    headers: Message
-    body: bytes
-
-    def header(self, name: str) -> str | None:
-        return self.headers.get(name)
-
-
-@dataclass
-class Reply:
-    """An answer, with what the record keeps about it (``params``, ``outcome``)."""
-
-    status: int
-    body: dict[str, Any]
-    headers: dict[str, str] = field(default_factory=dict)
-    outcome: str = "rejected"
-    params: Any = None
 
 
 @dataclass
@@ -185,82 +52,6 @@ class Entry:
 class _Fault:
     status: int
     applied: bool
-
-
-class _Server(http.server.ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-    request_queue_size = 128
-
-    def __init__(self, address: tuple[str, int], fake: FakeService) -> None:
-        self.fake = fake
-        super().__init__(address, _Handler)
-
-    def server_bind(self) -> None:
-        # HTTPServer.server_bind calls socket.getfqdn(), which can stall on hosts without
-        # reverse DNS; the name is never used.
-        socketserver.TCPServer.server_bind(self)
-        host, port = self.server_address[:2]
-        self.server_name, self.server_port = str(host), int(port)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # Crash tests kill clients mid-request: a reset while answering a dead client is normal.
-        if not isinstance(sys.exc_info()[1], OSError):
-            super().handle_error(request, client_address)
-
-
-class _Handler(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    timeout = 15.0  # a client that connects and never sends must not pin stop() forever
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-    def do_GET(self) -> None:
-        fake = cast(_Server, self.server).fake
-        url = urllib.parse.urlsplit(self.path)
-        seq = fake._record_begin(self.command, url.path, self.headers.get(fake.key_header))
-        try:
-            body = self._body()  # read it all first: unread input makes close send a reset
-            query = urllib.parse.parse_qs(url.query, keep_blank_values=True)
-            reply = fake._route(Request(self.command, url.path, query, self.headers, body))
-        except _BodyError as exc:
-            reply = fake._error(400, str(exc))
-        except Exception as exc:  # a bug in the fake must still answer and be recorded
-            reply = fake._error(500, f"{type(exc).__name__}: {exc}")
-        fake._record_finish(seq, reply)
-        data = json.dumps(reply.body).encode()
-        self.send_response(reply.status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        for name, value in reply.headers.items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(data)
-
-    do_POST = do_DELETE = do_PUT = do_PATCH = do_GET
-
-    def _body(self) -> bytes:
-        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
-            self.close_connection = True
-            raise _BodyError("send a Content-Length, not a chunked body")
-        try:
-            length = int(self.headers.get("Content-Length", "0"))
-        except ValueError:
-            self.close_connection = True
-            raise _BodyError("Content-Length is no number") from None
-        if not 0 <= length <= _MAX_BODY:
-            self.close_connection = True
-            raise _BodyError(f"the body must be 0 to {_MAX_BODY} bytes")
-        data = self.rfile.read(length)
-        if len(data) != length:  # the client died mid-send: never apply a truncated request
-            self.close_connection = True
-            raise _BodyError(f"got {len(data)} of {length} bytes")
-        return data
-
-
-class _BodyError(Exception):
-    pass
 
 
 class FakeService:
@@ -310,7 +101,7 @@ class FakeService:
         self._held = 0
         self._held_changed = threading.Condition()
         self._conn: sqlite3.Connection | None = None
-        self._server: _Server | None = None
+        self._server: Server | None = None
         self._thread: threading.Thread | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -335,8 +126,8 @@ class FakeService:
         if self._record_path is None:
             self._tmpdir = tempfile.mkdtemp(prefix=f"intentlog-{self.service}-fake-")
             self._record_path = os.path.join(self._tmpdir, "record.db")
-        self._conn = _connect(self._record_path)
-        self._server = _Server(self._address, self)
+        self._conn = connect(self._record_path)
+        self._server = Server(self._address, self)
         self._thread = threading.Thread(
             target=self._server.serve_forever,
             kwargs={"poll_interval": 0.05},
@@ -413,12 +204,12 @@ class FakeService:
     def requests(self) -> list[RecordedRequest]:
         """Every request received, oldest first."""
         with self._lock:
-            return _requests(self._db())
+            return read_requests(self._db())
 
     def applied(self) -> list[Application]:
         """Every object the service created, oldest first (the ground truth)."""
         with self._lock:
-            return _applied(self._db())
+            return read_applied(self._db())
 
     # -- what a service module provides ---------------------------------------------------------
 
