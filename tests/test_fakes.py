@@ -448,3 +448,39 @@ def test_process_mode_record_readable_from_another_process(tmp_path: Path) -> No
         if proc.stdout is not None:
             proc.stdout.close()
     assert len(FakeRecord(record).applied()) == 1  # the record outlives the process
+
+
+def test_record_keeps_a_request_whose_client_was_killed(stripe: StripeFake) -> None:
+    stripe.hold()
+    client = (
+        "import httpx, sys\n"
+        "httpx.post(sys.argv[1] + '/v1/charges', data={'amount': '500', 'currency': 'usd',"
+        " 'source': 'tok_visa'}, headers={'Authorization': 'Bearer sk_test_1',"
+        " 'Idempotency-Key': 'dead'}, timeout=30)\n"
+    )
+    with subprocess.Popen([sys.executable, "-c", client, stripe.url]) as proc:
+        assert stripe.wait_held(1)
+        [arrived] = stripe.requests()
+        assert (arrived.key, arrived.status) == ("dead", None)  # recorded before any work
+        proc.kill()
+        proc.wait(10)
+    stripe.release()
+    pause = threading.Event()  # never set: a bounded wait between reads of the record
+    for _ in range(1000):  # wait on the record row, not on a guess of how long it takes
+        if stripe.requests()[0].status is not None:
+            break
+        pause.wait(0.01)
+    retry = charge(stripe, "dead", {"amount": "500", "currency": "usd", "source": "tok_visa"})
+    assert retry.status_code == 200 and retry.headers["Idempotent-Replayed"] == "true"
+    assert [(r.key, r.status, r.outcome) for r in stripe.requests()] == [
+        ("dead", 200, "applied"),
+        ("dead", 200, "replayed"),
+    ]
+    assert [a.key for a in stripe.applied()] == ["dead"]
+
+
+def test_fakes_all_is_complete() -> None:
+    import intentlog.testing.fakes as fakes
+
+    assert all(hasattr(fakes, name) for name in fakes.__all__)
+    assert {"StripeFake", "PayPalFake", "AdyenFake", "FakeRecord"} <= set(fakes.__all__)
