@@ -30,18 +30,18 @@ class AdyenFake(FakeService):
     Endpoint: ``POST /v71/payments`` (JSON) with ``amount`` (``{"value": int, "currency"}``),
     ``reference`` and ``merchantAccount``; answers 200 ``{"pspReference", "resultCode":
     "Authorised", "merchantReference", "amount"}``.
-    https://docs.adyen.com/api-explorer/Checkout/71/post/payments (read 2026-12-04).
+    https://docs.adyen.com/api-explorer/Checkout/71/post/payments (not re-read 2026-12-04).
     There is no lookup of a payment by reference in this API; none is offered.
 
     Rules, each with its source:
 
     - Auth: an ``X-API-Key`` header (or basic auth), else 401 ``errorType: security``.
-      https://docs.adyen.com/development-resources/api-credentials (read 2026-12-04).
+      https://docs.adyen.com/development-resources/api-credentials (not re-read 2026-12-04).
       ``api_key`` requires that exact key; None accepts any.
     - Validation: a missing ``reference`` (errorCode 130), ``amount`` (100) or
       ``merchantAccount`` (901) gets 422 ``errorType: validation``; a body that is not JSON
       gets 400. Validation failures are never saved.
-      https://docs.adyen.com/development-resources/error-codes (read 2026-12-04).
+      https://docs.adyen.com/development-resources/error-codes (not re-read 2026-12-04).
     - Idempotency (https://docs.adyen.com/development-resources/api-idempotency, read
       2026-12-04): the ``Idempotency-Key`` header "is a unique identifier for the message
       with a maximum of 64 characters"; "If the Adyen payments platform already processed the
@@ -49,7 +49,8 @@ class AdyenFake(FakeService):
       key is returned as a response header; "Idempotency keys are valid for a minimum period
       of 31 days after first submission" (the fake forgets at exactly ``retention``, the
       worst side of "minimum"). A duplicate sent "before the first request has completed"
-      gets "HTTP 422 - Unprocessable Entity or HTTP 409 - Conflict" with errorCode 704
+      gets (the page as quoted by a third party on 2026-12-04; this section was not reached
+      directly) "HTTP 422 - Unprocessable Entity or HTTP 409 - Conflict" with errorCode 704
       "request already processed or in progress", with ``transient-error: true`` meaning
       "retry later with the same key". The fake answers 422 by default (``in_flight_status``):
       a client that reads a 422 as a validation refusal is the one that goes wrong.

@@ -57,7 +57,7 @@ class PayPalFake(FakeService):
     Rules, each with its source:
 
     - Auth: ``Authorization: Bearer <access token>``, else 401 ``AUTHENTICATION_FAILURE``.
-      https://developer.paypal.com/api/rest/authentication/ (read 2026-12-04). ``token``
+      https://developer.paypal.com/api/rest/authentication/ (not re-read 2026-12-04). ``token``
       requires that exact token; None accepts any.
     - Create: JSON body with ``intent`` (CAPTURE or AUTHORIZE) and 1 to 10 ``purchase_units``,
       each with ``amount.currency_code`` and ``amount.value``; a malformed or invalid body gets

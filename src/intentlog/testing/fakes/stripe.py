@@ -55,8 +55,9 @@ class StripeFake(FakeService):
     Rules, each with its source:
 
     - Auth: a secret key as ``Authorization: Bearer sk_...`` or as the basic-auth user name,
-      else 401. https://docs.stripe.com/api/authentication (read 2026-12-04). ``api_key``
-      requires that exact key; None accepts any ``sk_``/``rk_`` key.
+      else 401. https://docs.stripe.com/api/authentication (the page was not reached
+      2026-12-04; sk_test_/sk_live_ keys are described on https://docs.stripe.com/api, read
+      2026-12-04). ``api_key`` requires that exact key; None accepts any ``sk_``/``rk_`` key.
     - Encoding: form-encoded bodies (see `parse_form`); a parameter the endpoint does not know,
       a JSON body included (it parses as one unknown name), gets 400 ``invalid_request_error``
       "Received unknown parameter: NAME". https://docs.stripe.com/api (read 2026-12-04):
@@ -71,11 +72,13 @@ class StripeFake(FakeService):
       at least 24 hours old, and a reused pruned key is a new request; a request that
       conflicts with one executing concurrently is not executed and nothing is saved.
       https://docs.stripe.com/api/idempotent_requests (read 2026-12-04). The conflict answer
-      is 409 with code ``idempotency_key_in_use``: https://docs.stripe.com/error-codes
-      (read 2026-12-04); its error type (``invalid_request_error``) is the fake's choice.
+      is 409 with code ``idempotency_key_in_use`` (listed on https://docs.stripe.com/error-codes;
+      status and message as reported by users, not re-read 2026-12-04); its error type
+      (``invalid_request_error``) is the fake's choice.
       The worst side of "may be removed": the fake forgets a key exactly at ``retention``.
-    - Replays carry ``Idempotent-Replayed: true``. https://docs.stripe.com/error-low-level
-      #sending-idempotency-keys (read 2026-12-04).
+    - Replays carry ``Idempotent-Replayed: true``: https://docs.stripe.com/error-low-level
+      #sending-idempotency-keys, as quoted in ietf-wg-httpapi/idempotency issue 46 and
+      stripe/stripe-ruby issue 905 (read 2026-12-04; the Stripe page itself was not reached).
     - An injected failure (``fail_next``) is saved and replayed whether or not it applied,
       as Stripe saves every result once execution began.
     - Search: results ``{"object": "search_result", "data": [...], "has_more", "next_page",
