@@ -1,0 +1,71 @@
+"""Run one fake service in the foreground.
+
+    python -m intentlog.testing.fakes stripe --port 0 --record /tmp/stripe.db
+
+Prints exactly one line, ``listening on http://127.0.0.1:PORT``, once the fake accepts
+connections, and exits with status 0 on SIGTERM or SIGINT after the requests in flight are done.
+The record (``--record``) is a SQLite file another process reads with
+`intentlog.testing.fakes.FakeRecord`; every request is in it from the moment it arrived.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+
+from intentlog.testing.fakes._base import FakeService
+from intentlog.testing.fakes.adyen import AdyenFake
+from intentlog.testing.fakes.paypal import PayPalFake
+from intentlog.testing.fakes.stripe import StripeFake
+
+_FAKES: dict[str, type[FakeService]] = {
+    "stripe": StripeFake,
+    "paypal": PayPalFake,
+    "adyen": AdyenFake,
+}
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m intentlog.testing.fakes",
+        description="Run a fake Stripe, PayPal or Adyen service (for crash tests).",
+    )
+    parser.add_argument("service", choices=sorted(_FAKES))
+    parser.add_argument("--host", default="127.0.0.1", help="default: 127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="default: 0, an ephemeral port")
+    parser.add_argument(
+        "--record", default=None, help="SQLite record file (default: a temporary file, removed)"
+    )
+    parser.add_argument(
+        "--retention",
+        type=float,
+        default=None,
+        help="key retention in seconds (default: the service's)",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Serve until SIGTERM or SIGINT; returns the exit status."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    options = {} if args.retention is None else {"retention": args.retention}
+    try:
+        fake = _FAKES[args.service](
+            record_path=args.record, host=args.host, port=args.port, **options
+        )
+    except ValueError as exc:
+        parser.error(str(exc))
+    stop_signals = {signal.SIGTERM, signal.SIGINT}
+    # Block the stop signals before any thread exists (threads inherit the mask), then take
+    # them with sigwait: no handler runs at an arbitrary point during start-up or serving.
+    signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
+    with fake:
+        print(f"listening on {fake.url}", flush=True)
+        signal.sigwait(stop_signals)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
