@@ -41,7 +41,16 @@ from intentlog._model import (
     TaskRecord,
 )
 from intentlog._options import JournalOptions, Options
-from intentlog._service import FOREVER, PROCESS, KeyPlace, Replay, Retention, Service
+from intentlog._service import (
+    FOREVER,
+    PROCESS,
+    KeyPlace,
+    KeyReuse,
+    Replay,
+    Retention,
+    Search,
+    Service,
+)
 from intentlog._task import Task
 from intentlog._worker import Registry, Worker
 
@@ -70,6 +79,7 @@ __all__ = [
     "JournalReadOnly",
     "KeyConflict",
     "KeyPlace",
+    "KeyReuse",
     "LeaseLost",
     "NotFound",
     "Operation",
@@ -85,6 +95,7 @@ __all__ = [
     "Replay",
     "Retention",
     "SchemaTooNew",
+    "Search",
     "Service",
     "State",
     "StillInFlight",
