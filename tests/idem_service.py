@@ -148,7 +148,10 @@ def handler(
             raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
             parts = urllib.parse.urlsplit(self.path)
             try:
-                body = json.loads(raw)
+                if self.headers.get("Content-Type") == "application/x-www-form-urlencoded":
+                    body = dict(urllib.parse.parse_qsl(raw.decode(), strict_parsing=True))
+                else:
+                    body = json.loads(raw)
             except ValueError:
                 body = None
             if options.key == "header":

@@ -311,7 +311,10 @@ def test_a_profile_url_and_credentials_are_all_a_user_writes(
     policy = only_op(tmp_path / "j.db").policy
     assert (policy.service, policy.idempotent, policy.key_retention) == ("stripe", True, 86400)
     assert policy.locks_in_flight and policy.timeout == 80
-    assert charge.lookup_lag == profiles.STRIPE.lookup_lag and charge.reconcile is None  # no Lookup
+    assert charge.lookup_lag == profiles.STRIPE.lookup_lag
+    assert charge.reconcile is not None  # the profile's ready search
+    ((_, body, _),) = api.record.requests()  # form-encoded, the key also in its metadata
+    assert body == f"amount=5&metadata%5Bintentlog_key%5D={only_op(tmp_path / 'j.db').key}".encode()
 
 
 @pytest.mark.parametrize("place", ["body", "query"])

@@ -65,7 +65,8 @@ def test_the_sourced_numbers() -> None:
     assert profiles.STRIPE.locks_in_flight
     assert profiles.STRIPE.key is not None and profiles.STRIPE.key.name == "Idempotency-Key"
     assert profiles.STRIPE.lookup_lag == 3600  # search: "up to an hour behind during outages"
-    assert profiles.STRIPE.replay is None  # no replay marker header is documented
+    assert profiles.STRIPE.replay is not None
+    assert profiles.STRIPE.replay.header == ("Idempotent-Replayed", "true")
     assert profiles.PAYPAL_ORDERS.key_retention == 6 * 3600
     assert profiles.PAYPAL_ORDERS.key is not None
     assert profiles.PAYPAL_ORDERS.key.name == "PayPal-Request-Id"
@@ -81,6 +82,53 @@ def test_the_sourced_numbers() -> None:
     assert profiles.S3_CONDITIONAL.lookup == "key" and profiles.S3_CONDITIONAL.lookup_lag == 0
     assert profiles.S3_CONDITIONAL.replay is not None
     assert profiles.S3_CONDITIONAL.replay.statuses == (412,)
+
+
+def test_the_sourced_wire() -> None:
+    stripe, paypal, adyen = profiles.STRIPE, profiles.PAYPAL_ORDERS, profiles.ADYEN
+    assert (stripe.encoding, paypal.encoding, adyen.encoding) == ("form", "json", "json")
+    assert stripe.reference == ("metadata", "intentlog_key")
+    assert paypal.reference == ("purchase_units", 0, "custom_id")
+    assert adyen.reference == ("metadata", "intentlog_key")
+    assert (stripe.key_max_length, paypal.key_max_length, adyen.key_max_length) == (255, 108, 64)
+    assert stripe.search is not None and stripe.search.results == "data"
+    assert stripe.search.url.startswith("{url}/search?query=metadata['intentlog_key']:")
+    assert paypal.search is None and adyen.search is None  # neither can be searched by it
+    assert stripe.key_reuse is not None
+    assert stripe.key_reuse.matches(400, {"error": {"type": "idempotency_error"}})
+    assert not stripe.key_reuse.matches(400, {"error": {"type": "invalid_request_error"}})
+    assert not stripe.key_reuse.matches(409, {"error": {"type": "idempotency_error"}})
+    for service in ALL.values():  # every other profile keeps the defaults
+        if service not in (stripe, paypal, adyen):
+            assert service.encoding == "json" and service.reference is None, service.name
+            assert service.search is None and service.key_reuse is None, service.name
+
+
+# Each rule of the wire names the words of its source that state it.
+_WIRE_SOURCES: list[tuple[str, str, list[str]]] = [
+    ("STRIPE", "encoding", ["form-encoded", "https://docs.stripe.com/api ("]),
+    ("STRIPE", "reference", ["metadata[intentlog_key]"]),
+    ("STRIPE", "key_max_length", ["up to 255 characters", "https://docs.stripe.com/idempotency"]),
+    ("STRIPE", "replay", ["Idempotent-Replayed: true", "https://docs.stripe.com/error-low-level"]),
+    ("STRIPE", "in progress", ["409", "idempotency_key_in_use"]),
+    ("STRIPE", "key_reuse", ["idempotency_error", "https://docs.stripe.com/api/errors"]),
+    ("STRIPE", "search", ["https://docs.stripe.com/search", "charges, customers, invoices",
+                          "payment_intents, prices, products and subscriptions"]),
+    ("PAYPAL_ORDERS", "key_max_length", ["1 to 108 characters", "#orders_create"]),
+    ("PAYPAL_ORDERS", "reference", ["purchase_units[0].custom_id", "invoice_id"]),
+    ("PAYPAL_ORDERS", "search", ["no search by", "no ready lookup"]),
+    ("ADYEN", "key_max_length", ["maximum of 64 characters"]),
+    ("ADYEN", "reference", ["metadata.intentlog_key", "rather than to reference"]),
+    ("ADYEN", "search", ["no API to look a payment up", "no ready lookup"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "rule", "words"), _WIRE_SOURCES)
+def test_every_rule_of_the_wire_is_sourced(name: str, rule: str, words: list[str]) -> None:
+    source = getattr(profiles, name).source
+    for word in words:
+        assert word in source, f"{name}.{rule}: {word!r} is not in its source"
+    assert "read 2026-12-04" in source, name
 
 
 def test_services_without_a_key_or_a_stated_retention_do_not_deduplicate() -> None:
@@ -115,7 +163,7 @@ DOC = Path(__file__).resolve().parent.parent / "docs" / "services.md"
 
 
 def table_row(name: str, service: intentlog.Service) -> list[str]:
-    """The first six columns of the profile's row in docs/services.md, from the code."""
+    """The first eight columns of the profile's row in docs/services.md, from the code."""
     if service.key is None:
         key = "none"
     elif service.key.kind == "metadata":
@@ -136,10 +184,18 @@ def table_row(name: str, service: intentlog.Service) -> list[str]:
         ask = "none"
     else:
         lag = "= timeout" if service.lookup_lag is None else human(service.lookup_lag)
-        ask = f"by {service.lookup}, lag {lag}"
+        ready = " (ready search)" if service.search is not None else ""
+        ask = f"by {service.lookup}{ready}, lag {lag}"
+    body = "form" if service.encoding == "form" else "JSON"
+    if service.reference is not None:
+        where = "".join(f"[{s}]" if isinstance(s, int) else f".{s}" for s in service.reference)
+        body += f"; key at `{where.lstrip('.')}`"
+    elif service.encoding == "json":
+        body = "-"  # the default: JSON, no key in the body
+    longest = "not stated" if service.key_max_length is None else f"{service.key_max_length}"
     label = "nats_jetstream()" if name == "nats_jetstream" else name
     return [f"`{label}`", key, kept, "yes" if service.locks_in_flight else "no", ask,
-            human(service.timeout)]  # fmt: skip
+            human(service.timeout), body, longest]  # fmt: skip
 
 
 def test_the_docs_table_shows_every_profile_as_the_code_has_it() -> None:
@@ -151,7 +207,7 @@ def test_the_docs_table_shows_every_profile_as_the_code_has_it() -> None:
     for name, service in ALL.items():
         label = "`nats_jetstream()`" if name == "nats_jetstream" else f"`{name}`"
         assert label in rows, f"docs/services.md has no row for {label}"
-        assert rows[label][:6] == table_row(name, service), label
-        for url in re.findall(r"\((https://[^)\s]+)\)", rows[label][6]):
+        assert rows[label][:8] == table_row(name, service), label
+        for url in re.findall(r"\((https://[^)\s]+)\)", rows[label][8]):
             assert url in service.source, f"{label}: {url} is not in the profile's source"
         assert _READ.search(service.source)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import re
+import urllib.parse
 from datetime import timedelta
 from typing import Literal
 
@@ -27,8 +28,10 @@ __all__ = [
     "FOREVER",
     "PROCESS",
     "KeyPlace",
+    "KeyReuse",
     "Replay",
     "Retention",
+    "Search",
     "Seconds",
     "Service",
     "refuse_overrides",
@@ -52,6 +55,8 @@ PROCESS = Retention.PROCESS
 
 KeyKind = Literal["header", "body", "query", "message_id", "resource", "metadata"]
 LookupKind = Literal["key", "reference", "status"]
+Encoding = Literal["json", "form"]
+Path = tuple[str | int, ...]  # str: a member of an object, int: an index into an array
 
 
 def seconds(value: Seconds | None, what: str, *, allow_zero: bool) -> float | None:
@@ -132,6 +137,87 @@ class Replay:
                 raise InvalidInput(f"Replay header must be (name, value), got {self.header!r}")
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class KeyReuse:
+    """How a service says "this key was already used for another request" (another body,
+    another endpoint): an answer with a status in ``statuses`` whose JSON body holds ``value``
+    at ``member`` (a path of member names). Stripe answers so with 400 and
+    ``error.type == "idempotency_error"``:
+    ``KeyReuse(statuses=(400,), member=("error", "type"), value="idempotency_error")``.
+
+    Such an answer is read as :class:`intentlog.KeyConflict` carrying the service's message,
+    never as a refusal of this request: the key names another request, so whether this one
+    was applied is not what the answer says. An answer with the status and another body
+    means what the status means otherwise.
+    """
+
+    statuses: tuple[int, ...]
+    member: tuple[str, ...]
+    value: str
+
+    def __post_init__(self) -> None:
+        codes = tuple(self.statuses)
+        if not codes or not all(type(s) is int and 400 <= s < 500 for s in codes):
+            raise InvalidInput(f"KeyReuse statuses must be 4xx status codes, got {codes!r}")
+        member = tuple(self.member) if isinstance(self.member, tuple | list) else ()
+        if not member or not all(isinstance(m, str) and m for m in member):
+            raise InvalidInput(f"KeyReuse member must be a path of member names, such as "
+                               f"('error', 'type'), got {self.member!r}")  # fmt: skip
+        if not isinstance(self.value, str) or not self.value:
+            raise InvalidInput(f"KeyReuse value must be a non-empty string, got {self.value!r}")
+        object.__setattr__(self, "statuses", codes)
+        object.__setattr__(self, "member", member)
+
+    def matches(self, status: int, data: object) -> bool:
+        """Whether an answer (its status and parsed JSON body) says the key was reused."""
+        if status not in self.statuses:
+            return False
+        for name in self.member:
+            if not isinstance(data, dict) or name not in data:
+                return False
+            data = data[name]
+        return data == self.value
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Search:
+    """A ready lookup: the service's search for the operation key, which the effect stored
+    where the search finds it (see ``Service.reference``).
+
+    ``url``: a template; ``{url}`` is replaced by the effect's URL and ``{key}`` by the key
+    (URL-quoted in the path, form-encoded in the query, so a key never changes the shape of
+    the URL). Stripe: ``"{url}/search?query=metadata['intentlog_key']:'{key}'"``.
+    ``results``: the member of the JSON answer that lists the matches (Stripe's ``"data"``);
+    None: the answer is the list itself.
+
+    One match is the record (its receipt fields must be there); none is NotFound, trusted
+    only once the service's ``lookup_lag`` has passed; more than one is Indeterminate, since
+    a key names one operation; any answer but a 200 with that list is Indeterminate.
+    """
+
+    url: str
+    results: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.url, str) or "{key}" not in self.url:
+            raise InvalidInput(f"Search url must be a template with a {{key}} placeholder, "
+                               f"got {self.url!r}")  # fmt: skip
+        if not self.url.startswith(("{url}", "http://", "https://")):
+            raise InvalidInput(f"Search url must start with {{url}} (the effect's URL) or "
+                               f"http(s)://, got {self.url!r}")  # fmt: skip
+        if self.results is not None and (not isinstance(self.results, str) or not self.results):
+            raise InvalidInput(f"Search results must name a JSON member or be None, got "
+                               f"{self.results!r}")  # fmt: skip
+
+    def url_for(self, effect_url: str, key: str) -> str:
+        """The search URL for ``key`` on an effect sending to ``effect_url``."""
+        quoted = urllib.parse.quote(key, safe="")
+        split = urllib.parse.urlsplit(self.url.replace("{url}", effect_url))
+        pairs = urllib.parse.parse_qsl(split.query, keep_blank_values=True)
+        query = urllib.parse.urlencode([(n, v.replace("{key}", key)) for n, v in pairs])
+        return split._replace(path=split.path.replace("{key}", quoted), query=query).geturl()
+
+
 @dataclasses.dataclass(frozen=True, slots=True, init=False)
 class Service:
     """What one external service promises about idempotency keys. Frozen; share one value
@@ -151,6 +237,17 @@ class Service:
     - ``lookup_lag``: how far a lookup may lag behind a commit. None: unknown, taken as the
       request timeout.
     - ``timeout``: the request deadline (after it, the request cannot land any more).
+    - ``encoding``: how a request body is written: ``"json"`` (canonical JSON, the default)
+      or ``"form"`` (``application/x-www-form-urlencoded`` with nested names such as
+      ``metadata[k]=v``, as Stripe's v1 API takes).
+    - ``reference``: where in the body the key is also written, for the service's search to
+      find (a path of member names and array indexes, such as ``("metadata",
+      "intentlog_key")``); None: nowhere.
+    - ``key_max_length``: the longest key the service takes; None: no stated limit.
+    - ``search``: a ready lookup (:class:`Search`); an HTTP effect uses it unless it is
+      given a lookup of its own. It needs ``lookup`` stated.
+    - ``key_reuse``: how the service says a key was already used for another request
+      (:class:`KeyReuse`), read as :class:`intentlog.KeyConflict`.
     - ``source``: where these numbers come from, and when they were read.
     """
 
@@ -162,6 +259,11 @@ class Service:
     lookup: LookupKind | None
     lookup_lag: float | None
     timeout: float
+    encoding: Encoding
+    reference: Path | None
+    key_max_length: int | None
+    search: Search | None
+    key_reuse: KeyReuse | None
     source: str
 
     def __init__(
@@ -175,6 +277,11 @@ class Service:
         lookup: LookupKind | None = None,
         lookup_lag: Seconds | None = None,
         timeout: Seconds = 30.0,
+        encoding: Encoding = "json",
+        reference: Path | None = None,
+        key_max_length: int | None = None,
+        search: Search | None = None,
+        key_reuse: KeyReuse | None = None,
         source: str = "",
     ) -> None:
         if not isinstance(name, str) or not _NAME.match(name):
@@ -191,7 +298,23 @@ class Service:
             raise InvalidInput(f"{what}: replay must be a Replay(...), got {replay!r}")
         if lookup not in (None, "key", "reference", "status"):
             raise InvalidInput(f"{what}: lookup must be 'key', 'reference', 'status' or None")
-        if not isinstance(source, str) or len(source) > 2000:
+        if encoding not in ("json", "form"):
+            raise InvalidInput(f"{what}: encoding must be 'json' or 'form', got {encoding!r}")
+        if reference is not None:
+            reference = _path(reference, f"{what}: reference")
+        if key_max_length is not None and (
+            type(key_max_length) is not int or not 1 <= key_max_length <= 10_000
+        ):
+            raise InvalidInput(f"{what}: key_max_length must be a positive whole number of "
+                               f"characters, got {key_max_length!r}")  # fmt: skip
+        if search is not None and not isinstance(search, Search):
+            raise InvalidInput(f"{what}: search must be a Search(...), got {search!r}")
+        if search is not None and lookup is None:
+            raise InvalidInput(f"{what}: a search is a lookup; state what it finds by "
+                               "(lookup='reference' or 'key')")  # fmt: skip
+        if key_reuse is not None and not isinstance(key_reuse, KeyReuse):
+            raise InvalidInput(f"{what}: key_reuse must be a KeyReuse(...), got {key_reuse!r}")
+        if not isinstance(source, str) or len(source) > 3000:
             raise InvalidInput(f"{what}: source must be a string (where the numbers come from)")
         set_ = object.__setattr__
         set_(self, "name", name)
@@ -202,6 +325,11 @@ class Service:
         set_(self, "lookup", lookup)
         set_(self, "lookup_lag", seconds(lookup_lag, f"{what}: lookup_lag", allow_zero=True))
         set_(self, "timeout", seconds(timeout, f"{what}: timeout", allow_zero=False))
+        set_(self, "encoding", encoding)
+        set_(self, "reference", reference)
+        set_(self, "key_max_length", key_max_length)
+        set_(self, "search", search)
+        set_(self, "key_reuse", key_reuse)
         set_(self, "source", source)
 
     @property
@@ -242,6 +370,26 @@ class Service:
             how = "does not deduplicate across a crash"
         ask = f"; can be asked by {self.lookup}" if self.lookup else "; cannot be asked"
         return f"{self.name}: {how}{ask}"
+
+
+def _path(value: object, what: str) -> Path:
+    """``value`` as a path into a JSON body: member names and array indexes, starting with
+    a member (a body that carries a key is an object), at most 10 steps."""
+    steps = tuple(value) if isinstance(value, tuple | list) else ()
+    ok = (
+        0 < len(steps) <= 10
+        and isinstance(steps[0], str)
+        and all(
+            (isinstance(s, str) and s and "[" not in s and "]" not in s)
+            or (type(s) is int and s >= 0)
+            for s in steps
+        )
+    )
+    if not ok:
+        raise InvalidInput(f"{what} must be a path of member names and array indexes starting "
+                           f"with a member, such as ('metadata', 'intentlog_key'), got "
+                           f"{value!r}")  # fmt: skip
+    return steps
 
 
 def refuse_overrides(effect: str, service: Service, given: list[str]) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from intentlog._service import FOREVER, KeyPlace, Replay, Service, seconds
+from intentlog._service import FOREVER, KeyPlace, KeyReuse, Replay, Search, Service, seconds
 
 __all__ = [
     "ADYEN",
@@ -34,25 +34,47 @@ __all__ = [
     "nats_jetstream",
 ]
 
-_READ = "2026-12-01"  # the date every source below was read
+_READ = "2026-12-01"  # the date the sources below were read, unless one says otherwise
+_WIRE = "2026-12-04"  # the date the sources of how a body and a key are sent were read
 
 STRIPE = Service(
     "stripe",
     key=KeyPlace.header("Idempotency-Key"),
     retention=timedelta(hours=24),
     locks_in_flight=True,
+    replay=Replay(header=("Idempotent-Replayed", "true")),
     lookup="reference",
     lookup_lag=timedelta(hours=1),
     timeout=80,
+    encoding="form",
+    reference=("metadata", "intentlog_key"),
+    key_max_length=255,
+    search=Search("{url}/search?query=metadata['intentlog_key']:'{key}'", results="data"),
+    key_reuse=KeyReuse(statuses=(400,), member=("error", "type"), value="idempotency_error"),
     source=f"https://docs.stripe.com/api/idempotent_requests (read {_READ}): keys may be "
     "removed once at least 24 hours old; a retry with the same key returns the saved status "
     "and body; results are saved once the endpoint begins executing, and a request that "
-    "conflicts with another executing concurrently with the same key is not executed. No "
-    "replay marker header is documented. Lookup by a reference kept in metadata through "
-    f"search: https://docs.stripe.com/api/customers/search (read {_READ}): searchable in "
-    "under a minute normally, up to an hour behind during outages (the lag taken here). "
-    "80 s: the default request timeout of Stripe's official libraries (stripe-go, "
-    "stripe-ruby).",
+    "conflicts with another executing concurrently with the same key is not executed. "
+    f"https://docs.stripe.com/idempotency (read {_WIRE}): keys are up to 255 characters; "
+    "the idempotency layer compares a retry's parameters with the first request's and "
+    f"errors if they differ. https://docs.stripe.com/error-low-level (read {_WIRE}): a "
+    "replayed answer carries the header Idempotent-Replayed: true; a request whose key is "
+    "still in use by a concurrent request is answered 409 (error code "
+    "idempotency_key_in_use, read here as in progress). "
+    f"https://docs.stripe.com/api/errors (read {_WIRE}): error type idempotency_error, "
+    "'an Idempotency-Key re-used on a request that does not match the first request's API "
+    "endpoint and parameters' (a 400): read as KeyConflict. "
+    f"https://docs.stripe.com/api (read {_WIRE}): v1 request bodies are form-encoded; "
+    "nested values as stripe-python's _api_encode writes them (metadata[k]=v, arrays "
+    "indexed). The key is also written to metadata[intentlog_key] and found with search: "
+    f"https://docs.stripe.com/search (read {_WIRE}): the search API covers charges, "
+    "customers, invoices, payment_intents, prices, products and subscriptions (this lookup "
+    "fits effects that create those; for others pass lookup=), query "
+    "metadata['key']:'value', results in data. "
+    f"https://docs.stripe.com/api/customers/search (read {_READ}): searchable in under a "
+    "minute normally, up to an hour behind during outages (the lag taken here). 80 s: the "
+    "default request "
+    "timeout of Stripe's official libraries (stripe-go, stripe-ruby).",
 )
 
 PAYPAL_ORDERS = Service(
@@ -60,13 +82,22 @@ PAYPAL_ORDERS = Service(
     key=KeyPlace.header("PayPal-Request-Id"),
     retention=timedelta(hours=6),
     timeout=60,
+    reference=("purchase_units", 0, "custom_id"),
+    key_max_length=108,
     source=f"https://developer.paypal.com/api/orders/v2/ (Create order, read {_READ}): "
     "PayPal-Request-Id: the server stores keys for 6 hours (up to 72 hours on request to "
     f"PayPal). https://developer.paypal.com/api/rest/reference/idempotency/ (read {_READ}): "
     "a repeated id returns the latest status of the first request; of two simultaneous "
     "requests with one id PayPal processes the first and might fail the second, which is "
     "no promise of a lock, so none is assumed. No lookup by request id is documented. "
-    "Timeout: a client deadline chosen here.",
+    f"https://developer.paypal.com/docs/api/orders/v2/#orders_create (read {_WIRE}): "
+    "PayPal-Request-Id is 1 to 108 characters; bodies are JSON; purchase_units[].custom_id "
+    "is the caller's external id 'used to reconcile client transactions with PayPal "
+    "transactions', shown in reports, not to the payer (invoice_id is shown to the payer "
+    "and must be unique per invoice where the account blocks duplicate invoice ids), so "
+    "the key is written to purchase_units[0].custom_id. Orders v2 has no search by "
+    "custom_id, so no ready lookup; a reconciler of your own can read the transaction "
+    "reports. Timeout: a client deadline chosen here.",
 )
 
 ADYEN = Service(
@@ -74,12 +105,21 @@ ADYEN = Service(
     key=KeyPlace.header("Idempotency-Key"),
     retention=timedelta(days=31),
     timeout=60,
+    reference=("metadata", "intentlog_key"),
+    key_max_length=64,
     source=f"https://docs.adyen.com/development-resources/api-idempotency/ (read {_READ}): "
     "keys are valid for a minimum of 31 days after first submission, per company account; "
     "keys are not checked across regional endpoints, so send every retry to the same "
     "region. How a concurrent request with the same key is answered was not found in the "
-    f"public docs as of {_READ}: no lock in flight is assumed. Timeout: a client deadline "
-    "chosen here.",
+    f"public docs as of {_READ}: no lock in flight is assumed. "
+    f"https://docs.adyen.com/development-resources/api-idempotency/ (read {_WIRE}): the "
+    "key is a unique identifier with a maximum of 64 characters. "
+    f"https://docs.adyen.com/api-explorer/Checkout/latest/post/payments (read {_WIRE}): "
+    "bodies are JSON; metadata holds key-value pairs of the merchant's own, so the key is "
+    "written to metadata.intentlog_key rather than to reference, which is the merchant's "
+    "order reference that people and reports read. Adyen has no API to look a payment up "
+    "by either, so no ready lookup (webhooks carry the metadata to a reconciler of your "
+    "own). Timeout: a client deadline chosen here.",
 )
 
 SHOPIFY_GRAPHQL = Service(

@@ -1,11 +1,13 @@
 """HTTP APIs as effects, with httpx: :func:`http_effect` (sync) and :func:`async_http_effect`.
 
 ``pip install 'intentlog[http]'``. What the service promises (where it takes the key, for
-how long, whether it locks a key in flight, how a replay looks) comes from an
-:class:`intentlog.Service` (``service=profiles.STRIPE``) or from keywords. Bodies are sent as
-canonical JSON, so a call made again sends the same bytes. Both share one mapping of answers
-to outcomes (:meth:`_Spec.receipt_of_answer`, :meth:`_Spec.lookup_result`) and one protocol
-for the in-progress wait (:meth:`_Spec.submit_flow`), written as generators that yield the HTTP
+how long, whether it locks a key in flight, how a replay looks, how it takes a body, how it
+can be searched) comes from an :class:`intentlog.Service` (``service=profiles.STRIPE``) or
+from keywords. Bodies are sent canonical (JSON, or a form for a service that takes one), so a
+call made again sends the same bytes. Both share one mapping of answers to outcomes
+(:meth:`_Spec.receipt_of_answer`, :meth:`_Spec.lookup_result`, :meth:`_Spec.search_result`)
+and one protocol for the in-progress wait (:meth:`_Spec.submit_flow`), written as generators
+that yield the HTTP
 exchanges they need; a small sync runner and a small async runner perform them. Anything
 that does not prove "applied" or "not applied" raises :class:`AmbiguousResponse`, never
 Rejected, so the decision settles it. Credentials belong in the client
@@ -33,11 +35,19 @@ from intentlog._effect import Effect
 from intentlog._errors import InvalidInput, KeyConflict, Rejected
 from intentlog._flow import drive, drive_async
 from intentlog._hygiene import scrub_text
-from intentlog._keys import canonical_json
+from intentlog._keys import _slug
 from intentlog._model import Found, Indeterminate, LookupResult, NotFound
-from intentlog._service import KeyPlace, Replay, Retention, Seconds, Service, refuse_overrides
+from intentlog._service import (
+    KeyPlace,
+    Replay,
+    Retention,
+    Search,
+    Seconds,
+    Service,
+    refuse_overrides,
+)
 from intentlog._service import seconds as _seconds
-from intentlog.integrations import AmbiguousResponse, _call_body, _require
+from intentlog.integrations import AmbiguousResponse, _call_body, _encoding, _require
 
 if TYPE_CHECKING:
     import httpx
@@ -132,14 +142,28 @@ class _Spec:
     key_reused: frozenset[int]
     key: KeyPlace | None  # None: the service takes no key (a {key} in the URL still works)
     replay: Replay
+    # The declared service, for how it takes a body and a key and how it answers (encoding,
+    # reference, key_max_length, search, key_reuse); None: declared by keywords.
+    service: Service | None = None
 
     def request(self, key: str, body: Any) -> _Send:
-        """The submit request for ``key``: the key where the service takes it, and the body
-        as canonical JSON (sorted keys, no spaces), the same text the key is derived from.
-        So a call made again with its arguments in another order sends the same bytes under
-        the same key, as services that fingerprint the raw body require of a retry."""
+        """The submit request for ``key``: the key where the service takes it (and, with the
+        service's ``reference``, also inside the body for its search), and the body in the
+        service's encoding, canonical either way (:mod:`._encoding`). So a call made again
+        with its arguments in another order sends the same bytes under the same key, as
+        services that fingerprint the raw body require of a retry. Everything refused here
+        is refused before anything is sent: Rejected, FAILED, which is the truth."""
+        service = self.service
+        limit = service.key_max_length if service is not None else None
+        if limit is not None and len(key) > limit:
+            assert service is not None
+            raise Rejected(
+                f"effect {self.name!r}: key {key[:40]!r}... is {len(key)} characters; service "
+                f"{service.name!r} takes at most {limit}; nothing was sent",
+                key=key,
+            )
         url = _with_key(self.url, key)
-        headers = {"Content-Type": "application/json"}
+        headers: dict[str, str] = {}
         place = self.key
         if place is not None and place.kind == "header":
             headers[place.name] = key
@@ -162,7 +186,16 @@ class _Spec:
                     key=key,
                 )
             body = {**body, place.name: key}
-        content = canonical_json(body, what=f"the body of effect {self.name!r}").encode()
+        try:
+            if service is not None and service.reference is not None:
+                body = _encoding.with_reference(body, service.reference, key)
+            content, headers["Content-Type"] = _encoding.encode(
+                body,
+                "json" if service is None else service.encoding,
+                what=f"the body of effect {self.name!r}",
+            )
+        except _encoding.Unsendable as exc:
+            raise Rejected(f"effect {self.name!r}: {exc}; nothing was sent", key=key) from None
         return _Send(self.method, url, content, headers, True)
 
     def submit_flow(self, key: str, body: Any) -> _Flow[Receipt]:
@@ -202,14 +235,24 @@ class _Spec:
                 if self.idempotent:
                     break  # resend the same key: the service deduplicates it
 
+    @property
+    def search(self) -> Search | None:
+        """The service's ready search, when it is this effect's lookup (see :func:`_spec`)."""
+        service = self.service
+        if service is None or service.search is None or self.lookup is None:
+            return None
+        return service.search if self.lookup.url == service.search.url else None
+
     def lookup_flow(self, key: str) -> _Flow[LookupResult]:
         assert self.lookup is not None
-        send = _Send("GET", self.lookup.url_for(key), None, {}, False)
+        search = self.search
+        url = search.url_for(self.url, key) if search else self.lookup.url_for(key)
+        send = _Send("GET", url, None, {}, False)
         try:
             answer: _Answer = yield send
         except AmbiguousResponse as exc:
             return Indeterminate(f"lookup failed: {exc}")
-        return self.lookup_result(answer)
+        return self.search_result(key, answer) if search else self.lookup_result(answer)
 
     def receipt_of_answer(self, key: str, answer: _Answer) -> Receipt | None:
         """The receipt in a submit's answer, None for "in progress"; raises otherwise.
@@ -241,6 +284,16 @@ class _Spec:
                 key=key,
             )
         detail = _detail(answer.body)
+        reuse = self.service.key_reuse if self.service is not None else None
+        if reuse is not None and reuse.matches(status, _parse(answer.body)[0]):
+            # The key belongs to another request (other parameters, another endpoint): not a
+            # refusal of this one, whose outcome the answer does not tell.
+            raise KeyConflict(
+                f"{where} answered {status}: key {key!r} was already used for another request "
+                f"({detail})",
+                key=key,
+                status=status,
+            )
         if status in self.in_progress and not answer.replayed:
             return None
         if status in self.key_reused:
@@ -308,6 +361,38 @@ class _Spec:
             if receipt is not None:
                 return Found(receipt)
         return Indeterminate(f"lookup answered 200 with {problem}")
+
+    def search_result(self, key: str, answer: _Answer) -> LookupResult:
+        """A search's answer: one match is the record, none NotFound, more Indeterminate.
+
+        Only a 200 whose ``results`` member is a list says anything: a search answers "none"
+        with an empty list, so a 404 is a wrong URL, not a missing record. A match whose
+        body holds another value where the key was written (the service's ``reference``)
+        is another operation's record: Indeterminate, never Found.
+        """
+        search, service = self.search, self.service
+        assert search is not None and service is not None
+        if answer.status != 200 or answer.truncated:
+            return Indeterminate(f"search answered {answer.status}: {_detail(answer.body)}")
+        data, problem = _parse(answer.body)
+        if problem is None and search.results is not None:
+            data = data.get(search.results) if isinstance(data, dict) else None
+        if not isinstance(data, list):
+            member = f"a {search.results!r} list" if search.results else "a list"
+            return Indeterminate(f"search answered 200 without {member} of matches")
+        if not data:
+            return NotFound()
+        if len(data) > 1:
+            return Indeterminate(f"search found {len(data)} records for one key")
+        (match,) = data
+        if service.reference is not None:
+            there, value = _encoding.value_at(match, service.reference)
+            if there and value != key:
+                return Indeterminate("search found a record holding another key")
+        receipt, problem = self.receipt_of(match)
+        if receipt is not None:
+            return Found(receipt)
+        return Indeterminate(f"search found a record with {problem}")
 
     def receipt_of(self, data: Any) -> tuple[Receipt | None, str | None]:
         if not isinstance(data, dict):
@@ -498,6 +583,7 @@ class _Contract:
     deduplicates: bool
     timeout: float
     effect: dict[str, Any]  # the keywords for Effect(...)
+    service: Service | None = None
 
 
 def _contract(
@@ -549,7 +635,7 @@ def _contract(
     seconds = _seconds(timeout, "timeout", allow_zero=False) or service.timeout
     return _Contract(
         place, service.replay or Replay(), service.deduplicates, seconds,
-        dict(service=service, timeout=seconds),
+        dict(service=service, timeout=seconds), service,
     )  # fmt: skip
 
 
@@ -607,11 +693,36 @@ def _spec(
         raise InvalidInput(f"effect {name!r}: status(es) {both} are replay statuses and in "
                            "not_applied; leave them out of not_applied")  # fmt: skip
     wait = _seconds(in_progress_wait, "in_progress_wait", allow_zero=True)
+    service = contract.service
+    if service is not None:
+        _check_key_length(name, service)
+        if lookup is None and service.search is not None:
+            # The service's ready search (its URL is built per key by Search.url_for); a
+            # lookup given to the effect wins.
+            lookup = Lookup(service.search.url)
     return _Spec(
         name, method.upper(), url, tuple(receipt), lookup, contract.deduplicates,
         contract.timeout, contract.timeout if wait is None else wait, sets["not_applied"],
-        sets["in_progress"], sets["key_reused"], contract.key, contract.replay,
+        sets["in_progress"], sets["key_reused"], contract.key, contract.replay, service,
     )  # fmt: skip
+
+
+def _check_key_length(name: str, service: Service) -> None:
+    """Refuse an effect whose derived keys (``<slug of the name, at most 40>-<32 hex>``)
+    could be longer than its service takes: every call would be refused at send."""
+    limit = service.key_max_length
+    longest = len(_slug(name)) + 33
+    if limit is not None and longest > limit:
+        room = limit - 33
+        shorter = (
+            f"give it a shorter name= (at most {room} letters, digits, '_', '.' or '-')"
+            if room >= 1
+            else "no effect name is short enough; pass key= explicitly"
+        )
+        raise InvalidInput(
+            f"effect {name!r}: its keys are {longest} characters long, over the {limit} that "
+            f"service {service.name!r} takes; {shorter}"
+        )  # fmt: skip
 
 
 def http_effect(
@@ -656,8 +767,12 @@ def http_effect(
     ``in_progress_wait`` seconds (default: ``timeout``), by lookup or by resending the same
     key. Everything else that is not a 2xx with the receipt fields raises AmbiguousResponse.
 
-    The body is sent as canonical JSON (sorted keys, no spaces), so the same call sends the
-    same bytes whatever the order of its arguments. ``client``: an httpx.Client to reuse
+    The body is sent as canonical JSON (sorted keys, no spaces), or as a canonical form
+    where the service's ``encoding`` is ``"form"``, so the same call sends the same bytes
+    whatever the order of its arguments. A service's ``reference``, ``key_max_length``,
+    ``search`` (the lookup when ``lookup`` is not given) and ``key_reuse`` apply too (see
+    :class:`intentlog.Service`); a body or key they refuse is refused before anything is
+    sent (Rejected). ``client``: an httpx.Client to reuse
     (its headers carry credentials, its pool connections); the effect never closes it.
     Without one, each call opens and closes its own. Guarantee: the after_send crash point
     is passed once the request is written and before any of the answer is read.

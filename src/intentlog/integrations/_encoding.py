@@ -1,0 +1,185 @@
+"""Request bodies as a service takes them: canonical JSON or a canonical form, with the
+operation key written where the service's search finds it.
+
+Both encodings are canonical: members sorted at every level, so the same call sends the same
+bytes after a restart, whatever the order of its arguments. A service that fingerprints the
+raw body (Stripe compares a retry's parameters with the first request's) then sees a retry,
+not another request under the same key. Everything here runs before anything is sent, and
+everything it refuses raises :class:`_Unsendable`, which the HTTP effect turns into
+:class:`intentlog.Rejected`: nothing was sent, so "not applied" is the truth.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import urllib.parse
+from typing import Any
+
+from intentlog._keys import canonical_json
+from intentlog._service import Encoding, Path
+
+__all__ = ["FORM", "JSON", "Unsendable", "encode", "form", "value_at", "with_reference"]
+
+JSON = "application/json"
+FORM = "application/x-www-form-urlencoded"
+
+
+class Unsendable(Exception):
+    """The body cannot be sent as the service takes it; the message says why (no value of
+    the body is in it, only names and types)."""
+
+
+def encode(body: Any, encoding: Encoding, *, what: str) -> tuple[bytes, str]:
+    """``body`` as the bytes to send and their Content-Type.
+
+    ``"json"``: canonical JSON (sorted keys, no spaces; InvalidInput naming ``what`` for a
+    value that is not JSON data). ``"form"``: see :func:`form`.
+    """
+    text = canonical_json(body, what=what)  # also proves the body is JSON data
+    if encoding == "json":
+        return text.encode(), JSON
+    return form(body).encode("ascii"), FORM
+
+
+def form(body: Any) -> str:
+    """``body`` (a JSON object) as ``application/x-www-form-urlencoded``, nested as Stripe's
+    official library (stripe-python ``_api_encode``) writes it, with members sorted at every
+    level:
+
+    - an object's members as ``name[member]`` (``metadata[order]=42``, ``a[b][c]=1``);
+    - an array's items as ``name[index]`` (``expand[0]=customer``), objects in arrays as
+      ``items[0][price]=p_1``;
+    - ``true``/``false`` for booleans, a number as its JSON text, a string as itself;
+    - None is left out, and so is an empty object or array (both as stripe-python does:
+      there is nothing to write for them; send ``""`` to clear a value where the API
+      allows it).
+
+    Raises Unsendable for what the form has no spelling for: a body that is not an object,
+    an array directly inside an array, a member name with ``[`` or ``]`` in it (it would
+    read as nesting), a number that is not finite.
+    """
+    if not isinstance(body, dict):
+        raise Unsendable(
+            f"a form-encoded body must be a JSON object of named fields, not {_kind(body)}"
+        )
+    pairs: list[tuple[str, str]] = []
+    for name in sorted(body):
+        _pairs(_member(name, ""), body[name], pairs)
+    return urllib.parse.urlencode(pairs)
+
+
+def _pairs(name: str, value: Any, out: list[tuple[str, str]]) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool):  # before int: a bool is an int in Python
+        out.append((name, "true" if value else "false"))
+    elif isinstance(value, int | float):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise Unsendable(f"{name} is {value!r}, which a form cannot carry")
+        out.append((name, json.dumps(value)))
+    elif isinstance(value, str):
+        out.append((name, value))
+    elif isinstance(value, dict):
+        for member in sorted(value):
+            _pairs(_member(member, name), value[member], out)
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            if isinstance(item, list | tuple):
+                raise Unsendable(
+                    f"{name}[{index}] is an array inside an array, which a form has no "
+                    "spelling for (Stripe's API takes none)"
+                )
+            _pairs(f"{name}[{index}]", item, out)
+    else:  # canonical_json has refused anything else already; kept for direct callers
+        raise Unsendable(f"{name} is {_kind(value)}, which a form cannot carry")
+
+
+def _member(member: Any, parent: str) -> str:
+    if not isinstance(member, str) or "[" in member or "]" in member:
+        where = f" in {parent}" if parent else ""
+        raise Unsendable(
+            f"the member name {member!r}{where} cannot be form-encoded: names with [ or ] "
+            "would read as nesting"
+        )
+    return f"{parent}[{member}]" if parent else member
+
+
+def with_reference(body: Any, path: Path, key: str) -> Any:
+    """``body`` with ``key`` at ``path`` (member names and array indexes), for the service's
+    search to find; the caller's value is not changed (the path is copied on write).
+
+    Missing objects along the path are created (``metadata`` need not be given); a missing
+    array item is not (what else it would need is not ours to invent). A value already at
+    the path must be the key itself; anything else raises Unsendable, since the search
+    would then find another operation's record, or none.
+    """
+    if not isinstance(body, dict):
+        raise Unsendable(
+            f"the key is written into the body at {_spelled(path)}, so the body must be a JSON "
+            f"object, not {_kind(body)}"
+        )
+    return _put(body, path, 0, key)
+
+
+def _put(container: Any, path: Path, depth: int, key: str) -> Any:
+    step = path[depth]
+    last = depth == len(path) - 1
+    where = _spelled(path[: depth + 1])
+    if isinstance(step, str):
+        if not isinstance(container, dict):
+            raise Unsendable(f"{_spelled(path[:depth])} must be an object to hold {where}, "
+                             f"not {_kind(container)}")  # fmt: skip
+        copy = dict(container)
+        if last:
+            if step in copy and copy[step] != key:
+                raise Unsendable(
+                    f"the body already holds another value at {where}, where the key is "
+                    "written for the service's search"
+                )
+            copy[step] = key
+        else:
+            copy[step] = _put(copy.get(step, {}), path, depth + 1, key)
+        return copy
+    if not isinstance(container, list) or step >= len(container):
+        raise Unsendable(f"the body has no item {where} to hold the key "
+                         f"(found {_kind(container)})")  # fmt: skip
+    items = list(container)
+    if last:
+        if items[step] != key:
+            raise Unsendable(
+                f"the body already holds another value at {where}, where the key is written "
+                "for the service's search"
+            )
+    else:
+        items[step] = _put(items[step], path, depth + 1, key)
+    return items
+
+
+def value_at(data: Any, path: Path) -> tuple[bool, Any]:
+    """(True, the value) at ``path`` in parsed JSON, or (False, None) where there is none."""
+    for step in path:
+        member = isinstance(step, str) and isinstance(data, dict) and step in data
+        item = isinstance(step, int) and isinstance(data, list) and step < len(data)
+        if not (member or item):
+            return False, None
+        data = data[step]
+    return True, data
+
+
+def _spelled(path: Path) -> str:
+    """A path as a person reads it: ``metadata.intentlog_key``, ``purchase_units[0]``."""
+    text = ""
+    for step in path:
+        text += f"[{step}]" if isinstance(step, int) else (f".{step}" if text else step)
+    return text or "the body"
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, list | tuple):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    if value is None:
+        return "null"
+    return type(value).__name__
