@@ -9,7 +9,7 @@ UNRESOLVED and never duplicates the effect automatically.
 from intentlog._async import AsyncJournal, AsyncTask, open_async
 from intentlog._check import Finding, check
 from intentlog._decide import Decision, decide
-from intentlog._effect import Effect, effect
+from intentlog._effect import Effect, EffectOptions, effect
 from intentlog._errors import (
     Error,
     InvalidInput,
@@ -57,6 +57,7 @@ __all__ = [
     "BlockingCallWarning",
     "Decision",
     "Effect",
+    "EffectOptions",
     "Error",
     "Finding",
     "Found",
