@@ -134,9 +134,11 @@ def test_a_tools_file_key_without_a_retention_is_refused_at_load() -> None:
     error = _refused(lambda: parse_tools(text, "tools.toml"))
     message = str(error)
     assert message.startswith("tools.toml:2: tool 'create_payment'"), message
-    assert "states no retention: set retention" in message and '"forever"' in message
-    assert "profile" in message and "stripe" in message
-    assert error.option == "retention" and error.tool == "create_payment"  # type: ignore[attr-defined]
+    # The rule's text is the effects' (effect_contract), in the file's words.
+    assert "deduplicates = true needs key_retention too" in message, message
+    assert "never taken as forever" in message and 'key_retention = "forever"' in message
+    assert 'profile = "NAME"' in message and "stripe" in message
+    assert error.option == "key_retention" and error.tool == "create_payment"  # type: ignore[attr-defined]
     # A profile that states no retention does not give one either.
     shopify = '[tools.m]\nkey_argument = "k"\nprofile = "shopify_graphql"\n'
     assert "tool 'm'" in str(_refused(lambda: parse_tools(shopify)))
@@ -151,7 +153,7 @@ def test_a_tools_file_states_forever_or_a_profile_or_no_key() -> None:
             """
             [tools.put]
             key_argument = "name"
-            retention = "forever"
+            key_retention = "forever"
 
             [tools.pay]
             key_argument = "idempotency_key"
