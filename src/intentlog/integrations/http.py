@@ -502,8 +502,8 @@ class _Contract:
 
 
 def _contract(
-    name: str, url: str, service: Service | None, options: EffectOptions, *,
-    replay: Replay | None, key_header: str | None, caller: str,
+    name: str, url: str, service: Service | None, *, replay: Replay | None,
+    key_header: str | None, caller: str = "http_effect", **options: Unpack[EffectOptions],
 ) -> _Contract:  # fmt: skip
     """The effect's contract: the options' rules are :func:`effect_contract`'s (``replay``
     and ``key_header`` are refused beside a service like them); where the key goes is
@@ -653,8 +653,8 @@ def http_effect(
     httpx = _httpx()
     if client is not None and not isinstance(client, httpx.Client):
         raise InvalidInput(f"effect {name!r}: client must be an httpx.Client, got {client!r}")
-    contract = _contract(name, url, service, options, replay=replay, key_header=key_header,
-                         caller="http_effect")  # fmt: skip
+    contract = _contract(name, url, service, replay=replay, key_header=key_header,
+                         caller="http_effect", **options)  # fmt: skip
     receipt = _receipt_names(name, receipt, receipt_fields)
     spec = _spec(name, method, url, receipt, lookup, contract, in_progress_wait,
                  not_applied, in_progress, key_reused)  # fmt: skip
@@ -684,8 +684,8 @@ def async_http_effect(
     httpx = _httpx()
     if client is not None and not isinstance(client, httpx.AsyncClient):
         raise InvalidInput(f"effect {name!r}: client must be an httpx.AsyncClient, got {client!r}")
-    contract = _contract(name, url, service, options, replay=replay, key_header=key_header,
-                         caller="async_http_effect")  # fmt: skip
+    contract = _contract(name, url, service, replay=replay, key_header=key_header,
+                         caller="async_http_effect", **options)  # fmt: skip
     receipt = _receipt_names(name, receipt, receipt_fields)
     spec = _spec(name, method, url, receipt, lookup, contract, in_progress_wait,
                  not_applied, in_progress, key_reused)  # fmt: skip
