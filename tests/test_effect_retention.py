@@ -134,9 +134,11 @@ def test_a_tools_file_key_without_a_retention_is_refused_at_load() -> None:
     error = _refused(lambda: parse_tools(text, "tools.toml"))
     message = str(error)
     assert message.startswith("tools.toml:2: tool 'create_payment'"), message
-    assert "states no retention: set retention" in message and '"forever"' in message
-    assert "profile" in message and "stripe" in message
-    assert error.option == "retention" and error.tool == "create_payment"
+    # The rule's text is the effects' (effect_contract), in the file's words.
+    assert "deduplicates = true needs key_retention too" in message, message
+    assert "never taken as forever" in message and 'key_retention = "forever"' in message
+    assert 'profile = "NAME"' in message and "stripe" in message
+    assert error.option == "key_retention" and error.tool == "create_payment"
     # A profile that states no retention does not give one either.
     shopify = '[tools.m]\nkey_argument = "k"\nprofile = "shopify_graphql"\n'
     assert "tool 'm'" in str(_refused(lambda: parse_tools(shopify)))
@@ -151,7 +153,7 @@ def test_a_tools_file_states_forever_or_a_profile_or_no_key() -> None:
             """
             [tools.put]
             key_argument = "name"
-            retention = "forever"
+            key_retention = "forever"
 
             [tools.pay]
             key_argument = "idempotency_key"
@@ -184,26 +186,15 @@ CHILD = textwrap.dedent(
     """
     import json, sys
     import intentlog
-    from intentlog import profiles
-    from intentlog.integrations.http import Lookup, http_effect
     from intentlog.testing import payment_effect
 
     url, service, kind, retention = sys.argv[1:5]
-    if kind == "stripe":
-        effect = http_effect(
-            "charge", "POST", service + "/payments", receipt=["id", "status"],
-            service=profiles.STRIPE,
-            lookup=Lookup.by_key(service + "/payments/by-key/{key}"),
-        )
-    else:
-        effect = payment_effect(
-            service, "dedupe", timeout=0.2,
-            key_retention=intentlog.FOREVER if retention == "forever" else float(retention),
-        )
-    # Stripe, max_wait=0: any WAIT raises StillInFlight at once, so a resend is seen to be at
-    # once. Dedupe: the in-flight window (0.3 s) is waited out before the retention is judged.
-    wait = 0 if kind == "stripe" else 10
-    with intentlog.open(url, max_wait=wait) as journal, journal.task("order-1") as task:
+    effect = payment_effect(
+        service, "dedupe", timeout=0.2,
+        key_retention=intentlog.FOREVER if retention == "forever" else float(retention),
+    )
+    # The in-flight window (0.3 s) is waited out before the retention is judged.
+    with intentlog.open(url, max_wait=10) as journal, journal.task("order-1") as task:
         try:
             receipt = task.run(effect, amount=500)
         except intentlog.Error as exc:
@@ -255,27 +246,3 @@ def test_a_crash_recorded_as_forever_is_judged_by_the_retention_stated_now(
         assert list(service.truth().values()) == [1]  # applied once: nothing was resent
         op = only_op(journal_url)
         assert op.state is intentlog.State.UNRESOLVED and op.attempts == 1
-
-
-def test_stripe_with_a_lagging_lookup_resends_at_once_after_a_crash(
-    tmp_path: Path, journal_url: str
-) -> None:
-    # Stripe's contract (keys kept 24 h and locked in flight, a search that lags up to an
-    # hour) with a lookup that cannot see the payment yet. Killed after the intent and again
-    # after the service committed: the restart resends the same key at once, no StillInFlight,
-    # and the service applies it once.
-    for crash in ("after_submit_mark", "after_remote_commit"):
-        url = journal_url if crash == "after_submit_mark" else str(tmp_path / "second.db")
-        with ReferenceService("both", lookup_lag=3600) as service:
-            first = run_child(tmp_path, url, service.url, "stripe", "-", crash)
-            assert first.returncode == -signal.SIGKILL, first.stderr
-            assert only_op(url).state is intentlog.State.SUBMITTED
-            assert len(service.truth()) == (1 if crash == "after_remote_commit" else 0)
-            second = run_child(tmp_path, url, service.url, "stripe", "-")
-            assert second.returncode == 0, second.stderr
-            out = json.loads(second.stdout)
-            assert "receipt" in out, out  # not StillInFlight
-            assert list(service.truth().values()) == [1]
-            op = only_op(url)
-            assert op.state is intentlog.State.CONFIRMED and op.attempts == 2
-            assert out["receipt"]["id"] == service.applied()[op.key][0]

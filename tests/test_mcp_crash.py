@@ -42,7 +42,7 @@ import intentlog
 TOOLS = """
 [tools.charge]
 key_argument = "idempotency_key"
-retention = "24h"
+key_retention = "24h"
 timeout = "1.5s"
 
 [tools.open_ticket]
@@ -214,7 +214,8 @@ def test_a_lazy_receipt_lost_with_the_proxy_is_recovered_without_a_second_applic
     killed: the same call made again settles by resending the key, once."""
 
     lazy = files["tools"].with_name("lazy.toml")
-    lazy.write_text(TOOLS.replace('retention = "24h"', 'retention = "24h"\nlazy_receipt = true'))
+    kept = 'key_retention = "24h"'
+    lazy.write_text(TOOLS.replace(kept, kept + "\nlazy_receipt = true"))
 
     async def body() -> None:
         command = proxy_command(files["db"], server_command(files["ledger"]), tools=lazy)

@@ -15,7 +15,7 @@ timeout = "20s"
 
 [tools.create_payment]
 key_argument = "idempotency_key"
-retention = "24h"
+key_retention = "24h"
 locks_in_flight = true
 
 [tools."open-refund"]
@@ -70,9 +70,9 @@ def test_annotations_can_only_make_a_tool_less_trusted() -> None:
     ("text", "where", "what"),
     [
         (
-            "[tools.a]\nkey_argument = 'k'\nretention = 'soon'\n",
+            "[tools.a]\nkey_argument = 'k'\nkey_retention = 'soon'\n",
             ":3:",
-            "retention must be a duration",
+            "key_retention must be a duration",
         ),
         ("[tools.a]\ntimeout = -1\n", ":2:", "timeout must be a duration > 0"),
         ("[tools.a]\n\n\nretries = 3\n", ":4:", "unknown setting 'retries'"),
@@ -82,7 +82,7 @@ def test_annotations_can_only_make_a_tool_less_trusted() -> None:
         (
             "[tools.a]\nlocks_in_flight = true\n",
             ":2:",
-            "only applies to a server that deduplicates",
+            "locks_in_flight only applies to a service that deduplicates",
         ),
         ("[tools.a]\ndeduplicates = true\n", ":2:", "set key_argument"),
         ("[tools.a]\non_error = 'maybe'\n", ":2:", "on_error must be"),

@@ -31,7 +31,7 @@ import intentlog
 TOOLS = """
 [tools.charge]
 key_argument = "idempotency_key"
-retention = "24h"
+key_retention = "24h"
 timeout = "5s"
 
 [tools.open_ticket]
@@ -401,7 +401,7 @@ def test_list_tools_shows_how_each_tool_will_be_treated(setup: dict[str, Path]) 
 
 def test_a_malformed_tools_file_is_refused_naming_its_line(tmp_path: Path) -> None:
     tools = tmp_path / "tools.toml"
-    tools.write_text('[tools.charge]\nkey_argument = "idempotency_key"\nretention = "soon"\n')
+    tools.write_text('[tools.charge]\nkey_argument = "idempotency_key"\nkey_retention = "soon"\n')
     done = subprocess.run(
         [
             sys.executable,
@@ -423,7 +423,7 @@ def test_a_malformed_tools_file_is_refused_naming_its_line(tmp_path: Path) -> No
         stdin=subprocess.DEVNULL,
     )
     assert done.returncode == 1
-    assert f"{tools}:3: retention must be a duration" in done.stderr
+    assert f"{tools}:3: key_retention must be a duration" in done.stderr
     assert "'soon'" in done.stderr
 
 

@@ -204,3 +204,24 @@ def test_payment_effect_takes_key_retention_and_the_old_retention_warns(
     assert list(service.truth().values()) == [1]
     with pytest.raises(intentlog.InvalidInput, match="give key_retention= only"):
         payment_effect(service.url, "both", key_retention=60, retention=60)
+
+
+# -- a tools file's key_retention, as on Effect ------------------------------------------------
+
+
+def test_a_tools_file_takes_key_retention_and_the_old_retention_warns() -> None:
+    from intentlog.proxy import parse_tools
+
+    new = parse_tools('[tools.pay]\nkey_argument = "k"\nkey_retention = "24h"\n', "tools.toml")
+    old_text = '[tools.pay]\nkey_argument = "k"\nretention = "24h"\n'
+    with pytest.warns(DeprecationWarning, match=r"tools\.toml:3: .*use key_retention"):
+        old = parse_tools(old_text, "tools.toml")
+    assert old.tools["pay"] == new.tools["pay"]  # the old name still works
+    assert old.tools["pay"].retention == 86400.0 and old.tools["pay"].deduplicates
+    with pytest.warns(DeprecationWarning, match=r"use key_retention"):
+        forever = parse_tools('[tools.put]\nkey_argument = "k"\nretention = "forever"\n')
+    assert forever.tools["put"].deduplicates and forever.tools["put"].retention is None
+    both = '[tools.pay]\nkey_argument = "k"\nkey_retention = "1h"\nretention = "1h"\n'
+    with pytest.raises(intentlog.InvalidInput, match="give key_retention only") as caught:
+        parse_tools(both, "tools.toml")
+    assert str(caught.value).startswith("tools.toml:4:")

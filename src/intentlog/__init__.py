@@ -9,7 +9,7 @@ UNRESOLVED and never duplicates the effect automatically.
 from intentlog._async import AsyncJournal, AsyncTask, AsyncTaskOpening, open_async
 from intentlog._check import Finding, FindingKind, check
 from intentlog._decide import Decision, Doer, LookupFailed, Outlook, decide
-from intentlog._effect import Effect, ReceiptSelector, Reconcile, Submit, effect
+from intentlog._effect import Effect, EffectOptions, ReceiptSelector, Reconcile, Submit, effect
 from intentlog._errors import (
     Error,
     InvalidInput,
@@ -46,6 +46,8 @@ from intentlog._options import JournalOptions, Options
 from intentlog._service import (
     FOREVER,
     PROCESS,
+    BodyPath,
+    Encoding,
     KeyKind,
     KeyPlace,
     KeyReuse,
@@ -71,9 +73,12 @@ __all__ = [
     "AsyncTask",
     "AsyncTaskOpening",
     "BlockingCallWarning",
+    "BodyPath",
     "Decision",
     "Doer",
     "Effect",
+    "EffectOptions",
+    "Encoding",
     "Error",
     "Finding",
     "FindingKind",

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, overload
+from typing import Any, Unpack, overload
 
+from intentlog._effect_options import EffectOptions, check_names, effect_contract
 from intentlog._errors import InvalidInput
 from intentlog._keys import validate_label
 from intentlog._model import LookupResult, Policy
-from intentlog._service import FOREVER, Retention, Seconds, Service, refuse_overrides
-from intentlog._service import seconds as _seconds
+from intentlog._service import Retention, Seconds, Service
 
-__all__ = ["Effect", "Seconds", "effect", "unstated_retention"]
+__all__ = ["Effect", "EffectOptions", "Seconds", "effect"]
 
 Submit = Callable[..., Any]
 Reconcile = Callable[[str], LookupResult] | Callable[[str], Awaitable[LookupResult]]
@@ -31,14 +31,18 @@ class Effect:
     NotFound() or Indeterminate().
 
     What the service promises comes from ``service`` (a :class:`intentlog.Service`, shared by
-    the effects of one service; see docs/services.md), or from the keywords: ``idempotent``
-    says the service deduplicates on the key, for ``key_retention`` (seconds, a timedelta, or
+    the effects of one service; see docs/services.md), or from the keyword options
+    (:class:`intentlog.EffectOptions`, checked by one function for every entry point):
+    ``idempotent`` says the service deduplicates on the key, for ``key_retention`` (seconds,
+    a timedelta, or
     :data:`intentlog.FOREVER` written out). ``idempotent=True`` without ``key_retention``
     raises InvalidInput: a retention left unstated is never taken as forever, since a resend
     after the service forgot the key applies twice. ``locks_in_flight`` says that it refuses
     a same-key request while the first one runs; ``timeout`` is the request deadline and
     ``lookup_lag`` how long a lookup may lag behind a commit. With ``service``, only
-    ``timeout`` may be given too (it overrides the service's deadline for this effect).
+    ``timeout`` may be given too (it overrides the service's deadline for this effect); an
+    option given as None is not stated. A misspelled option raises TypeError; a misused one
+    raises InvalidInput whose ``option`` names it.
     ``receipt`` selects what is kept of submit's result (field names, or a function).
     ``store_args`` keeps the call's arguments in the journal (checked for secrets); by
     default only their fingerprint is.
@@ -58,58 +62,17 @@ class Effect:
         reconcile: Reconcile | None = None,
         *,
         service: Service | None = None,
-        idempotent: bool = False,
-        key_retention: Seconds | Retention | None = None,
-        timeout: Seconds | None = None,
-        lookup_lag: Seconds = 0.0,
-        locks_in_flight: bool = False,
         receipt: ReceiptSelector | None = None,
         store_args: bool | Callable[[Any], Any] = False,
         lazy_receipt: bool = False,
+        **options: Unpack[EffectOptions],
     ) -> None:
         validate_label(name, "effect name", 100)
         if not callable(submit):
             raise InvalidInput(f"submit of effect {name!r} must be callable, got {submit!r}")
         if reconcile is not None and not callable(reconcile):
             raise InvalidInput(f"reconcile of effect {name!r} must be callable, got {reconcile!r}")
-        if service is not None:
-            if not isinstance(service, Service):
-                raise InvalidInput(
-                    f"effect {name!r}: service must be an intentlog.Service, got {service!r}"
-                )
-            given = [
-                what
-                for what, value in (
-                    ("idempotent", idempotent),
-                    ("key_retention", key_retention),
-                    ("lookup_lag", lookup_lag),
-                    ("locks_in_flight", locks_in_flight),
-                )
-                if value not in (False, None, 0.0)  # the keywords' defaults
-            ]
-            refuse_overrides(name, service, given)
-            if timeout is None:
-                timeout = service.timeout
-            idempotent = service.deduplicates
-            # A service deduplicates only with a stated retention (a duration or FOREVER).
-            key_retention = service.retention if service.deduplicates else None
-            locks_in_flight = service.locks_in_flight and service.deduplicates
-            # A service whose lookup lag is unknown lags as long as a request may take.
-            lookup_lag = service.lookup_lag if service.lookup_lag is not None else timeout
-        if key_retention is not None and not idempotent:
-            raise InvalidInput(
-                f"effect {name!r}: key_retention only applies to a service that deduplicates; "
-                "pass idempotent=True as well"
-            )
-        if idempotent and key_retention is None:
-            raise unstated_retention(f"effect {name!r}")
-        if isinstance(key_retention, Retention) and key_retention is not FOREVER:
-            raise InvalidInput(
-                f"effect {name!r}: key_retention={key_retention.name} (keys lost when the "
-                "service's process ends) does not deduplicate across a crash; leave "
-                "idempotent=False",
-                option="key_retention",
-            )
+        contract = effect_contract(f"effect {name!r}", options, service, caller="Effect")
         if (
             receipt is not None
             and not callable(receipt)
@@ -121,25 +84,14 @@ class Effect:
         self.name = name
         self.submit = submit
         self.reconcile = reconcile
-        if type(locks_in_flight) is not bool:
-            raise InvalidInput(f"effect {name!r}: locks_in_flight must be True or False")
-        if locks_in_flight and not idempotent:
-            raise InvalidInput(
-                f"effect {name!r}: locks_in_flight only applies to a service that deduplicates; "
-                "pass idempotent=True as well"
-            )
         self.service = service
-        self.idempotent = bool(idempotent)
+        self.idempotent = contract.idempotent
         # FOREVER, a number of seconds, or None for an effect that does not deduplicate (an
-        # unstated retention was refused above). Policy.key_retention turns FOREVER into None.
-        self.key_retention: float | Retention | None = (
-            FOREVER
-            if key_retention is FOREVER
-            else _seconds(key_retention, "key_retention", allow_zero=False)  # type: ignore[arg-type]
-        )
-        self.timeout = _seconds(timeout, "timeout", allow_zero=False) or 30.0
-        self.lookup_lag = _seconds(lookup_lag, "lookup_lag", allow_zero=True) or 0.0
-        self.locks_in_flight = locks_in_flight
+        # unstated retention was refused). Policy.key_retention turns FOREVER into None.
+        self.key_retention: float | Retention | None = contract.key_retention
+        self.timeout = contract.timeout
+        self.lookup_lag = contract.lookup_lag if contract.lookup_lag is not None else 0.0
+        self.locks_in_flight = contract.locks_in_flight
         self.receipt = receipt
         # A callable picks what is kept of the arguments (the MCP proxy keeps them bounded
         # and redacted); True keeps them whole, checked for secrets.
@@ -263,27 +215,6 @@ class Effect:
         return f"<Effect {self.name!r} {'+'.join(caps) or 'neither'}>"
 
 
-def unstated_retention(what: str, option: str = "key_retention") -> InvalidInput:
-    """The error for deduplication declared without its retention: it names ``option``,
-    says how to write forever, and names the profiles that know the figure."""
-    from intentlog import profiles  # only when needed: `import intentlog` loads no profile
-
-    known = [
-        f"profiles.{name}"
-        for name in profiles.__all__
-        if isinstance(getattr(profiles, name), Service) and getattr(profiles, name).deduplicates
-    ]
-    known.append("profiles.nats_jetstream(window)")
-    return InvalidInput(
-        f"{what}: idempotent=True needs {option} too: how long the service honours a key "
-        "(seconds or a timedelta). A retention left unstated is never taken as forever; "
-        f"write {option}=intentlog.FOREVER where the service really keeps keys forever, or "
-        "use a profile that knows the figure, service=intentlog.profiles.X "
-        f"({', '.join(known)})",
-        option=option,
-    )
-
-
 def _fast_binding(
     signature: inspect.Signature | None,
 ) -> tuple[dict[str, None], dict[str, Any], frozenset[str]] | None:
@@ -307,14 +238,10 @@ def effect(
     *,
     name: str | None = None,
     service: Service | None = None,
-    idempotent: bool = False,
-    key_retention: Seconds | Retention | None = None,
-    timeout: Seconds | None = None,
-    lookup_lag: Seconds = 0.0,
-    locks_in_flight: bool = False,
     receipt: ReceiptSelector | None = None,
     store_args: bool = False,
     lazy_receipt: bool = False,
+    **options: Unpack[EffectOptions],
 ) -> Callable[[Submit], Effect]: ...
 def effect(
     fn: Submit | None = None,
@@ -322,38 +249,33 @@ def effect(
     *,
     name: str | None = None,
     service: Service | None = None,
-    idempotent: bool = False,
-    key_retention: Seconds | Retention | None = None,
-    timeout: Seconds | None = None,
-    lookup_lag: Seconds = 0.0,
-    locks_in_flight: bool = False,
     receipt: ReceiptSelector | None = None,
     store_args: bool = False,
     lazy_receipt: bool = False,
+    **options: Unpack[EffectOptions],
 ) -> Effect | Callable[[Submit], Effect]:
     """Declare an effect from its submit function:
     ``@intentlog.effect(idempotent=True, key_retention=timedelta(hours=24))``.
 
-    The keywords are :class:`Effect`'s: ``idempotent=True`` needs ``key_retention`` (a
-    duration, or :data:`intentlog.FOREVER`) or a ``service`` that states one.
+    The keywords are :class:`Effect`'s (the service's are :class:`intentlog.EffectOptions`):
+    ``idempotent=True`` needs ``key_retention`` (a duration, or :data:`intentlog.FOREVER`) or
+    a ``service`` that states one. A misspelled option raises TypeError here, before the
+    function is decorated.
 
     The effect's name defaults to the function's ``__name__``; it is part of every key, so
     keep it stable (or pass ``name=``). Register a lookup with ``@the_effect.reconciler``.
     """
+    check_names(options, "effect")
 
     def wrap(submit: Submit) -> Effect:
         return Effect(
             name or submit.__name__,
             submit,
             service=service,
-            idempotent=idempotent,
-            key_retention=key_retention,
-            timeout=timeout,
-            lookup_lag=lookup_lag,
-            locks_in_flight=locks_in_flight,
             receipt=receipt,
             store_args=store_args,
             lazy_receipt=lazy_receipt,
+            **options,
         )
 
     return wrap(fn) if fn is not None else wrap

@@ -99,7 +99,7 @@ class Policy:
     ``key_retention`` None with ``idempotent`` true means a key kept forever. Every path that
     builds a Policy from a declaration produces it only from a stated forever
     (``key_retention=intentlog.FOREVER``, a Service with ``retention=FOREVER``, a tools file's
-    ``retention = "forever"``, or an MCP tool resent as it is, whose second call has the
+    ``key_retention = "forever"``, or an MCP tool resent as it is, whose second call has the
     effect of one): deduplication without a stated retention is refused where it is
     declared, and a Service without one does not deduplicate.
     """

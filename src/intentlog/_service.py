@@ -34,7 +34,6 @@ __all__ = [
     "Search",
     "Seconds",
     "Service",
-    "refuse_overrides",
 ]
 
 Seconds = float | int | timedelta
@@ -56,7 +55,7 @@ PROCESS = Retention.PROCESS
 KeyKind = Literal["header", "body", "query", "message_id", "resource", "metadata"]
 LookupKind = Literal["key", "reference", "status"]
 Encoding = Literal["json", "form"]
-Path = tuple[str | int, ...]  # str: a member of an object, int: an index into an array
+BodyPath = tuple[str | int, ...]  # str: a member of an object, int: an index into an array
 
 
 def seconds(value: Seconds | None, what: str, *, allow_zero: bool) -> float | None:
@@ -260,7 +259,7 @@ class Service:
     lookup_lag: float | None
     timeout: float
     encoding: Encoding
-    reference: Path | None
+    reference: BodyPath | None
     key_max_length: int | None
     search: Search | None
     key_reuse: KeyReuse | None
@@ -278,7 +277,7 @@ class Service:
         lookup_lag: Seconds | None = None,
         timeout: Seconds = 30.0,
         encoding: Encoding = "json",
-        reference: Path | None = None,
+        reference: BodyPath | None = None,
         key_max_length: int | None = None,
         search: Search | None = None,
         key_reuse: KeyReuse | None = None,
@@ -372,7 +371,7 @@ class Service:
         return f"{self.name}: {how}{ask}"
 
 
-def _path(value: object, what: str) -> Path:
+def _path(value: object, what: str) -> BodyPath:
     """``value`` as a path into a JSON body: member names and array indexes, starting with
     a member (a body that carries a key is an object), at most 10 steps."""
     steps = tuple(value) if isinstance(value, tuple | list) else ()
@@ -390,13 +389,3 @@ def _path(value: object, what: str) -> Path:
                            f"with a member, such as ('metadata', 'intentlog_key'), got "
                            f"{value!r}")  # fmt: skip
     return steps
-
-
-def refuse_overrides(effect: str, service: Service, given: list[str]) -> None:
-    """Raise InvalidInput when an effect built on ``service`` was also given settings the
-    service declares (``given``: their names): one value per promise, in one place."""
-    if given:
-        raise InvalidInput(
-            f"effect {effect!r}: {', '.join(given)} come from service {service.name!r}; "
-            "declare them there (service.replace(...)), not on the effect"
-        )

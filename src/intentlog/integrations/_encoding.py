@@ -17,7 +17,7 @@ import urllib.parse
 from typing import Any
 
 from intentlog._keys import canonical_json
-from intentlog._service import Encoding, Path
+from intentlog._service import BodyPath, Encoding
 
 __all__ = ["FORM", "JSON", "Unsendable", "encode", "form", "value_at", "with_reference"]
 
@@ -105,7 +105,7 @@ def _member(member: Any, parent: str) -> str:
     return f"{parent}[{member}]" if parent else member
 
 
-def with_reference(body: Any, path: Path, key: str) -> Any:
+def with_reference(body: Any, path: BodyPath, key: str) -> Any:
     """``body`` with ``key`` at ``path`` (member names and array indexes), for the service's
     search to find; the caller's value is not changed (the path is copied on write).
 
@@ -122,7 +122,7 @@ def with_reference(body: Any, path: Path, key: str) -> Any:
     return _put(body, path, 0, key)
 
 
-def _put(container: Any, path: Path, depth: int, key: str) -> Any:
+def _put(container: Any, path: BodyPath, depth: int, key: str) -> Any:
     step = path[depth]
     last = depth == len(path) - 1
     where = _spelled(path[: depth + 1])
@@ -156,7 +156,7 @@ def _put(container: Any, path: Path, depth: int, key: str) -> Any:
     return items
 
 
-def value_at(data: Any, path: Path) -> tuple[bool, Any]:
+def value_at(data: Any, path: BodyPath) -> tuple[bool, Any]:
     """(True, the value) at ``path`` in parsed JSON, or (False, None) where there is none."""
     for step in path:
         member = isinstance(step, str) and isinstance(data, dict) and step in data
@@ -167,7 +167,7 @@ def value_at(data: Any, path: Path) -> tuple[bool, Any]:
     return True, data
 
 
-def _spelled(path: Path) -> str:
+def _spelled(path: BodyPath) -> str:
     """A path as a person reads it: ``metadata.intentlog_key``, ``purchase_units[0]``."""
     text = ""
     for step in path:

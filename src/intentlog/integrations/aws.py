@@ -18,10 +18,12 @@ is not a throttle, a timeout or a conflict) raises :class:`intentlog.Rejected`; 
 connection, a timeout, a 5xx, a throttle or a refusal after an earlier attempt of the same
 call may have landed raises :class:`AmbiguousResponse`, which the decision settles.
 
-The request deadline is the client's own: botocore retries inside one call, so a request may
-be in flight for ``attempts * (connect_timeout + read_timeout)`` plus the back-off between
-attempts. The effect reads that from ``client.meta.config`` and takes it as its timeout; build
-the client with tight timeouts (``botocore.config.Config(connect_timeout=5, read_timeout=10,
+Of the effect options (:class:`intentlog.EffectOptions`) both take ``timeout`` only; the others
+are their profile's, and InvalidInput refuses them. The request deadline is the client's own:
+botocore retries inside one call, so a request may be in flight for
+``attempts * (connect_timeout + read_timeout)`` plus the back-off between attempts. The effect
+reads that from ``client.meta.config`` and takes it as its timeout; build the client with tight
+timeouts (``botocore.config.Config(connect_timeout=5, read_timeout=10,
 retries={"total_max_attempts": 2})``), above all for SQS, whose 5 minutes must leave room to
 wait out a request and resend it.
 """
@@ -32,12 +34,13 @@ import contextvars
 import dataclasses
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Unpack
 
 from intentlog import profiles
 from intentlog._crash import crashpoint
 from intentlog._decide import retention_margin, send_slack
 from intentlog._effect import Effect, ReceiptSelector
+from intentlog._effect_options import FIXED, EffectOptions, effect_contract
 from intentlog._errors import InvalidInput, KeyConflict, Rejected
 from intentlog._hygiene import scrub_text
 from intentlog._keys import canonical_json
@@ -229,9 +232,9 @@ def s3_put_effect(
     name: str,
     object_key: str = "{key}",
     content_type: str = "application/json",
-    timeout: Seconds | None = None,
     receipt: ReceiptSelector | None = None,
     store_args: bool = False,
+    **options: Unpack[EffectOptions],
 ) -> Effect:
     """An Effect that writes the call's keyword arguments as JSON (``task.run(effect,
     json=value)`` writes ``value`` itself) to ``bucket`` at ``object_key``, whose ``{key}`` is
@@ -261,7 +264,11 @@ def s3_put_effect(
         )
     if not isinstance(content_type, str) or not content_type:
         raise InvalidInput(f"effect {name!r}: content_type must be a MIME type")
-    effective = _timeout(client, "s3", timeout, name)
+    # The contract is S3's own: only timeout may be given (refused here, before the client
+    # is asked anything).
+    effect_contract(f"effect {name!r}", options, profiles.S3_CONDITIONAL,
+                    caller="s3_put_effect", spelling=FIXED)  # fmt: skip
+    effective = _timeout(client, "s3", options.get("timeout"), name)
     _hook(client, "s3", "PutObject")
     target = _Bucket(client, bucket, object_key, name)
 
@@ -372,9 +379,9 @@ def sqs_fifo_effect(
     *,
     name: str,
     group_id: str | Callable[[Any], str],
-    timeout: Seconds | None = None,
     receipt: ReceiptSelector | None = None,
     store_args: bool = False,
+    **options: Unpack[EffectOptions],
 ) -> Effect:
     """An Effect that sends the call's keyword arguments as JSON (``task.run(effect,
     json=value)`` sends ``value`` itself) to the FIFO queue ``queue_url``, with
@@ -403,8 +410,10 @@ def sqs_fifo_effect(
             )
     elif not callable(group_id):
         raise InvalidInput(f"effect {name!r}: group_id must be a string or a function")
-    effective = _timeout(client, "sqs", timeout, name)
     service = profiles.SQS_FIFO
+    effect_contract(f"effect {name!r}", options, service, caller="sqs_fifo_effect",
+                    spelling=FIXED)  # fmt: skip
+    effective = _timeout(client, "sqs", options.get("timeout"), name)
     room = _policy_room(service, effective)
     if room <= 0:
         raise InvalidInput(

@@ -27,25 +27,18 @@ import time
 import urllib.parse
 import warnings
 from collections.abc import AsyncIterator, Callable, Generator, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
 from intentlog import _observe
 from intentlog._crash import crashpoint
 from intentlog._effect import Effect
+from intentlog._effect_options import EffectOptions, effect_contract
 from intentlog._errors import InvalidInput, KeyConflict, Rejected
 from intentlog._flow import drive, drive_async
 from intentlog._hygiene import scrub_text
 from intentlog._keys import _slug
 from intentlog._model import Found, Indeterminate, LookupResult, NotFound
-from intentlog._service import (
-    KeyPlace,
-    Replay,
-    Retention,
-    Search,
-    Seconds,
-    Service,
-    refuse_overrides,
-)
+from intentlog._service import KeyPlace, Replay, Search, Seconds, Service
 from intentlog._service import seconds as _seconds
 from intentlog.integrations import AmbiguousResponse, _call_body, _encoding, _require
 
@@ -587,39 +580,28 @@ class _Contract:
 
 
 def _contract(
-    name: str, url: str, service: Service | None, *, idempotent: bool | None,
-    key_retention: Seconds | Retention | None, timeout: Seconds | None, lookup_lag: Seconds | None,
-    locks_in_flight: bool | None, replay: Replay | None, key_header: str | None,
+    name: str, url: str, service: Service | None, *, replay: Replay | None,
+    key_header: str | None, caller: str = "http_effect", **options: Unpack[EffectOptions],
 ) -> _Contract:  # fmt: skip
+    """The effect's contract: the options' rules are :func:`effect_contract`'s (``replay``
+    and ``key_header`` are refused beside a service like them); where the key goes is
+    HTTP's own."""
     if replay is not None and not isinstance(replay, Replay):
         raise InvalidInput(f"effect {name!r}: replay must be a Replay(...), got {replay!r}")
+    contract = effect_contract(
+        f"effect {name!r}", options, service, caller=caller,
+        declared={"replay": replay, "key_header": key_header},
+    )  # fmt: skip
     if service is None:
         header = "Idempotency-Key" if key_header is None else key_header
         if not isinstance(header, str) or not _TOKEN.match(header):
             raise InvalidInput(f"effect {name!r}: key_header {header!r} is no header name")
-        seconds = _seconds(timeout, "timeout", allow_zero=False) or 30.0
         return _Contract(
-            KeyPlace.header(header), replay or Replay(), bool(idempotent), seconds,
-            dict(idempotent=bool(idempotent), key_retention=key_retention, timeout=seconds,
-                 lookup_lag=0.0 if lookup_lag is None else lookup_lag,
-                 locks_in_flight=False if locks_in_flight is None else locks_in_flight),
+            KeyPlace.header(header), replay or Replay(), contract.idempotent, contract.timeout,
+            dict(idempotent=contract.idempotent, key_retention=contract.key_retention,
+                 timeout=contract.timeout, lookup_lag=contract.lookup_lag,
+                 locks_in_flight=contract.locks_in_flight),
         )  # fmt: skip
-    if not isinstance(service, Service):
-        raise InvalidInput(f"effect {name!r}: service must be an intentlog.Service, got "
-                           f"{service!r}")  # fmt: skip
-    given = [
-        what
-        for what, value in (
-            ("idempotent", idempotent),
-            ("key_retention", key_retention),
-            ("lookup_lag", lookup_lag),
-            ("locks_in_flight", locks_in_flight),
-            ("replay", replay),
-            ("key_header", key_header),
-        )
-        if value is not None
-    ]
-    refuse_overrides(name, service, given)
     place = service.key
     if place is not None and place.kind in ("message_id", "metadata"):
         raise InvalidInput(
@@ -632,10 +614,9 @@ def _contract(
             f"effect {name!r}: service {service.name!r} takes the key as the resource's name, "
             "so the URL needs a {key} placeholder"
         )
-    seconds = _seconds(timeout, "timeout", allow_zero=False) or service.timeout
     return _Contract(
-        place, service.replay or Replay(), service.deduplicates, seconds,
-        dict(service=service, timeout=seconds), service,
+        place, service.replay or Replay(), contract.idempotent, contract.timeout,
+        dict(service=service, timeout=contract.timeout), service,
     )  # fmt: skip
 
 
@@ -728,14 +709,11 @@ def _check_key_length(name: str, service: Service) -> None:
 def http_effect(
     name: str, method: str, url: str, *, receipt: Sequence[str] | None = None,
     receipt_fields: Sequence[str] | None = None, service: Service | None = None,
-    lookup: Lookup | None = None,
-    idempotent: bool | None = None, key_retention: Seconds | Retention | None = None,
-    timeout: Seconds | None = None, lookup_lag: Seconds | None = None,
-    locks_in_flight: bool | None = None, replay: Replay | None = None,
+    lookup: Lookup | None = None, replay: Replay | None = None,
     not_applied: Sequence[int] = NOT_APPLIED, in_progress: Sequence[int] = (409,),
     key_reused: Sequence[int] = (422,), key_header: str | None = None,
     in_progress_wait: Seconds | None = None, client: httpx.Client | None = None,
-    lazy_receipt: bool = False,
+    lazy_receipt: bool = False, **options: Unpack[EffectOptions],
 ) -> Effect:  # fmt: skip
     """An Effect that sends ``method url`` with the call's keyword arguments as a JSON body
     (``task.run(effect, json=value)`` sends ``value`` itself) and the operation key where the
@@ -746,7 +724,9 @@ def http_effect(
     named by ``{key}`` in the URL), how long the service keeps it, whether it locks a key in
     flight, how a replay looks, how far its lookup lags and the request timeout; ``timeout``
     may override its deadline, and the other keywords below that it declares may not be
-    given with it (InvalidInput names them). Without a service, the keywords declare it:
+    given with it (InvalidInput names them). Without a service, the keywords declare it (the
+    options of :class:`intentlog.EffectOptions`, checked as on :class:`intentlog.Effect`, and
+    two of HTTP's own, ``replay`` and ``key_header``):
     ``idempotent`` and ``key_retention`` say the service deduplicates the key and for how
     long (given together: ``idempotent=True`` alone raises InvalidInput naming
     ``key_retention``; write ``intentlog.FOREVER`` for a service that keeps keys forever),
@@ -780,9 +760,8 @@ def http_effect(
     httpx = _httpx()
     if client is not None and not isinstance(client, httpx.Client):
         raise InvalidInput(f"effect {name!r}: client must be an httpx.Client, got {client!r}")
-    contract = _contract(name, url, service, idempotent=idempotent, key_retention=key_retention,
-                         timeout=timeout, lookup_lag=lookup_lag, locks_in_flight=locks_in_flight,
-                         replay=replay, key_header=key_header)  # fmt: skip
+    contract = _contract(name, url, service, replay=replay, key_header=key_header,
+                         caller="http_effect", **options)  # fmt: skip
     receipt = _receipt_names(name, receipt, receipt_fields)
     spec = _spec(name, method, url, receipt, lookup, contract, in_progress_wait,
                  not_applied, in_progress, key_reused)  # fmt: skip
@@ -801,23 +780,19 @@ def http_effect(
 def async_http_effect(
     name: str, method: str, url: str, *, receipt: Sequence[str] | None = None,
     receipt_fields: Sequence[str] | None = None, service: Service | None = None,
-    lookup: Lookup | None = None,
-    idempotent: bool | None = None, key_retention: Seconds | Retention | None = None,
-    timeout: Seconds | None = None, lookup_lag: Seconds | None = None,
-    locks_in_flight: bool | None = None, replay: Replay | None = None,
+    lookup: Lookup | None = None, replay: Replay | None = None,
     not_applied: Sequence[int] = NOT_APPLIED, in_progress: Sequence[int] = (409,),
     key_reused: Sequence[int] = (422,), key_header: str | None = None,
     in_progress_wait: Seconds | None = None, client: httpx.AsyncClient | None = None,
-    lazy_receipt: bool = False,
+    lazy_receipt: bool = False, **options: Unpack[EffectOptions],
 ) -> Effect:  # fmt: skip
     """:func:`http_effect` for asyncio (``intentlog.open_async`` journals), on an
     httpx.AsyncClient; the same settings and the same mapping of answers to outcomes."""
     httpx = _httpx()
     if client is not None and not isinstance(client, httpx.AsyncClient):
         raise InvalidInput(f"effect {name!r}: client must be an httpx.AsyncClient, got {client!r}")
-    contract = _contract(name, url, service, idempotent=idempotent, key_retention=key_retention,
-                         timeout=timeout, lookup_lag=lookup_lag, locks_in_flight=locks_in_flight,
-                         replay=replay, key_header=key_header)  # fmt: skip
+    contract = _contract(name, url, service, replay=replay, key_header=key_header,
+                         caller="async_http_effect", **options)  # fmt: skip
     receipt = _receipt_names(name, receipt, receipt_fields)
     spec = _spec(name, method, url, receipt, lookup, contract, in_progress_wait,
                  not_applied, in_progress, key_reused)  # fmt: skip

@@ -33,15 +33,15 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from intentlog import profiles
 from intentlog._crash import crashpoint
 from intentlog._effect import Effect
+from intentlog._effect_options import FIXED, EffectOptions, effect_contract
 from intentlog._errors import InvalidInput, Rejected
 from intentlog._hygiene import scrub_text
 from intentlog._model import Found, Indeterminate, LookupResult, NotFound
-from intentlog._service import Seconds
 from intentlog._service import seconds as _seconds
 from intentlog.integrations import AmbiguousResponse, _call_body, _require
 
@@ -64,10 +64,9 @@ async def publish_effect(
     name: str,
     stream: str | None = None,
     lookup: str | None = "scan",
-    timeout: Seconds = 5.0,
-    lookup_lag: Seconds = 0.0,
     scan_limit: int = 100_000,
     lazy_receipt: bool = False,
+    **options: Unpack[EffectOptions],
 ) -> Effect:
     """An async Effect that publishes the call's keyword arguments as JSON to ``subject``
     (``task.run(effect, json=value)`` publishes ``value`` itself) with ``Nats-Msg-Id`` = key.
@@ -79,7 +78,9 @@ async def publish_effect(
     operation first published under another window is judged by the smaller of the two). The
     publish names the stream (``Nats-Expected-Stream``), so no other stream stores it.
     ``timeout`` bounds the wait for the stream's ack; ``lookup_lag`` is 0 because lookups read
-    from the stream leader, which acks only what it stored.
+    from the stream leader, which acks only what it stored. These two are the effect options
+    (:class:`intentlog.EffectOptions`) it takes; the others are the stream's, and InvalidInput
+    refuses them.
 
     Outcomes: an ack -> the receipt; an error ack (a limit, a wrong stream) ->
     :class:`intentlog.Rejected`; no ack in time, a lost connection, no stream listening, or a
@@ -104,7 +105,14 @@ async def publish_effect(
         raise InvalidInput(f"effect {name!r}: lookup must be one of {LOOKUPS} or None")
     if type(scan_limit) is not int or scan_limit < 1:
         raise InvalidInput(f"effect {name!r}: scan_limit must be an int >= 1")
-    wait = _seconds(timeout, "timeout", allow_zero=False) or 5.0
+    # The contract is the stream's (read below): only timeout (default 5 s) may be given, and
+    # lookup_lag (default 0), which describes this effect's own lookup; checked before the
+    # stream is asked anything.
+    lag = _seconds(options.pop("lookup_lag", None), "lookup_lag", allow_zero=True) or 0.0
+    wait = effect_contract(
+        f"effect {name!r}", options, profiles.nats_jetstream(timeout=5.0), caller="publish_effect",
+        spelling=FIXED,
+    ).timeout  # fmt: skip
     probe = subject + ".probe" if lookup == "subject" else subject
     try:
         if stream is None:
@@ -130,7 +138,7 @@ async def publish_effect(
     # built anew after a restart) can narrow what a restart may do, never widen it.
     service = profiles.nats_jetstream(window, timeout=wait).replace(
         lookup="reference" if lookup is not None else None,
-        lookup_lag=_seconds(lookup_lag, "lookup_lag", allow_zero=True),
+        lookup_lag=lag,
     )
     return Effect(
         name,

@@ -29,15 +29,14 @@ import ssl
 import string
 from collections.abc import Sequence
 from email.message import EmailMessage
-from typing import Any
+from typing import Any, Unpack
 
 from intentlog import profiles
 from intentlog._crash import crashpoint
 from intentlog._effect import Effect
+from intentlog._effect_options import FIXED, EffectOptions, effect_contract
 from intentlog._errors import InvalidInput, Rejected
 from intentlog._hygiene import scrub_text
-from intentlog._service import Seconds
-from intentlog._service import seconds as _seconds
 from intentlog.integrations import AmbiguousResponse
 
 __all__ = ["AmbiguousResponse", "message_id", "smtp_effect"]
@@ -71,8 +70,8 @@ def smtp_effect(
     username: str | None = None,
     password: str | None = None,
     domain: str | None = None,
-    timeout: Seconds | None = None,
     store_args: bool = False,
+    **options: Unpack[EffectOptions],
 ) -> Effect:
     """An Effect that sends one mail from ``sender`` through the SMTP server at
     ``host:port``: ``task.run(effect, to=..., subject=..., text=...)``, with optional
@@ -84,7 +83,8 @@ def smtp_effect(
     verifying context). ``username``/``password`` log in; they stay in this process and never
     reach the journal or an error message. ``domain`` is the Message-ID's right part (default:
     the sender's domain). ``timeout`` bounds every wait for the server (default the profile's
-    60 s) and is the effect's request deadline.
+    60 s) and is the effect's request deadline; the other effect options
+    (:class:`intentlog.EffectOptions`) are the SMTP profile's, and InvalidInput refuses them.
 
     All or nothing: if the server refuses any recipient, nothing is sent (the transaction is
     reset) and the call raises :class:`intentlog.Rejected` naming the refused addresses. The
@@ -108,17 +108,11 @@ def smtp_effect(
         raise InvalidInput(
             f"effect {name!r}: {domain!r} cannot be a Message-ID domain; pass domain='...'"
         )
-    wait = _seconds(timeout, f"effect {name!r}: timeout", allow_zero=False)
-    server = _Server(
-        name,
-        host,
-        port,
-        tls,
-        ssl_context,
-        username,
-        password,
-        wait if wait is not None else profiles.SMTP.timeout,
+    # SMTP's contract is the profile's (no key, no lookup): only timeout may be given.
+    contract = effect_contract(
+        f"effect {name!r}", options, profiles.SMTP, caller="smtp_effect", spelling=FIXED
     )
+    server = _Server(name, host, port, tls, ssl_context, username, password, contract.timeout)
 
     def submit(
         key: str,

@@ -19,13 +19,15 @@ import dataclasses
 import math
 import re
 import tomllib
-from collections.abc import Mapping
+import warnings
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 from intentlog import profiles
+from intentlog._effect_options import EffectOptions, Spelling, effect_contract, unstated_retention
 from intentlog._errors import InvalidInput
-from intentlog._service import FOREVER, Retention, Service
+from intentlog._service import FOREVER, PROCESS, Retention, Service
 
 __all__ = ["Lookup", "ProxyFile", "ToolPolicy", "default_policy", "load_tools", "parse_tools"]
 
@@ -39,7 +41,8 @@ _TOOL_FIELDS = frozenset(
         "idempotent",
         "key_argument",
         "deduplicates",
-        "retention",
+        "key_retention",
+        "retention",  # the deprecated old name of key_retention
         "locks_in_flight",
         "timeout",
         "lookup_lag",
@@ -52,6 +55,30 @@ _TOOL_FIELDS = frozenset(
 _LOOKUP_FIELDS = frozenset({"tool", "arguments", "found", "not_found_error"})
 _PROXY_FIELDS = frozenset({"namespace", "timeout", "keep_arguments"})
 DEFAULT_TIMEOUT = 30.0
+# The tools file's words for the effect options, so that a refusal shows the fix as the file
+# writes it. The file's "idempotent" is MCP's idempotentHint (resent as it is); the effect's
+# idempotent (the server deduplicates on a key) is the file's "deduplicates".
+_TOML = Spelling(
+    names={"idempotent": "deduplicates", "service": "profile"},
+    assign="{name} = {value}",
+    true="true",
+    false="false",
+    forever='"forever"',
+    process='"process"',
+    durations='seconds, or a duration such as "24h"',
+    profile='profile = "NAME"',
+    profile_name=str.lower,
+    override="give them there or without the profile, not both",
+)
+# The fields an error about an option points at, the first one the tool's entry has.
+_FIELDS_OF: dict[str, tuple[str, ...]] = {
+    "idempotent": ("deduplicates", "key_argument", "idempotent"),
+    "key_retention": ("key_retention", "retention", "key_argument", "deduplicates"),
+    "locks_in_flight": ("locks_in_flight",),
+    "timeout": ("timeout",),
+    "lookup_lag": ("lookup_lag",),
+    "service": ("profile",),
+}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -209,54 +236,22 @@ def _tool(tool: str, entry: Any, where: _Locator, timeout: float | None) -> Tool
         raise InvalidInput(
             f"{at('key_argument')}: key_argument must be an argument name, got {key_argument!r}"
         )
-    idempotent = flag("idempotent", False)
-    deduplicates = flag(
-        "deduplicates",
-        key_argument is not None or idempotent or (service is not None and service.deduplicates),
-    )
-    if deduplicates and key_argument is None and not idempotent and service is None:
-        raise InvalidInput(
-            f"{at('deduplicates')}: a server deduplicates on a key it is given: set "
-            "key_argument (or idempotent = true for a tool that may be resent as it is)"
-        )
-    retention: float | None = None
-    if "retention" in fields:
-        retention = _retention(fields["retention"], at("retention"))
-    elif service is not None and service.deduplicates and service.retention is not FOREVER:
-        retention = float(service.retention)  # type: ignore[arg-type]
-    elif (
-        deduplicates
-        and (key_argument is not None or not idempotent)
-        and not (service is not None and service.deduplicates)
-    ):
-        # A key kept for an unstated time is never taken as kept forever: past the server's
-        # real retention a resend applies twice. Only a tool resent as it is (idempotent =
-        # true, no key: a second call has the effect of one) needs no retention.
-        known = ", ".join(
-            n.lower()
-            for n in dir(profiles)
-            if isinstance(getattr(profiles, n), Service) and getattr(profiles, n).deduplicates
-        )
-        place = at("key_argument") if key_argument is not None else at("deduplicates")
-        raise InvalidInput(
-            f"{place}: tool {tool!r} deduplicates on a key but states no retention: set "
-            'retention (a duration such as "24h", or "forever" where the server really keeps '
-            f'keys forever), or a profile that knows it (profile = "stripe"; known: {known})',
-            tool=tool,
-            option="retention",
-        )
-    given_timeout = _duration(fields.get("timeout"), at("timeout"), "timeout")
-    tool_timeout = (
-        given_timeout or (service.timeout if service else None) or timeout or DEFAULT_TIMEOUT
-    )
-    lag = _duration(fields.get("lookup_lag"), at("lookup_lag"), "lookup_lag", allow_zero=True)
-    if lag is None and service is not None:
-        lag = service.lookup_lag
-    locks = flag("locks_in_flight", bool(service and service.locks_in_flight))
-    if locks and not deduplicates:
-        raise InvalidInput(
-            f"{at('locks_in_flight')}: locks_in_flight only applies to a server that deduplicates"
-        )
+    # The file's idempotent is MCP's idempotentHint: the tool may be resent as it is (no key).
+    resent_as_is = flag("idempotent", False) and key_argument is None
+    options = _options(tool, fields, at, service, key_argument, resent_as_is)
+    try:
+        contract = effect_contract(
+            f"tool {tool!r}", options, service, caller="tools file",
+            default_timeout=timeout or DEFAULT_TIMEOUT, spelling=_TOML,
+        )  # fmt: skip
+    except InvalidInput as exc:
+        # The rule and its text are effect_contract's; the file adds where it was broken.
+        option = getattr(exc, "option", None)
+        near = [f for f in _FIELDS_OF.get(option or "", ()) if f in fields]
+        place = at(near[0]) if near else where.table(table)
+        raise InvalidInput(f"{place}: {exc}", tool=tool, option=option) from None
+    deduplicates = contract.idempotent
+    retention = contract.key_retention if isinstance(contract.key_retention, float) else None
     on_error = fields.get("on_error", "failed")
     if on_error not in ("failed", "unknown"):
         raise InvalidInput(
@@ -282,12 +277,81 @@ def _tool(tool: str, entry: Any, where: _Locator, timeout: float | None) -> Tool
         key_argument=key_argument,
         deduplicates=deduplicates,
         retention=retention,
-        locks_in_flight=locks,
-        timeout=tool_timeout,
-        lookup_lag=lag,
+        locks_in_flight=contract.locks_in_flight,
+        timeout=contract.timeout,
+        lookup_lag=contract.lookup_lag,
         lookup=lookup,
         on_error=on_error,
     )
+
+
+def _options(
+    tool: str, fields: Mapping[str, Any], at: Callable[[str], str], service: Service | None,
+    key_argument: str | None, resent_as_is: bool,
+) -> EffectOptions:  # fmt: skip
+    """The tool's fields as the effect options (their rules are :func:`effect_contract`'s);
+    what only the file has to say is checked here."""
+    options: EffectOptions = {}
+    if "deduplicates" in fields:
+        value = fields["deduplicates"]
+        if type(value) is not bool:
+            raise InvalidInput(f"{at('deduplicates')}: deduplicates must be true or false, got "
+                               f"{value!r}")  # fmt: skip
+        options["idempotent"] = value
+    elif service is None:
+        # A key_argument says the server deduplicates on it (unless deduplicates = false).
+        options["idempotent"] = key_argument is not None or resent_as_is
+    elif resent_as_is:
+        raise InvalidInput(
+            f"{at('profile')}: tool {tool!r} is resent as it is (idempotent = true, no "
+            "key_argument), so a profile's promises about keys do not apply; drop one of them",
+            tool=tool,
+            option="service",
+        )
+    elif key_argument is not None and not service.deduplicates:
+        # The key goes into an argument, but the profile keeps it for no stated time.
+        raise _located(at("key_argument"), tool, unstated_retention(f"tool {tool!r}",
+                                                                    spelling=_TOML))  # fmt: skip
+    if options.get("idempotent") and key_argument is None and not resent_as_is:
+        raise InvalidInput(
+            f"{at('deduplicates')}: a server deduplicates on a key it is given: set "
+            "key_argument (or idempotent = true for a tool that may be resent as it is)"
+        )
+    if "retention" in fields:
+        if "key_retention" in fields:
+            raise InvalidInput(
+                f"{at('retention')}: give key_retention only (retention is its deprecated old "
+                "name)",
+                tool=tool,
+                option="key_retention",
+            )
+        warnings.warn(
+            f"{at('retention')}: retention in a tools file is deprecated: use key_retention, "
+            "as on Effect",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+    field = "key_retention" if "key_retention" in fields else "retention"
+    if field in fields:
+        options["key_retention"] = _retention(fields[field], at(field), field)
+    elif resent_as_is and options.get("idempotent"):
+        # A second call has the effect of one: there is no key for the server to forget.
+        options["key_retention"] = FOREVER
+    if "locks_in_flight" in fields:
+        value = fields["locks_in_flight"]
+        if type(value) is not bool:
+            raise InvalidInput(f"{at('locks_in_flight')}: locks_in_flight must be true or "
+                               f"false, got {value!r}")  # fmt: skip
+        options["locks_in_flight"] = value
+    for name in ("timeout", "lookup_lag"):
+        if name in fields:
+            zero = name == "lookup_lag"
+            options[name] = _duration(fields[name], at(name), name, allow_zero=zero)
+    return options
+
+
+def _located(place: str, tool: str, error: InvalidInput) -> InvalidInput:
+    return InvalidInput(f"{place}: {error}", tool=tool, option=getattr(error, "option", None))
 
 
 def _lookup(entry: Any, where: _Locator, table: str) -> Lookup:
@@ -376,10 +440,14 @@ def _profile(name: Any, at: str) -> Service:
     return found
 
 
-def _retention(value: Any, at: str) -> float | None:
+def _retention(value: Any, at: str, field: str) -> float | Retention:
+    """A retention field: a duration, ``"forever"`` or ``"process"`` (which the effect's
+    rules refuse, naming it, as they refuse ``intentlog.PROCESS``)."""
     if value == "forever":
-        return None
-    seconds = _duration(value, at, "retention")
+        return FOREVER
+    if value == "process":
+        return PROCESS
+    seconds = _duration(value, at, field)
     assert seconds is not None
     return seconds
 
