@@ -211,3 +211,30 @@ def test_the_docs_table_shows_every_profile_as_the_code_has_it() -> None:
         for url in re.findall(r"\((https://[^)\s]+)\)", rows[label][8]):
             assert url in service.source, f"{label}: {url} is not in the profile's source"
         assert _READ.search(service.source)
+
+
+def test_the_docs_table_says_which_recipe_and_fake_back_each_profile() -> None:
+    from intentlog.testing import fakes
+
+    text = DOC.read_text()
+    headings = {
+        re.sub(r"[^a-z0-9 -]", "", h.lower()).replace(" ", "-")
+        for h in re.findall(r"^### (.+)$", text, re.M)
+    }
+    rows = [line for line in text.splitlines() if line.startswith("| `")]
+    backed = {}
+    for line in rows:
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 10:  # the profile table's rows
+            backed[cells[0]] = cells[9]
+    assert len(backed) == len(ALL)
+    for label, cell in backed.items():
+        for anchor in re.findall(r"\(#([a-z0-9-]+)\)", cell):
+            assert anchor in headings, f"{label}: no recipe heading for #{anchor}"
+        for fake in re.findall(r"`(\w+Fake)`", cell):
+            assert fake in fakes.__all__, f"{label}: {fake} is not in intentlog.testing.fakes"
+    assert [label for label, cell in backed.items() if "Fake" in cell] == [
+        "`STRIPE`",
+        "`PAYPAL_ORDERS`",
+        "`ADYEN`",
+    ]
