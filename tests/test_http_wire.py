@@ -429,3 +429,11 @@ def test_service_wire_fields_are_validated_and_kept_by_replace() -> None:
         with pytest.raises(intentlog.InvalidInput, match=re.escape(message)):
             build()
     assert isinstance(httpx.URL(search.url_for("https://a.example/v1/x", "k 1")), httpx.URL)
+
+
+def test_a_search_by_reference_without_the_key_in_the_body_is_refused() -> None:
+    # The search would answer NotFound forever, and a trusted NotFound resends a call that
+    # landed: the combination is refused where it is declared.
+    with pytest.raises(intentlog.InvalidInput, match="state reference=") as caught:
+        profiles.STRIPE.replace(reference=None)
+    assert caught.value.option == "reference"

@@ -311,6 +311,13 @@ class Service:
         if search is not None and lookup is None:
             raise InvalidInput(f"{what}: a search is a lookup; state what it finds by "
                                "(lookup='reference' or 'key')")  # fmt: skip
+        if search is not None and lookup == "reference" and reference is None:
+            # A search by reference finds only what the request wrote; without the key in the
+            # body it answers NotFound forever, and a trusted NotFound would resend a call
+            # that landed.
+            raise InvalidInput(f"{what}: a search by reference finds only the key the request "
+                               "carries: state reference= (where the body holds the key), or "
+                               "leave the search out", option="reference")  # fmt: skip
         if key_reuse is not None and not isinstance(key_reuse, KeyReuse):
             raise InvalidInput(f"{what}: key_reuse must be a KeyReuse(...), got {key_reuse!r}")
         if not isinstance(source, str) or len(source) > 3000:

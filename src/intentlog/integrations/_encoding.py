@@ -135,7 +135,7 @@ def _put(container: Any, path: BodyPath, depth: int, key: str) -> Any:
             if step in copy and copy[step] != key:
                 raise Unsendable(
                     f"the body already holds another value at {where}, where the key is "
-                    "written for the service's search"
+                    "written for the service's search; leave it out of the call"
                 )
             copy[step] = key
         else:
@@ -149,7 +149,7 @@ def _put(container: Any, path: BodyPath, depth: int, key: str) -> Any:
         if items[step] != key:
             raise Unsendable(
                 f"the body already holds another value at {where}, where the key is written "
-                "for the service's search"
+                "for the service's search; leave it out of the call"
             )
     else:
         items[step] = _put(items[step], path, depth + 1, key)
