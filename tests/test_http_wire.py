@@ -437,3 +437,13 @@ def test_a_search_by_reference_without_the_key_in_the_body_is_refused() -> None:
     with pytest.raises(intentlog.InvalidInput, match="state reference=") as caught:
         profiles.STRIPE.replace(reference=None)
     assert caught.value.option == "reference"
+
+
+def test_an_effect_with_its_own_submit_is_held_to_the_services_key_length() -> None:
+    # Adyen takes keys of at most 64 characters; a derived key is the name's slug plus 33.
+    def pay(key: str, amount: int) -> dict[str, object]:
+        return {"pspReference": key}
+
+    with pytest.raises(intentlog.InvalidInput, match="over the 64 that service 'adyen'"):
+        intentlog.Effect("a-payment-effect-with-a-long-name-x", pay, service=profiles.ADYEN)
+    assert intentlog.Effect("pay", pay, service=profiles.ADYEN).service is profiles.ADYEN

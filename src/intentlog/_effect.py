@@ -8,7 +8,7 @@ from typing import Any, Unpack, overload
 
 from intentlog._effect_options import EffectOptions, check_names, effect_contract
 from intentlog._errors import InvalidInput
-from intentlog._keys import validate_label
+from intentlog._keys import _slug, validate_label
 from intentlog._model import LookupResult, Policy
 from intentlog._service import Retention, Seconds, Service
 
@@ -73,6 +73,8 @@ class Effect:
         if reconcile is not None and not callable(reconcile):
             raise InvalidInput(f"reconcile of effect {name!r} must be callable, got {reconcile!r}")
         contract = effect_contract(f"effect {name!r}", options, service, caller="Effect")
+        if service is not None:
+            check_key_length(name, service)
         if (
             receipt is not None
             and not callable(receipt)
@@ -279,3 +281,21 @@ def effect(
         )
 
     return wrap(fn) if fn is not None else wrap
+
+
+def check_key_length(name: str, service: Service) -> None:
+    """Refuse an effect whose derived keys (``<slug of the name, at most 40>-<32 hex>``)
+    could be longer than its service takes: every call would be refused at send."""
+    limit = service.key_max_length
+    longest = len(_slug(name)) + 33
+    if limit is not None and longest > limit:
+        room = limit - 33
+        shorter = (
+            f"give it a shorter name= (at most {room} letters, digits, '_', '.' or '-')"
+            if room >= 1
+            else "no effect name is short enough; pass key= explicitly"
+        )
+        raise InvalidInput(
+            f"effect {name!r}: its keys are {longest} characters long, over the {limit} that "
+            f"service {service.name!r} takes; {shorter}"
+        )  # fmt: skip

@@ -36,7 +36,6 @@ from intentlog._effect_options import EffectOptions, effect_contract
 from intentlog._errors import InvalidInput, KeyConflict, Rejected
 from intentlog._flow import drive, drive_async
 from intentlog._hygiene import scrub_text
-from intentlog._keys import _slug
 from intentlog._model import Found, Indeterminate, LookupResult, NotFound
 from intentlog._service import KeyPlace, Replay, Search, Seconds, Service
 from intentlog._service import seconds as _seconds
@@ -675,35 +674,16 @@ def _spec(
                            "not_applied; leave them out of not_applied")  # fmt: skip
     wait = _seconds(in_progress_wait, "in_progress_wait", allow_zero=True)
     service = contract.service
-    if service is not None:
-        _check_key_length(name, service)
-        if lookup is None and service.search is not None:
-            # The service's ready search (its URL is built per key by Search.url_for); a
-            # lookup given to the effect wins.
-            lookup = Lookup(service.search.url)
+    # The service's key length is checked where every effect is made (Effect's constructor).
+    if service is not None and lookup is None and service.search is not None:
+        # The service's ready search (its URL is built per key by Search.url_for); a lookup
+        # given to the effect wins.
+        lookup = Lookup(service.search.url)
     return _Spec(
         name, method.upper(), url, tuple(receipt), lookup, contract.deduplicates,
         contract.timeout, contract.timeout if wait is None else wait, sets["not_applied"],
         sets["in_progress"], sets["key_reused"], contract.key, contract.replay, service,
     )  # fmt: skip
-
-
-def _check_key_length(name: str, service: Service) -> None:
-    """Refuse an effect whose derived keys (``<slug of the name, at most 40>-<32 hex>``)
-    could be longer than its service takes: every call would be refused at send."""
-    limit = service.key_max_length
-    longest = len(_slug(name)) + 33
-    if limit is not None and longest > limit:
-        room = limit - 33
-        shorter = (
-            f"give it a shorter name= (at most {room} letters, digits, '_', '.' or '-')"
-            if room >= 1
-            else "no effect name is short enough; pass key= explicitly"
-        )
-        raise InvalidInput(
-            f"effect {name!r}: its keys are {longest} characters long, over the {limit} that "
-            f"service {service.name!r} takes; {shorter}"
-        )  # fmt: skip
 
 
 def http_effect(
