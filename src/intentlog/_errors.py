@@ -171,13 +171,11 @@ class UnsafeValue(Error, ValueError):
         self.path = path
 
 
-class KeyConflict(Error):
-    """An operation key is already recorded with other arguments or for another effect.
-
-    ``status`` is the service's status code when it was the service that refused the reused
-    key (HTTP 422, an S3 412); None when the journal found the conflict itself, and on a
-    replay of a recorded conflict.
-    """
+class _WithStatus(Error):
+    """An error that may carry the service's status code (``status``: an HTTP status, an
+    SMTP reply code, a NATS error code; None where there was none). The base of
+    :class:`Rejected`, :class:`KeyConflict` and ``AmbiguousResponse``: one declaration of
+    the attribute, its keyword and its pickling."""
 
     _context_names = (*Error._context_names, "status")
 
@@ -196,11 +194,20 @@ class KeyConflict(Error):
         self.status = status
 
 
+class KeyConflict(_WithStatus):
+    """An operation key is already recorded with other arguments or for another effect.
+
+    ``status`` is the service's status code when it was the service that refused the reused
+    key (HTTP 422, an S3 412); None when the journal found the conflict itself, and on a
+    replay of a recorded conflict.
+    """
+
+
 class UnknownOperation(Error, LookupError):
     """No operation with this key exists in the journal."""
 
 
-class Rejected(Error):
+class Rejected(_WithStatus):
     """Raised by an effect's submit when the service said the request was not applied.
 
     The operation becomes FAILED. Its message is kept in the journal (scrubbed of anything
@@ -208,10 +215,6 @@ class Rejected(Error):
     message includes it. ``status`` is the service's status code where the submit knows it
     (an HTTP 4xx, an SMTP 5xx reply, a NATS error code); None otherwise, and on a replay.
     """
-
-    _context_names = (*Error._context_names, "status")
-
-    status: int | None = None
 
     def __init__(
         self,
@@ -222,8 +225,7 @@ class Rejected(Error):
         key: str | None = None,
         state: str | None = None,
     ) -> None:
-        super().__init__(message, task_id=task_id, key=key, state=state)
-        self.status = status
+        super().__init__(message, status=status, task_id=task_id, key=key, state=state)
 
 
 class OutcomeUnknown(Error):

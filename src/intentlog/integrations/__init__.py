@@ -15,12 +15,12 @@ import importlib
 from types import ModuleType
 from typing import Any
 
-from intentlog._errors import Error
+from intentlog._errors import _WithStatus
 
 __all__ = ["AmbiguousResponse"]
 
 
-class AmbiguousResponse(Error):
+class AmbiguousResponse(_WithStatus):
     """The service's answer (or its absence) does not tell whether the request was applied.
 
     Raised by an integration's submit for a timeout, a dropped connection, a 5xx, or a 2xx
@@ -31,22 +31,6 @@ class AmbiguousResponse(Error):
     status code when there was one (an HTTP status, a NATS error code; None for a transport
     failure), besides the ``task_id``, ``key`` and ``state`` of every :class:`intentlog.Error`.
     """
-
-    _context_names = (*Error._context_names, "status")
-
-    status: int | None = None
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        status: int | None = None,
-        task_id: str | None = None,
-        key: str | None = None,
-        state: str | None = None,
-    ) -> None:
-        super().__init__(message, task_id=task_id, key=key, state=state)
-        self.status = status
 
 
 def _call_body(kwargs: dict[str, Any]) -> Any:
