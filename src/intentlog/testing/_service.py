@@ -25,7 +25,6 @@ import math
 import os
 import secrets
 import shutil
-import socketserver
 import sqlite3
 import sys
 import tempfile
@@ -36,6 +35,9 @@ import urllib.parse
 import urllib.request
 from dataclasses import asdict, dataclass, field
 from typing import Any, cast
+
+from intentlog.testing._loopback import LoopbackServer, open_record
+from intentlog.testing._loopback import canonical as _canonical
 
 __all__ = ["MODES", "ReferenceService", "ServiceClient", "ServiceError"]
 
@@ -147,50 +149,16 @@ def _parse_object(raw: bytes) -> dict[str, Any]:
     return value
 
 
-def _canonical(value: object) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
 def _connect(path: str) -> sqlite3.Connection:
-    # isolation_level=None: we issue BEGIN IMMEDIATE / COMMIT ourselves, so the dedupe check and
-    # the insert are one write transaction. check_same_thread=False: handler threads share this
-    # connection, always under ReferenceService._lock.
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=5.0)
-    try:
-        # WAL + FULL: a payment is on disk before its 201 leaves, even if the service itself is
-        # killed, which is what makes the record usable as ground truth.
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=FULL")
-        conn.executescript(_SCHEMA)
-    except BaseException:
-        conn.close()
-        raise
-    return conn
+    # The dedupe check and the insert are one write transaction (BEGIN IMMEDIATE / COMMIT,
+    # issued by the service), always under ReferenceService._lock.
+    return open_record(path, _SCHEMA, timeout=5.0)
 
 
-class _Server(http.server.ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-    request_queue_size = 128  # the default 5 makes a burst of clients wait out SYN retries
-    # block_on_close (inherited, True) makes server_close() join the handler threads, so none of
-    # them touches the SQLite connection after stop() has closed it.
-
+class _Server(LoopbackServer):
     def __init__(self, address: tuple[str, int], service: ReferenceService) -> None:
         self.service = service
         super().__init__(address, _Handler)
-
-    def server_bind(self) -> None:
-        # HTTPServer.server_bind calls socket.getfqdn(), which can stall for seconds on hosts
-        # without reverse DNS; the name is never used here.
-        socketserver.TCPServer.server_bind(self)
-        host, port = self.server_address[:2]
-        self.server_name, self.server_port = str(host), int(port)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # Crash tests kill clients mid-request: a reset or broken pipe while answering a dead
-        # client is expected and must not spray tracebacks over the test output.
-        if not isinstance(sys.exc_info()[1], OSError):
-            super().handle_error(request, client_address)
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
+from intentlog.testing._loopback import canonical
 from intentlog.testing.fakes._http import Reply, Request, Server
 from intentlog.testing.fakes._record import (
     Application,
@@ -29,11 +30,6 @@ from intentlog.testing.fakes._record import (
 )
 
 __all__ = ["Entry", "FakeService", "Reply", "Request", "canonical"]
-
-
-def canonical(value: object) -> str:
-    """Canonical JSON, to compare parameters of a retry with the first request's."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 @dataclass

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import http.server
 import json
-import socketserver
-import sys
 import urllib.parse
 from dataclasses import dataclass, field
 from email.message import Message
 from typing import Any, Protocol, cast
+
+from intentlog.testing._loopback import LoopbackServer
 
 __all__ = ["Reply", "Request", "Routed", "Server"]
 
@@ -58,26 +58,10 @@ class Routed(Protocol):
     def _error(self, status: int, message: str) -> Reply: ...
 
 
-class Server(http.server.ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-    request_queue_size = 128
-
+class Server(LoopbackServer):
     def __init__(self, address: tuple[str, int], fake: Routed) -> None:
         self.fake = fake
         super().__init__(address, _Handler)
-
-    def server_bind(self) -> None:
-        # HTTPServer.server_bind calls socket.getfqdn(), which can stall on hosts without
-        # reverse DNS; the name is never used.
-        socketserver.TCPServer.server_bind(self)
-        host, port = self.server_address[:2]
-        self.server_name, self.server_port = str(host), int(port)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # Crash tests kill clients mid-request: a reset while answering a dead client is normal.
-        if not isinstance(sys.exc_info()[1], OSError):
-            super().handle_error(request, client_address)
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):

@@ -15,6 +15,8 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
+from intentlog.testing._loopback import open_record
+
 __all__ = [
     "Application",
     "FakeRecord",
@@ -80,17 +82,7 @@ class Application:
 
 
 def connect(path: str) -> sqlite3.Connection:
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=10.0)
-    try:
-        # WAL + FULL: a row is on disk before the answer about it leaves, even if the fake's
-        # process is killed, and readers in other processes never block the writer.
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=FULL")
-        conn.executescript(_SCHEMA)
-    except BaseException:
-        conn.close()
-        raise
-    return conn
+    return open_record(path, _SCHEMA, timeout=10.0)
 
 
 class FakeRecord:
