@@ -2,11 +2,12 @@
 
     python recipe_worker.py PROFILE BASE_URL JOURNAL_URL
 
-PROFILE is ``stripe``, ``paypal`` or ``adyen``; BASE_URL the fake's (``intentlog.testing.
-fakes``), standing where the real API's base URL stands. The effect is exactly the recipe: the
-profile, the URL and credentials, nothing else (PayPal's and Adyen's deadlines are shortened
-to 2 s, the client's own setting, so a test need not wait out a minute). It prints
-``{"receipt": ...}`` or ``{"error": NAME, "message": ...}``; the crash points are armed by
+PROFILE is ``stripe``, ``paypal``, ``adyen`` or ``resend``; BASE_URL the fake's
+(``intentlog.testing.fakes``), standing where the real API's base URL stands. The effect is
+exactly the recipe: the profile, the URL and credentials, nothing else (PayPal's and Adyen's
+deadlines are shortened to 2 s, the client's own setting, so a test need not wait out a
+minute). It prints ``{"receipt": ...}`` or ``{"error": NAME, "message": ...}``; the crash
+points are armed by
 ``INTENTLOG_CRASH`` as everywhere.
 """
 
@@ -56,6 +57,22 @@ def recipe(name: str, base: str) -> tuple[intentlog.Effect, dict[str, Any]]:
             "purchase_units": [
                 {"reference_id": "order-42", "amount": {"currency_code": "USD", "value": "5.00"}}
             ],
+        }
+    if name == "resend":
+        client = httpx.Client(headers={"Authorization": "Bearer re_recipe"})
+        email = http_effect(
+            "email",
+            "POST",
+            f"{base}/emails",
+            receipt=["id"],
+            service=profiles.RESEND,
+            client=client,
+        )
+        return email, {
+            "from": "Acme <orders@acme.test>",
+            "to": ["ada@example.test"],
+            "subject": "Your order 42",
+            "html": "<p>Thanks for your order.</p>",
         }
     client = httpx.Client(headers={"X-API-Key": "AQE-recipe"})
     payment = http_effect(

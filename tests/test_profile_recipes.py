@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 import intentlog
-from intentlog.testing.fakes import AdyenFake, FakeService, PayPalFake, StripeFake
+from intentlog.testing.fakes import AdyenFake, FakeService, PayPalFake, ResendFake, StripeFake
 
 pytestmark = pytest.mark.slow  # workers killed and restarted: seconds per case
 
@@ -31,7 +31,11 @@ FAKES: dict[str, tuple[Callable[[], FakeService], str, list[str]]] = {
     "stripe": (lambda: StripeFake(index_lag=True), "charge", ["id", "amount", "status"]),
     "paypal": (PayPalFake, "create_order", ["id", "status"]),
     "adyen": (AdyenFake, "pay", ["pspReference", "resultCode"]),
+    "resend": (ResendFake, "email", ["id"]),
 }
+#: The services that refuse a same-key request while the first runs (their profiles say
+#: locks_in_flight): a restart may resend at once and is told "in progress".
+LOCKING = {"stripe", "resend"}
 
 
 def start(profile: str, base: str, journal: str, crash: str | None = None) -> subprocess.Popen[str]:
@@ -94,9 +98,10 @@ def test_a_crash_in_flight_is_not_applied_twice(profile: str, journal_url: str) 
         fake.hold()  # the request arrives and waits inside the service
         killed(start(profile, fake.url, journal_url, "after_send"))
         assert fake.wait_held(1, timeout=60)
-        if profile == "stripe":
-            # Stripe locks a key in flight: the restart may resend at once, is answered 409
-            # idempotency_key_in_use while the first request runs, and waits for its outcome.
+        if profile in LOCKING:
+            # Stripe and Resend lock a key in flight: the restart may resend at once, is
+            # answered 409 (Stripe's idempotency_key_in_use, Resend's
+            # concurrent_idempotent_requests) while the first runs, and waits for its outcome.
             restart = start(profile, fake.url, journal_url)
             wait_for(lambda: "in_flight" in posts(fake), "answered the resend 409")
             fake.release()

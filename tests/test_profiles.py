@@ -98,8 +98,13 @@ def test_the_sourced_wire() -> None:
     assert stripe.key_reuse.matches(400, {"error": {"type": "idempotency_error"}})
     assert not stripe.key_reuse.matches(400, {"error": {"type": "invalid_request_error"}})
     assert not stripe.key_reuse.matches(409, {"error": {"type": "idempotency_error"}})
+    resend = profiles.RESEND
+    assert resend.key_max_length == 256 and resend.locks_in_flight
+    assert resend.key_reuse is not None
+    assert resend.key_reuse.matches(409, {"name": "invalid_idempotent_request"})
+    assert not resend.key_reuse.matches(409, {"name": "concurrent_idempotent_requests"})
     for service in ALL.values():  # every other profile keeps the defaults
-        if service not in (stripe, paypal, adyen):
+        if service not in (stripe, paypal, adyen, resend):
             assert service.encoding == "json" and service.reference is None, service.name
             assert service.search is None and service.key_reuse is None, service.name
 
@@ -120,6 +125,10 @@ _WIRE_SOURCES: list[tuple[str, str, list[str]]] = [
     ("ADYEN", "key_max_length", ["maximum of 64 characters"]),
     ("ADYEN", "reference", ["metadata.intentlog_key", "rather than to reference"]),
     ("ADYEN", "search", ["no API to look a payment up", "no ready lookup"]),
+    ("RESEND", "key_max_length", ["1 to 256 characters"]),
+    ("RESEND", "locks_in_flight", ["currently in progress", "concurrent_idempotent_requests"]),
+    ("RESEND", "key_reuse", ["invalid_idempotent_request", "different payload"]),
+    ("RESEND", "search", ["no lookup"]),
 ]  # fmt: skip
 
 
@@ -237,4 +246,5 @@ def test_the_docs_table_says_which_recipe_and_fake_back_each_profile() -> None:
         "`STRIPE`",
         "`PAYPAL_ORDERS`",
         "`ADYEN`",
+        "`RESEND`",
     ]

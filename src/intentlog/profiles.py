@@ -196,12 +196,22 @@ RESEND = Service(
     "resend",
     key=KeyPlace.header("Idempotency-Key"),
     retention=timedelta(hours=24),
+    locks_in_flight=True,
     timeout=30,
+    key_max_length=256,
+    key_reuse=KeyReuse(statuses=(409,), member=("name",), value="invalid_idempotent_request"),
     source=f"https://resend.com/docs/dashboard/emails/idempotency-keys (read {_READ}): POST "
     "/emails and /emails/batch take an Idempotency-Key header; an email with the same key "
-    "sent in the last 24 hours is not sent again and the same response is given. How a "
-    f"concurrent same-key request is answered was not found in the public docs as of {_READ}: "
-    "no lock in flight is assumed; no lookup by key. Timeout: a client deadline chosen here.",
+    "sent in the last 24 hours is not sent again and the same response is given. "
+    f"The same page (read {_WIRE}): keys are 1 to 256 characters (else 400 "
+    "invalid_idempotency_key); a key already used with a different payload is answered 409 "
+    "invalid_idempotent_request (read as KeyConflict); 'another request with the same "
+    "idempotency key is currently in progress' is answered 409 concurrent_idempotent_requests, "
+    "safe to retry later: a lock in flight. "
+    f"https://resend.com/docs/api-reference/errors (read {_WIRE}): errors are JSON with "
+    "statusCode, name and message. Bodies are JSON. No email can be looked up by the key "
+    "(GET /emails/{id} needs Resend's id), so no lookup. Timeout: a client deadline chosen "
+    "here.",
 )
 
 SMTP = Service(

@@ -1,4 +1,4 @@
-"""Fake Stripe, PayPal Orders v2 and Adyen services, written from each service's published rules.
+"""Fakes of Stripe, PayPal Orders v2, Adyen and Resend, written from their published rules.
 
 Each fake is a real HTTP server on 127.0.0.1 that models what its service promises about
 idempotency keys (encoding, key limits, retention on a clock the test moves, in-flight answers,
@@ -19,6 +19,7 @@ from intentlog.testing.fakes._base import FakeService
 from intentlog.testing.fakes._record import Application, FakeRecord, RecordedRequest
 from intentlog.testing.fakes.adyen import AdyenFake
 from intentlog.testing.fakes.paypal import PayPalFake
+from intentlog.testing.fakes.resend import ResendFake
 from intentlog.testing.fakes.stripe import StripeFake
 
 __all__ = [
@@ -28,5 +29,6 @@ __all__ = [
     "FakeService",
     "PayPalFake",
     "RecordedRequest",
+    "ResendFake",
     "StripeFake",
 ]
