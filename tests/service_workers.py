@@ -1,9 +1,9 @@
 """Workers the service tests run in child processes (and kill there with SIGKILL).
 
 ``python service_workers.py KIND JOURNAL CONFIG_JSON`` runs one effect in one task, building
-the effect anew in this process, as a restarted worker does; KIND is ``s3``, ``sqs``, ``smtp``
-or ``nats``. Exit 0: done, ``{"receipt": ..., "policy": ...}`` on stdout (``policy``: the live
-effect's contract as this process read it); 3: UNRESOLVED; 4: Rejected.
+the effect anew in this process, as a restarted worker does; KIND is ``s3``, ``sqs``, ``ses``,
+``smtp`` or ``nats``. Exit 0: done, ``{"receipt": ..., "policy": ...}`` on stdout
+(``policy``: the live effect's contract as this process read it); 3: UNRESOLVED; 4: Rejected.
 """
 
 from __future__ import annotations
@@ -47,6 +47,10 @@ def build(kind: str, config: dict[str, Any]) -> intentlog.Effect:
         return sqs_fifo_effect(
             aws_client("sqs", config), config["queue"], name="enqueue", group_id="orders"
         )
+    if kind == "ses":
+        from intentlog.integrations.aws import ses_send_effect
+
+        return ses_send_effect(aws_client("sesv2", config), name="mail", sender=config["sender"])
     if kind == "smtp":
         from intentlog.integrations.smtp import smtp_effect
 

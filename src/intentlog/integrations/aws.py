@@ -1,6 +1,7 @@
-"""AWS services as effects, with boto3: :func:`s3_put_effect` and :func:`sqs_fifo_effect`.
+"""AWS services as effects, with boto3: :func:`s3_put_effect`, :func:`sqs_fifo_effect` and
+:func:`ses_send_effect`.
 
-``pip install 'intentlog[aws]'``. Both take a boto3 client the caller built (credentials,
+``pip install 'intentlog[aws]'``. Each takes a boto3 client the caller built (credentials,
 region and endpoint belong there; none of them reaches the journal or an error message).
 
 - :func:`s3_put_effect`: ``PutObject`` with ``If-None-Match: *`` to an object key that holds
@@ -12,13 +13,18 @@ region and endpoint belong there; none of them reaches the journal or an error m
   the key. SQS drops a second message with that id for 5 minutes and cannot be asked about a
   message, so a crash in flight is resent with the same id inside the 5 minutes (less a
   margin) and becomes UNRESOLVED after. Contract: :data:`intentlog.profiles.SQS_FIFO`.
+- :func:`ses_send_effect`: SES v2 ``SendEmail``. SES takes no idempotency key and cannot be
+  asked whether a message went out, so an email whose send may have started (the worker died
+  with the operation SUBMITTED) is UNRESOLVED, for a person, and never sent twice by itself.
+  The key rides in an ``Intentlog-Key`` header and a message tag, where a person or an event
+  destination finds it. Contract: :data:`intentlog.profiles.SES`.
 
 Answers: a definite refusal (nothing left the process, or the one request sent got a 4xx that
 is not a throttle, a timeout or a conflict) raises :class:`intentlog.Rejected`; a lost
 connection, a timeout, a 5xx, a throttle or a refusal after an earlier attempt of the same
 call may have landed raises :class:`AmbiguousResponse`, which the decision settles.
 
-Of the effect options (:class:`intentlog.EffectOptions`) both take ``timeout`` only; the others
+Of the effect options (:class:`intentlog.EffectOptions`) each takes ``timeout`` only; the others
 are their profile's, and InvalidInput refuses them. The request deadline is the client's own:
 botocore retries inside one call, so a request may be in flight for
 ``attempts * (connect_timeout + read_timeout)`` plus the back-off between attempts. The effect
@@ -49,7 +55,7 @@ from intentlog._service import Seconds, Service
 from intentlog._service import seconds as _seconds
 from intentlog.integrations import AmbiguousResponse, _call_body, _require
 
-__all__ = ["AmbiguousResponse", "s3_put_effect", "sqs_fifo_effect"]
+__all__ = ["AmbiguousResponse", "s3_put_effect", "ses_send_effect", "sqs_fifo_effect"]
 
 METADATA_KEY = "intentlog-key"  # x-amz-meta-intentlog-key: which operation wrote the object
 # Attempts per call when the client's configuration sets no number: botocore's defaults.
@@ -66,6 +72,9 @@ _THROTTLES = frozenset({
 })  # fmt: skip
 # SQS: 1-128 characters, alphanumerics and punctuation (MessageDeduplicationId, MessageGroupId).
 _SQS_ID = re.compile(r"^[A-Za-z0-9!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~]{1,128}$")
+# SES message tag values: up to 256 ASCII letters, digits, _ - . @ (SES v2 MessageTag,
+# https://docs.aws.amazon.com/ses/latest/APIReference-V2/API_MessageTag.html, read 2026-12-04).
+_SES_TAG = re.compile(r"^[A-Za-z0-9_\-.@]{1,256}$")
 
 
 def _boto() -> Any:
@@ -459,6 +468,126 @@ def sqs_fifo_effect(
         receipt=receipt,
         store_args=store_args,
     )
+
+
+# -- SES ------------------------------------------------------------------------------------
+
+
+def ses_send_effect(
+    client: Any,
+    *,
+    name: str,
+    sender: str,
+    configuration_set: str | None = None,
+    receipt: ReceiptSelector | None = None,
+    store_args: bool = False,
+    **options: Unpack[EffectOptions],
+) -> Effect:
+    """An Effect that sends one email with SES v2 ``SendEmail`` from ``sender`` (a verified
+    identity): ``task.run(effect, to=[...], subject=..., text=... and/or html=..., cc=[...],
+    bcc=[...], reply_to=[...])``. The receipt is ``{"message_id"}``.
+
+    SES takes no idempotency key and has no way to ask whether a message was sent
+    (:data:`intentlog.profiles.SES`): a call whose send may have started, i.e. the worker
+    died after the intent was SUBMITTED, is UNRESOLVED and waits for a person; it is never
+    sent again by itself. To help that person, the operation key rides in the message's
+    ``Intentlog-Key`` header and, where the key is a valid tag value (letters, digits,
+    ``_ - . @``, up to 256), in the message tag ``intentlog-key``, which SES event
+    destinations (SNS, Firehose, CloudWatch) carry with every send and delivery event.
+    ``configuration_set`` names the configuration set whose event destination records them.
+
+    Outcomes as for every effect of this module: a definite refusal (an unverified sender,
+    a bad address, the account's sending paused) -> :class:`intentlog.Rejected`, FAILED;
+    otherwise :class:`AmbiguousResponse`, which for SES means UNRESOLVED. Arguments SES cannot
+    take (no recipient, neither text nor html, an unknown argument) are refused before anything
+    is sent.
+    """
+    _boto()
+    if not isinstance(sender, str) or "@" not in sender:
+        raise InvalidInput(f"effect {name!r}: sender must be an email address, got {sender!r}")
+    if configuration_set is not None and (
+        not isinstance(configuration_set, str) or not configuration_set
+    ):
+        raise InvalidInput(f"effect {name!r}: configuration_set must be a non-empty name")
+    service = profiles.SES
+    effect_contract(f"effect {name!r}", options, service, caller="ses_send_effect",
+                    spelling=FIXED)  # fmt: skip
+    effective = _timeout(client, "sesv2", options.get("timeout"), name)
+    _hook(client, "sesv2", "SendEmail")
+
+    def submit(key: str, /, **fields: Any) -> dict[str, Any]:
+        what = f"SendEmail from {sender}"
+        params = _ses_params(name, key, sender, configuration_set, fields)
+        try:
+            answer, _ = _call(client, "send_email", name, **params)
+        except _Failed as failed:
+            raise _outcome(failed, what, key) from failed.error
+        if not isinstance(answer.get("MessageId"), str):
+            raise AmbiguousResponse(f"{what}: the answer has no MessageId", key=key)
+        return {"message_id": answer["MessageId"]}
+
+    return Effect(
+        name,
+        submit,
+        service=service,
+        timeout=effective,
+        receipt=receipt,
+        store_args=store_args,
+    )
+
+
+_SES_FIELDS = frozenset({"to", "cc", "bcc", "reply_to", "subject", "text", "html"})
+_SES_DESTINATIONS = (("to", "ToAddresses"), ("cc", "CcAddresses"), ("bcc", "BccAddresses"))
+
+
+def _ses_params(
+    name: str, key: str, sender: str, configuration_set: str | None, fields: dict[str, Any]
+) -> dict[str, Any]:
+    """SendEmail's parameters for one call; Rejected (nothing sent) for what SES cannot take."""
+
+    def refuse(problem: str) -> Rejected:
+        return Rejected(f"effect {name!r}: {problem}; nothing was sent", key=key)
+
+    unknown = sorted(set(fields) - _SES_FIELDS)
+    if unknown:
+        raise refuse(f"unknown argument(s) {', '.join(unknown)} (takes {sorted(_SES_FIELDS)})")
+    lists: dict[str, list[str]] = {}
+    for field in ("to", "cc", "bcc", "reply_to"):
+        value = fields.get(field, [])
+        value = [value] if isinstance(value, str) else value
+        if not isinstance(value, list) or not all(isinstance(a, str) and "@" in a for a in value):
+            raise refuse(f"{field} must be an email address or a list of them, got {value!r}")
+        lists[field] = value
+    if not (lists["to"] or lists["cc"] or lists["bcc"]):
+        raise refuse("no recipient (to, cc or bcc)")
+    subject = fields.get("subject")
+    if not isinstance(subject, str) or not subject:
+        raise refuse("subject must be a non-empty string")
+    body = {
+        part.title(): {"Data": fields[part], "Charset": "UTF-8"}
+        for part in ("text", "html")
+        if fields.get(part) is not None
+    }
+    if not body or not all(isinstance(b["Data"], str) for b in body.values()):
+        raise refuse("text or html (a string) is required")
+    params: dict[str, Any] = {
+        "FromEmailAddress": sender,
+        "Destination": {kind: lists[field] for field, kind in _SES_DESTINATIONS if lists[field]},
+        "Content": {
+            "Simple": {
+                "Subject": {"Data": subject, "Charset": "UTF-8"},
+                "Body": body,
+                "Headers": [{"Name": "Intentlog-Key", "Value": key}],
+            }
+        },
+    }
+    if lists["reply_to"]:
+        params["ReplyToAddresses"] = lists["reply_to"]
+    if _SES_TAG.match(key):
+        params["EmailTags"] = [{"Name": "intentlog-key", "Value": key}]
+    if configuration_set is not None:
+        params["ConfigurationSetName"] = configuration_set
+    return params
 
 
 def _policy_room(service: Service, timeout: float) -> float:
