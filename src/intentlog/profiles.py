@@ -145,7 +145,11 @@ GITHUB = Service(
     f"(https://docs.github.com/en/rest/search/search, read {_READ}). No lag of the search "
     "index is published; a GitHub answer (https://github.com/orgs/community/discussions/"
     f"52404, read {_READ}) says there is no SLO and it is typically a few minutes: 10 minutes "
-    "is a margin chosen here, not a promise. Timeout: a client deadline chosen here.",
+    "is a margin chosen here, not a promise. Whether the search indexes HTML comments is not "
+    "published and reports differ (https://github.com/JasonEtco/todo/issues/24: not indexed, "
+    "2017; https://github.com/pfnet-research/alertmanager-to-github/pull/28: indexed on "
+    f"github.com, not on GitHub Enterprise, 2022; both read {_WIRE}): write the marker as "
+    "plain text. Timeout: a client deadline chosen here.",
 )
 
 SLACK = Service(
