@@ -89,6 +89,8 @@ KEY_META = "intentlog/key"
 REFUSED_CODES = frozenset({-32700, -32600, -32601, -32602, -32020, -32021, -32022, -32042})
 VERSION_META = "io.modelcontextprotocol/protocolVersion"
 _OWN_PARAMS = ("name", "arguments", "_meta")
+#: How a FAILED attempt that was a round asking for input is recorded (and recognised).
+_INPUT_REQUIRED = "the server asked for input first (input_required)"
 _MAX_ATTEMPTS = 100
 #: How long the proxy's own error answers wait for the tool's definition (whether it
 #: declares an outputSchema); the server may be the reason the call is unsettled.
@@ -114,6 +116,7 @@ class _Call:
     arguments: dict[str, Any]
     meta: dict[str, Any]
     extra: dict[str, Any]  # the call's other parameters (task, inputResponses, ...)
+    wire_key: str  # the key the server sees (in the key argument, and in a lookup)
     sent: bool = False
     live: dict[str, Any] | None = None  # the upstream's own result, when this run sent it
     refusal: Message | None = None  # the upstream's definite refusal, as the agent gets it
@@ -224,7 +227,7 @@ class Calls:
             call = _CURRENT.get()
             sent = dict(arguments)
             if policy.key_argument is not None:
-                sent[policy.key_argument] = key
+                sent[policy.key_argument] = call.wire_key
             params: dict[str, Any] = {**call.extra, "name": policy.tool, "arguments": sent}
             if call.meta:
                 params["_meta"] = call.meta
@@ -242,7 +245,7 @@ class Calls:
                 # The server asks for input before it goes on: nothing was applied yet.
                 call.refusal = {"result": result}
                 call.input_required = True
-                raise Rejected("the server asked for input first (input_required): not applied")
+                raise Rejected(f"{_INPUT_REQUIRED}: not applied")
             if result.get("isError") is True:
                 if policy.on_error == "failed":
                     call.refusal = {"result": result}
@@ -260,7 +263,8 @@ class Calls:
 
         async def reconcile(key: str) -> LookupResult:
             call = _CURRENT.get(None)
-            arguments = lookup.render(key, call.arguments if call is not None else {})
+            wire = call.wire_key if call is not None else key
+            arguments = lookup.render(wire, call.arguments if call is not None else {})
             params: dict[str, Any] = {"name": lookup.tool, "arguments": arguments}
             meta = upstream.own_meta()
             if meta:
@@ -378,14 +382,20 @@ class Calls:
             job.task_id, job.base, job.arguments, job.meta, job.policy, job.effect,
         )  # fmt: skip
         handle = await self.handles.get(task_id)
+        carried: str | None = None  # the wire key of a logical call still in its rounds
         for attempt in range(1, _MAX_ATTEMPTS + 1):
             key = base if attempt == 1 else f"{base}.{attempt}"
-            call = _Call(arguments, meta, job.extra)
+            call = _Call(arguments, meta, job.extra, carried or key)
             token = _CURRENT.set(call)
             try:
                 receipt = await handle.run(effect, arguments=arguments, key=key)
             except Rejected as exc:
                 if not call.sent:  # an earlier attempt's failure: this one is new
+                    # After a round that asked for input, the next round goes on with the
+                    # same key on the wire: the server binds a round's requestState to the
+                    # arguments, and its deduplication must see one call. (Read from the
+                    # journal each time, so a resend after a restart sends the same key.)
+                    carried = call.wire_key if _INPUT_REQUIRED in str(exc) else None
                     continue
                 refusal = call.refusal or {"result": error_result(str(exc))}
                 marks = {"input_required": True} if call.input_required else {}
