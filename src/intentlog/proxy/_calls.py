@@ -23,7 +23,9 @@ library's own; this module adds what a tool call needs around it:
   applied nothing yet; the attempt that got it is recorded FAILED (it did not apply) and the
   agent gets the server's answer as it came. The next round (the agent's same call with
   ``inputResponses`` and ``requestState``) is then the next attempt of the same logical
-  call (``<key>.2``, ...), sent to the server; the round that completes is its receipt.
+  call (``<key>.2``, ...), sent to the server with the first round's key in the key argument
+  (the server binds ``requestState`` to the arguments, and must see one call to deduplicate
+  it); the round that completes is its receipt.
   Since at most the last attempt can have applied, the logical call applies at most once,
   and its rounds made again are answered from the journal: an earlier round, or the last
   one re-issued after a lost answer, gets the recorded result.
