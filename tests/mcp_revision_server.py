@@ -14,7 +14,8 @@ the revision added:
   with ``inputRequests`` and a sealed ``requestState``, and applies nothing; the round that
   brings the approval applies it. Deduplicates on ``reference`` (the first payment again).
   A client that declared no elicitation capability is refused with -32021.
-- ``get_paid()``: read-only, the payments applied.
+- ``get_paid()``: read-only, the payments applied. A resource ``revision://info`` and a
+  prompt ``summary(period)``, whose requests need ``Mcp-Name`` too.
 
 The ``requestState`` is sealed with a fixed key, so a server started again (a new child of
 a restarted proxy) accepts the state an earlier one minted.
@@ -130,6 +131,16 @@ def build(ledger: str) -> MCPServer[Any]:
         """How many payments were applied."""
         count = conn.execute("SELECT count(*) FROM applied WHERE tool = 'pay'").fetchone()[0]
         return {"payments": count}
+
+    @app.resource("revision://info")
+    def info() -> str:
+        """What this server is."""
+        return "a server of the 2026-07-28 revision"
+
+    @app.prompt()
+    def summary(period: str) -> str:
+        """A prompt that asks for a summary."""
+        return f"Summarise the payments of {period}."
 
     return app
 

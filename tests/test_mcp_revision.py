@@ -184,8 +184,8 @@ def test_calls_to_an_http_upstream_carry_mcp_name_and_mcp_param_headers(
     """``wire`` marks ``account`` x-mcp-header: without ``Mcp-Name`` and a (base64-encoded,
     the value is not ASCII) ``Mcp-Param-Account`` the SDK's server refuses it (-32020).
     Configured in the tools file, no tool list is read for its policy: the proxy lists the
-    tools itself to learn the marks. The read-only ``get_paid`` passes through, also with
-    ``Mcp-Name``."""
+    tools itself to learn the marks. The read-only ``get_paid``, a resource read and a prompt
+    pass through, also with ``Mcp-Name`` (the tool or prompt name, the resource URI)."""
     tools = _tools(paths, '[tools.wire]\ntimeout = "10s"\n') if configured else None
 
     async def body(url: str) -> None:
@@ -194,6 +194,10 @@ def test_calls_to_an_http_upstream_carry_mcp_name_and_mcp_param_headers(
             first = dump(await session.call_tool("wire", arguments))
             again = dump(await session.call_tool("wire", arguments))
             paid = dump(await session.call_tool("get_paid", {}))
+            info = await session.read_resource("revision://info")
+            prompt = await session.get_prompt("summary", {"period": "q3"})
+        assert "2026-07-28" in dump(info)["contents"][0]["text"]
+        assert "q3" in dump(prompt)["messages"][0]["content"]["text"]
         assert first.get("isError") is not True, first
         assert operation(first)["state"] == "CONFIRMED" and operation(again)["replay"] is True
         assert again["structuredContent"] == first["structuredContent"]

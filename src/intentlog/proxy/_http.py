@@ -119,6 +119,7 @@ class HttpUpstream(_Streams):
         self._lists: set[RequestId] = set()  # tools/list requests whose answers are read
         self._calls: dict[RequestId, str] = {}  # tools/call requests sent, by id: the tool
         self._own: dict[RequestId, asyncio.Future[Message]] = {}  # this end's own requests
+        self._late: set[RequestId] = set()  # own requests given up on: their answers dropped
         self._ids = itertools.count(1)
         self._nonce = uuid.uuid4().hex[:12]
 
@@ -142,6 +143,9 @@ class HttpUpstream(_Streams):
                 if own is not None:  # an answer to this end's own request: not passed on
                     if not own.done():
                         own.set_result(message)
+                    continue
+                if request_id in self._late:
+                    self._late.discard(request_id)
                     continue
                 message = self._read_answer(request_id, message)
             elif message.get("method") == "notifications/tools/list_changed":
@@ -240,6 +244,9 @@ class HttpUpstream(_Streams):
                 await self._put(message, ClientMessageMetadata(headers=headers))
                 async with asyncio.timeout(_LIST_TIMEOUT):
                     answer = await future
+            except TimeoutError:
+                self._late.add(request_id)  # its answer, should it come, is not the agent's
+                raise
             finally:
                 self._own.pop(request_id, None)
             result = answer.get("result")
