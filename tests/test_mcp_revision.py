@@ -550,6 +550,12 @@ def test_unresolved_and_in_flight_answers_pass_a_typescript_clients_schema_check
             await client.call(3, "charge", charge)
             in_flight = (await client.response(3))["result"]
             assert await client.close() == 0
+        # The same answers to a 2026-07-28 agent: valid for the SDK 2.3 client (resultType).
+        async with _modern(waiting) as session:
+            for tool, arguments in (("send_mail", mail), ("charge", charge)):
+                modern = await session.call_tool(tool, arguments)
+                assert modern.result_type == "complete" and modern.is_error is True
+                assert typescript_client_refusal(dump(modern), listed[tool]) is None
         for answer, tool in ((unresolved, "send_mail"), (in_flight, "charge")):
             assert listed[tool]["outputSchema"] is not None
             assert answer["isError"] is True
