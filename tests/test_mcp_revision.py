@@ -583,3 +583,19 @@ def test_own_answers_carry_structured_facts_only_for_a_tool_without_an_output_sc
             assert facts["key"] == "k" and facts["next_action"] in ("ESCALATE", "WAIT")
             assert typescript_client_refusal(answer, definition or typed) is None
             assert ("structuredContent" in answer) is (definition is untyped)
+
+
+def test_an_error_the_http_client_made_up_for_an_unreadable_answer_is_not_a_refusal() -> None:
+    """The SDK's HTTP client answers a request whose response it could not read (a body that
+    is not JSON-RPC, an unexpected content type) with an error of its own, -32700 or -32600:
+    the server may well have run the call, so it must not count as refused before running."""
+    from intentlog.proxy._calls import REFUSED_CODES
+    from intentlog.proxy._http import HttpUpstream
+
+    upstream = HttpUpstream("http://127.0.0.1:9/mcp")
+    for code, text in ((-32700, "Failed to parse JSON response: bad"),
+                       (-32600, "Unexpected content type: text/html")):  # fmt: skip
+        made_up = {"jsonrpc": "2.0", "id": 7, "error": {"code": code, "message": text}}
+        assert upstream._read_answer(7, made_up)["error"]["code"] not in REFUSED_CODES
+    refused = {"jsonrpc": "2.0", "id": 8, "error": {"code": -32020, "message": "mismatch"}}
+    assert upstream._read_answer(8, refused)["error"]["code"] == -32020
