@@ -154,9 +154,9 @@ def test_a_proxy_killed_at_each_point_never_applies_a_call_twice(
             assert again["content"] == result["content"]
         else:
             assert result["isError"] is True
-            assert result["structuredContent"]["state"] == "UNRESOLVED"
-            assert result["structuredContent"]["next_action"] == "ESCALATE"
-            assert again["structuredContent"]["state"] == "UNRESOLVED"  # still not resent
+            assert operation(result)["state"] == "UNRESOLVED"
+            assert operation(result)["next_action"] == "ESCALATE"
+            assert operation(again)["state"] == "UNRESOLVED"  # still not resent
 
     asyncio.run(body())
 
@@ -169,8 +169,8 @@ def test_a_person_resolves_an_unresolved_call_and_the_same_call_gets_the_resolut
         command = proxy_command(files["db"], server_command(files["ledger"]), tools=files["tools"])
         async with stdio_session(command) as session:
             unresolved = dump(await session.call_tool("send_mail", CALLS["send_mail"]))
-            key = unresolved["structuredContent"]["key"]
-            assert key in unresolved["structuredContent"]["resolve"]
+            key = operation(unresolved)["key"]
+            assert key in operation(unresolved)["resolve"]
             done = subprocess.run(
                 [
                     sys.executable,
@@ -302,7 +302,7 @@ def test_over_streamable_http_a_killed_proxy_never_applies_a_call_twice(
             if final is CONFIRMED:
                 assert operation(result)["state"] == "CONFIRMED", result
             else:
-                assert result["structuredContent"]["state"] == "UNRESOLVED"
+                assert operation(result)["state"] == "UNRESOLVED"
 
         asyncio.run(body())
     finally:

@@ -367,9 +367,9 @@ def test_an_upstream_that_dies_or_never_answers_leaves_the_journal_intact(
         code = await client.close()
         assert code == 0
         assert hung["result"]["isError"] is True
-        assert hung["result"]["structuredContent"]["state"] == "UNRESOLVED"
+        assert operation(hung["result"])["state"] == "UNRESOLVED"
         assert "Do not retry" in hung["result"]["content"][0]["text"]
-        assert died["result"]["structuredContent"]["state"] == "UNRESOLVED"
+        assert operation(died["result"])["state"] == "UNRESOLVED"
         assert after["error"]["code"] == -32603 and "closed" in after["error"]["message"]
         assert ledger_count(setup["ledger"], "hang") == 1
         assert {op.effect: op.state for op in ops(setup)} == {

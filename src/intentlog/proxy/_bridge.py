@@ -132,6 +132,10 @@ class Bridge:
                     if not own.done():
                         own.set_result(message)
                     continue
+                if isinstance(request_id, str) and request_id.startswith(
+                    f"intentlog-{self._nonce}-"
+                ):
+                    continue  # a late answer to a request of ours that timed out: not the agent's
                 if isinstance(request_id, int | str):
                     done = self._forwarded.pop(request_id, None)
                     token = _progress_token(done.message) if done is not None else None

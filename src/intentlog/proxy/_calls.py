@@ -11,10 +11,29 @@ library's own; this module adds what a tool call needs around it:
 - One flight per call: the same call arriving while it is in flight (a client that retried,
   or cancelled and sent it again) waits for that one and gets its answer.
 - Definite failures: a JSON-RPC error that means the request was refused before it ran
-  (invalid request, unknown method, invalid params), and an ``isError`` result unless the
-  tool is configured ``on_error = "unknown"``, are recorded FAILED. The same call made again
-  is a new attempt with a key of its own (``<key>.2``, ``<key>.3``, ...): the first one
-  definitely did not apply, so sending it again cannot duplicate it.
+  (:data:`REFUSED_CODES`), and an ``isError`` result unless the tool is configured
+  ``on_error = "unknown"``, are recorded FAILED. The same call made again is a new attempt
+  with a key of its own (``<key>.2``, ``<key>.3``, ...): the first one definitely did not
+  apply, so sending it again cannot duplicate it.
+- Every parameter of the agent's ``tools/call`` reaches the server as it was sent (``task``,
+  ``inputResponses``, ``requestState``, and any the proxy does not know); only the key
+  argument (where the tools file names one) and the proxy's own ``_meta`` entries change.
+  The key is derived from the arguments alone, so every round of one logical call shares it.
+- Multi-round calls (2026-07-28, SEP-2322): an answer of ``resultType: "input_required"``
+  applied nothing yet; the attempt that got it is recorded FAILED (it did not apply) and the
+  agent gets the server's answer as it came. The next round (the agent's same call with
+  ``inputResponses`` and ``requestState``) is then the next attempt of the same logical
+  call (``<key>.2``, ...), sent to the server with the first round's key in the key argument
+  (the server binds ``requestState`` to the arguments, and must see one call to deduplicate
+  it); the round that completes is its receipt.
+  Since at most the last attempt can have applied, the logical call applies at most once,
+  and its rounds made again are answered from the journal: an earlier round, or the last
+  one re-issued after a lost answer, gets the recorded result.
+  https://modelcontextprotocol.io/specification/2026-07-28/basic/patterns/mrtr
+- Task-augmented calls (2025-11-25 tasks): the ``CreateTaskResult`` naming the task the
+  server started is the receipt, so the same call made again (after that answer was lost)
+  gets the same task back instead of starting a second one.
+  https://modelcontextprotocol.io/specification/2025-11-25/basic/utilities/tasks
 - State-changing calls of one task are sent one at a time (the task's lease admits one
   writer); reads pass through without waiting.
 """
@@ -48,6 +67,7 @@ from intentlog.proxy._results import (
     attach,
     error_result,
     in_flight_result,
+    in_revision,
     receipt_of,
     replay_of,
     text_of,
@@ -56,14 +76,27 @@ from intentlog.proxy._results import (
 from intentlog.proxy._tasks import TaskHandles
 from intentlog.proxy._wire import INTERNAL_ERROR, INVALID_PARAMS, Message, RequestId, error_reply
 
-__all__ = ["KEY_META", "TASK_META", "Calls"]
+__all__ = ["KEY_META", "REFUSED_CODES", "TASK_META", "Calls"]
 
 log = logging.getLogger("intentlog.proxy")
 TASK_META = "intentlog/task"
 KEY_META = "intentlog/key"
-# JSON-RPC errors that mean the request was refused before any tool code ran.
-_REFUSED_CODES = frozenset({-32700, -32600, -32601, -32602})
+#: JSON-RPC errors that mean the request was refused before any tool code ran: JSON-RPC's
+#: own (parse error, invalid request, unknown method, invalid params), and those the MCP
+#: revisions define for a request rejected before it is processed: -32020 headers that do
+#: not match the body, -32021 a required client capability missing, -32022 an unsupported
+#: protocol version (2026-07-28), -32042 a URL elicitation required first (2025-11-25).
+#: https://modelcontextprotocol.io/specification/2026-07-28/basic/index#error-codes
+#: https://modelcontextprotocol.io/specification/2025-11-25/client/elicitation#error-handling
+REFUSED_CODES = frozenset({-32700, -32600, -32601, -32602, -32020, -32021, -32022, -32042})
+VERSION_META = "io.modelcontextprotocol/protocolVersion"
+_OWN_PARAMS = ("name", "arguments", "_meta")
+#: How a FAILED attempt that was a round asking for input is recorded (and recognised).
+_INPUT_REQUIRED = "the server asked for input first (input_required)"
 _MAX_ATTEMPTS = 100
+#: How long the proxy's own error answers wait for the tool's definition (whether it
+#: declares an outputSchema); the server may be the reason the call is unsettled.
+_QUICK = 5.0
 
 
 class Upstream(Protocol):
@@ -84,9 +117,12 @@ class _Call:
 
     arguments: dict[str, Any]
     meta: dict[str, Any]
+    extra: dict[str, Any]  # the call's other parameters (task, inputResponses, ...)
+    wire_key: str  # the key the server sees (in the key argument, and in a lookup)
     sent: bool = False
     live: dict[str, Any] | None = None  # the upstream's own result, when this run sent it
     refusal: Message | None = None  # the upstream's definite refusal, as the agent gets it
+    input_required: bool = False  # the refusal is a round asking for input
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -97,6 +133,7 @@ class _Job:
     base: str
     arguments: dict[str, Any]
     meta: dict[str, Any]
+    extra: dict[str, Any]
     policy: ToolPolicy
     effect: Effect
 
@@ -192,8 +229,8 @@ class Calls:
             call = _CURRENT.get()
             sent = dict(arguments)
             if policy.key_argument is not None:
-                sent[policy.key_argument] = key
-            params: dict[str, Any] = {"name": policy.tool, "arguments": sent}
+                sent[policy.key_argument] = call.wire_key
+            params: dict[str, Any] = {**call.extra, "name": policy.tool, "arguments": sent}
             if call.meta:
                 params["_meta"] = call.meta
             call.sent = True
@@ -202,10 +239,15 @@ class Calls:
                     "tools/call", params, timeout=policy.timeout, effect=name
                 )
             except UpstreamError as exc:
-                if exc.code in _REFUSED_CODES:
+                if exc.code in REFUSED_CODES:
                     call.refusal = _error_message(exc)
                     raise Rejected(f"the server refused the call: {exc.text}") from exc
                 raise _Ambiguous(f"the server answered error {exc.code}: {exc.text}") from exc
+            if result.get("resultType") == "input_required":
+                # The server asks for input before it goes on: nothing was applied yet.
+                call.refusal = {"result": result}
+                call.input_required = True
+                raise Rejected(f"{_INPUT_REQUIRED}: not applied")
             if result.get("isError") is True:
                 if policy.on_error == "failed":
                     call.refusal = {"result": result}
@@ -223,7 +265,8 @@ class Calls:
 
         async def reconcile(key: str) -> LookupResult:
             call = _CURRENT.get(None)
-            arguments = lookup.render(key, call.arguments if call is not None else {})
+            wire = call.wire_key if call is not None else key
+            arguments = lookup.render(wire, call.arguments if call is not None else {})
             params: dict[str, Any] = {"name": lookup.tool, "arguments": arguments}
             meta = upstream.own_meta()
             if meta:
@@ -254,8 +297,11 @@ class Calls:
     ) -> Message:
         """Journal and perform one ``tools/call``; the JSON-RPC response for the agent."""
         effect = self._effect(policy)
+        envelope = params.get("_meta")
+        version = envelope.get(VERSION_META) if isinstance(envelope, dict) else None
         try:
             task_id, key, arguments, meta = self._read(params, policy)
+            extra = {k: v for k, v in params.items() if k not in _OWN_PARAMS}
             if key is None:
                 canonical = canonical_json(
                     {"arguments": arguments}, what=f"arguments of {policy.tool!r}"
@@ -267,7 +313,7 @@ class Calls:
         running = self._flights.get(flight)
         joined = running is not None
         if running is None:
-            job = _Job(task_id, key, arguments, meta, policy, effect)
+            job = _Job(task_id, key, arguments, meta, extra, policy, effect)
             running = asyncio.ensure_future(self._perform(job))
             self._flights[flight] = running
             running.add_done_callback(lambda _: self._flights.pop(flight, None))
@@ -275,6 +321,8 @@ class Calls:
         reply, fresh = await asyncio.shield(running)
         if joined and fresh and "result" in reply:
             reply = {**reply, "result": _mark_joined(reply["result"])}
+        if isinstance(reply.get("result"), dict):  # answered in the agent's own revision
+            reply = {**reply, "result": in_revision(reply["result"], version)}
         return {"jsonrpc": "2.0", "id": request_id, **reply}
 
     async def drain(self) -> None:
@@ -336,25 +384,32 @@ class Calls:
             job.task_id, job.base, job.arguments, job.meta, job.policy, job.effect,
         )  # fmt: skip
         handle = await self.handles.get(task_id)
+        carried: str | None = None  # the wire key of a logical call still in its rounds
         for attempt in range(1, _MAX_ATTEMPTS + 1):
             key = base if attempt == 1 else f"{base}.{attempt}"
-            call = _Call(arguments, meta)
+            call = _Call(arguments, meta, job.extra, carried or key)
             token = _CURRENT.set(call)
             try:
                 receipt = await handle.run(effect, arguments=arguments, key=key)
             except Rejected as exc:
                 if not call.sent:  # an earlier attempt's failure: this one is new
+                    # After a round that asked for input, the next round goes on with the
+                    # same key on the wire: the server binds a round's requestState to the
+                    # arguments, and its deduplication must see one call. (Read from the
+                    # journal each time, so a resend after a restart sends the same key.)
+                    carried = call.wire_key if _INPUT_REQUIRED in str(exc) else None
                     continue
                 refusal = call.refusal or {"result": error_result(str(exc))}
-                return _with_meta(refusal, key=key, state="FAILED", replay=False), True
+                marks = {"input_required": True} if call.input_required else {}
+                return _with_meta(refusal, key=key, state="FAILED", replay=False, **marks), True
             except KeyConflict as exc:
                 return error_reply(None, INVALID_PARAMS, f"intentlog mcp: {exc}"), False
             except OutcomeUnknown as exc:
-                return {"result": self._unresolved(key, task_id, policy, str(exc))}, call.sent
-            except StillInFlight as exc:
-                return {"result": self._in_flight(key, task_id, policy, exc)}, call.sent
-            except (UpstreamGone, TimeoutError, _Ambiguous) as exc:  # attempts ran out
-                return {"result": self._in_flight(key, task_id, policy, exc)}, call.sent
+                answer = await self._unresolved(key, task_id, policy, str(exc))
+                return {"result": answer}, call.sent
+            except (StillInFlight, UpstreamGone, TimeoutError, _Ambiguous) as exc:
+                # StillInFlight, or (the others) the attempts ran out
+                return {"result": await self._in_flight(key, task_id, policy, exc)}, call.sent
             finally:
                 _CURRENT.reset(token)
             if call.live is not None:
@@ -369,9 +424,11 @@ class Calls:
             None, INTERNAL_ERROR, f"intentlog mcp: {base}: {_MAX_ATTEMPTS} attempts failed"
         ), False
 
-    async def _definition(self, tool: str) -> dict[str, Any] | None:
+    async def _definition(
+        self, tool: str, *, timeout: float | None = None
+    ) -> dict[str, Any] | None:
         try:
-            return await self.upstream.tool(tool, timeout=self.file.timeout)
+            return await self.upstream.tool(tool, timeout=timeout or self.file.timeout)
         except (UpstreamError, UpstreamGone, TimeoutError):
             return None
 
@@ -380,19 +437,23 @@ class Calls:
         resolutions = await self.journal.resolutions(key)
         return resolutions[-1].actor if resolutions else None
 
-    def _unresolved(self, key: str, task_id: str, policy: ToolPolicy, why: str) -> dict[str, Any]:
-        return unresolved_result(key, task_id, policy.tool, why, db=self.db)
+    async def _unresolved(
+        self, key: str, task_id: str, policy: ToolPolicy, why: str
+    ) -> dict[str, Any]:
+        tool = await self._definition(policy.tool, timeout=_QUICK)
+        return unresolved_result(key, task_id, policy.tool, why, db=self.db, definition=tool)
 
-    def _in_flight(
+    async def _in_flight(
         self, key: str, task_id: str, policy: ToolPolicy, exc: BaseException
     ) -> dict[str, Any]:
+        tool = await self._definition(policy.tool, timeout=_QUICK)
         not_before = getattr(exc, "not_before", None)
         wait = (
             max(0.0, not_before - self.journal.store.now())
             if isinstance(not_before, float)
             else None
         )
-        return in_flight_result(key, task_id, policy.tool, str(exc), wait)
+        return in_flight_result(key, task_id, policy.tool, str(exc), wait, definition=tool)
 
 
 def _ours(receipt: Any) -> bool:

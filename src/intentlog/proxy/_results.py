@@ -1,16 +1,29 @@
 """What the journal keeps of a tool result, and what the agent gets back.
 
-The receipt of a journaled call is the tool's result (its ``content``, ``structuredContent``
-and ``isError``), bounded and cleaned by the journal's hygiene before it is written: secret
+The receipt of a journaled call is the tool's whole result (``content``,
+``structuredContent``, ``isError``, ``resultType``, ``_meta``, and any field of a newer
+revision or an extension; for a task-augmented call, the ``CreateTaskResult`` naming the
+task it started), bounded and cleaned by the journal's hygiene before it is written: secret
 values are redacted, and a result larger than the journal's bound is replaced by a note of
 its size and digest. The first answer to a call is the upstream's own result; a replay
 (the same call again, after a restart or a lost response) is built from the receipt and
 says so in ``_meta["intentlog/operation"]``, with what was reduced, if anything.
 
-A replayed or resolved result must satisfy the tool's ``outputSchema``, because clients
-validate ``structuredContent`` against it: one that does not (a reduced result, a person's
-receipt of another shape) is answered as an error result (``isError``, which clients do
-not validate) whose text says the call *was applied* and must not be repeated.
+Every answer the proxy builds itself is given in the revision the agent speaks
+(:func:`in_revision`): from 2026-07-28 on a result carries ``resultType``, which the
+revision requires of every result and its clients validate; an older agent gets none.
+https://modelcontextprotocol.io/specification/2026-07-28/schema#calltoolresult
+
+Clients check ``structuredContent`` against the tool's ``outputSchema``, and the
+TypeScript SDK (``Client.callTool``) does so on error results too: it validates any
+``structuredContent`` present and accepts an error result without one.
+https://github.com/modelcontextprotocol/typescript-sdk/blob/main/src/client/index.ts
+So a replayed or resolved result that does not fit the schema (a reduced result, a person's
+receipt of another shape) is answered as an error result *without* structured content,
+whose text says the call *was applied* and must not be repeated; and the proxy's own
+answers (UNRESOLVED, still in flight) carry their facts as ``structuredContent`` only for a
+tool known to declare no ``outputSchema`` (else where no schema check can fail: in
+``_meta["intentlog/operation"]``, which every answer carries).
 """
 
 from __future__ import annotations
@@ -26,6 +39,7 @@ __all__ = [
     "attach",
     "error_result",
     "in_flight_result",
+    "in_revision",
     "receipt_of",
     "replay_of",
     "text_of",
@@ -34,18 +48,16 @@ __all__ = [
 
 log = logging.getLogger("intentlog.proxy")
 META = "intentlog/operation"
-_RESULT_FIELDS = ("content", "structuredContent", "isError")
+#: The first revision whose results carry ``resultType`` (revisions are dates, so later ones
+#: compare greater).
+MODERN = "2026-07-28"
 _ROOM = 4096  # what the receipt's envelope and notes may take beside the result
 
 
 def receipt_of(result: Any, *, tool: str, max_bytes: int, via: str = "send") -> dict[str, Any]:
     """The receipt to journal for a tool result (never raises: a receipt must never cost
     the confirmation). ``via``: ``"send"`` or ``"lookup"`` (how the outcome was learnt)."""
-    kept = (
-        {k: result[k] for k in _RESULT_FIELDS if k in result}
-        if isinstance(result, dict)
-        else result
-    )
+    kept = dict(result) if isinstance(result, dict) else result
     masked = False
     if isinstance(kept, dict) and isinstance(kept.get("content"), list):
         try:
@@ -113,6 +125,25 @@ def text_of(result: Any) -> str:
     )
 
 
+def in_revision(result: dict[str, Any], version: str | None) -> dict[str, Any]:
+    """``result`` as an agent speaking protocol revision ``version`` expects it.
+
+    From 2026-07-28 on, every result carries ``resultType`` ("complete" unless it says
+    otherwise: an ``input_required`` round, or an extension's result); the SDK's clients
+    refuse a ``CallToolResult`` without it. Older revisions have no such field, so it is
+    left out for their agents (a receipt recorded in one revision may be replayed to an
+    agent of another). A ``CreateTaskResult`` of the 2025-11-25 tasks is left as it is.
+    """
+    modern = isinstance(version, str) and version >= MODERN
+    if modern:
+        if "resultType" in result or "task" in result:
+            return result
+        return {**result, "resultType": "complete"}
+    if "resultType" in result and result["resultType"] == "complete":
+        return {k: v for k, v in result.items() if k != "resultType"}
+    return result
+
+
 def error_result(text: str, structured: dict[str, Any] | None = None) -> dict[str, Any]:
     """A tool error result (``isError``) the model can read."""
     result: dict[str, Any] = {"content": [{"type": "text", "text": text}], "isError": True}
@@ -121,9 +152,24 @@ def error_result(text: str, structured: dict[str, Any] | None = None) -> dict[st
     return result
 
 
-def unresolved_result(key: str, task_id: str, tool: str, why: str, *, db: str) -> dict[str, Any]:
+def _own_answer(
+    text: str, facts: dict[str, Any], tool: dict[str, Any] | None, *, key: str, state: str
+) -> dict[str, Any]:
+    """One of the proxy's own error answers: its facts in ``_meta["intentlog/operation"]``,
+    and as ``structuredContent`` too only where no client's schema check can fail on them
+    (the tool is known and declares no ``outputSchema``)."""
+    fits = isinstance(tool, dict) and tool.get("outputSchema") is None
+    result = error_result(text, facts if fits else None)
+    details = {k: v for k, v in facts.items() if k not in ("state", "key")}
+    return attach(result, key=key, state=state, replay=False, **details)
+
+
+def unresolved_result(
+    key: str, task_id: str, tool: str, why: str, *, db: str, definition: dict[str, Any] | None
+) -> dict[str, Any]:
     """The answer to a call whose outcome is UNRESOLVED: an error result that tells the
-    model not to retry, and a person how to resolve it."""
+    model not to retry, and a person how to resolve it. ``definition``: the tool as the
+    server lists it (None: not known)."""
     hint = f"intentlog --db {db} resolve {key} --confirmed --receipt '<JSON>' | --failed | --retry"
     text = (
         f"Do not retry this call. Whether {tool!r} was applied is unknown (operation {key} of "
@@ -132,7 +178,7 @@ def unresolved_result(key: str, task_id: str, tool: str, why: str, *, db: str) -
         "decide; once they have, making this same call again returns their resolution. To "
         f"resolve: {hint}"
     )
-    structured = {
+    facts = {
         "state": "UNRESOLVED",
         "next_action": "ESCALATE",
         "key": key,
@@ -141,11 +187,17 @@ def unresolved_result(key: str, task_id: str, tool: str, why: str, *, db: str) -
         "reason": why[:500],
         "resolve": hint,
     }
-    return attach(error_result(text, structured), key=key, state="UNRESOLVED", replay=False)
+    return _own_answer(text, facts, definition, key=key, state="UNRESOLVED")
 
 
 def in_flight_result(
-    key: str, task_id: str, tool: str, why: str, wait: float | None
+    key: str,
+    task_id: str,
+    tool: str,
+    why: str,
+    wait: float | None,
+    *,
+    definition: dict[str, Any] | None,
 ) -> dict[str, Any]:
     """The answer to a call that may still be in flight: call again after ``wait`` s."""
     when = f" in about {wait:.0f} s" if wait is not None else " later"
@@ -155,7 +207,7 @@ def in_flight_result(
         f"same call again{when}: it returns the outcome, and resends only where that cannot "
         "apply it twice."
     )
-    structured = {
+    facts = {
         "state": "SUBMITTED",
         "next_action": "WAIT",
         "key": key,
@@ -164,7 +216,13 @@ def in_flight_result(
         "retry_after_seconds": round(wait, 3) if wait is not None else None,
         "reason": why[:500],
     }
-    return attach(error_result(text, structured), key=key, state="SUBMITTED", replay=False)
+    return _own_answer(text, facts, definition, key=key, state="SUBMITTED")
+
+
+def _is_tool_result(result: dict[str, Any]) -> bool:
+    """Whether a recorded result is a ``CallToolResult`` (not a task it started, nor an
+    extension's result of its own ``resultType``)."""
+    return "task" not in result and result.get("resultType", "complete") == "complete"
 
 
 def replay_of(
@@ -191,11 +249,12 @@ def replay_of(
                 via=receipt.get("via"),
                 reduced=reduced,
             )
-        if "content" not in result:
-            result["content"] = _content_for(result.get("structuredContent"))
-        problem = _schema_problem(result, schema)
-        if problem is not None:
-            result = _applied_but(key, f"its recorded result {problem}", as_error=True)
+        if _is_tool_result(result):
+            if "content" not in result:
+                result["content"] = _content_for(result.get("structuredContent"))
+            problem = _schema_problem(result, schema)
+            if problem is not None:
+                result = _applied_but(key, f"its recorded result {problem}", as_error=True)
         return attach(
             result,
             key=key,
@@ -228,6 +287,8 @@ def replay_of(
 
 
 def _applied_but(key: str, why: str, *, as_error: bool) -> dict[str, Any]:
+    """A text that the call was applied; never structured content (see the module's
+    docstring: an error result's structured content is still checked by some clients)."""
     text = (
         f"This call was applied once already (operation {key}), but {why}. Do not call it "
         "again to get the result: that would apply it a second time."
