@@ -17,6 +17,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import random
 import signal
 import sqlite3
 import subprocess
@@ -37,6 +38,10 @@ from temporalio.worker import Worker
 import intentlog
 from intentlog.testing import ReferenceService
 from temporal_flows import Order, OrderInput, Payments
+
+# One xdist worker runs them all, so the session's one Temporal server serves every test here
+# and the SIGKILL tests do not compete with each other for the CPU.
+pytestmark = pytest.mark.xdist_group("temporal")
 
 HERE = Path(__file__).parent
 FLOWS = HERE / "temporal_flows.py"
@@ -404,3 +409,94 @@ def test_temporalio_is_imported_only_when_used() -> None:
     code = "import sys, intentlog.integrations.temporal\nassert 'temporalio' not in sys.modules\n"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+# -- many workflows, workers killed at random ------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_many_workflows_with_random_worker_kills(
+    temporal_server: str, tmp_path: Path, workers: list[ActivityWorker]
+) -> None:
+    """200 orders, each one payment (half to a service that can be asked, half to one that
+    deduplicates), through two activity workers of which one is SIGKILLed at random after every
+    few payments and replaced. Every payment is applied exactly once, no order is lost, and
+    the whole run ends within its bound."""
+    orders, seed = 200, random.randrange(1 << 30)
+    rng = random.Random(seed)
+    journal = tmp_path / "journal.db"
+    intentlog.open(journal).close()
+    with (
+        ReferenceService("lookup", db_path=tmp_path / "lookup.db") as lookup,
+        ReferenceService("dedupe", db_path=tmp_path / "dedupe.db") as dedupe,
+    ):
+        services = {"lookup": lookup, "dedupe": dedupe}
+        for service in services.values():
+            service.set_faults(delay=0.05)  # answers come 50 ms after the commit: kills land there
+        urls = {mode: service.url for mode, service in services.items()}
+        suffix = uuid.uuid4().hex[:8]
+        queue, activities = f"orders-{suffix}", f"payments-{suffix}"
+        pool = [ActivityWorker(temporal_server, activities, journal, urls) for _ in range(2)]
+        workers.extend(pool)
+        kills = 0
+
+        def total() -> int:
+            return sum(applied(service) for service in services.values())
+
+        async def killer(done: asyncio.Event) -> None:
+            nonlocal kills
+            last = 0
+            while not done.is_set():
+                if total() - last < rng.randint(5, 15):
+                    await asyncio.sleep(0.02)  # watching the services' records
+                    continue
+                last = total()
+                index = rng.randrange(len(pool))
+                pool[index].kill()  # SIGKILL, wherever it is
+                kills += 1
+                pool[index] = await asyncio.to_thread(
+                    ActivityWorker, temporal_server, activities, journal, urls
+                )
+                workers.append(pool[index])
+
+        async def scenario() -> list[dict[str, Any]]:
+            client = await Client.connect(temporal_server)
+            async with workflow_worker(client, queue):
+                done = asyncio.Event()
+                killing = asyncio.create_task(killer(done))
+                try:
+                    handles = await asyncio.gather(
+                        *(
+                            client.start_workflow(
+                                Order.run,
+                                OrderInput(
+                                    ("lookup", "dedupe")[i % 2], i + 1, f"c{i}", "pay", activities
+                                ),
+                                id=f"order-{suffix}-{i}",
+                                task_queue=queue,
+                            )
+                            for i in range(orders)
+                        )
+                    )
+                    return await asyncio.wait_for(
+                        asyncio.gather(*(handle.result() for handle in handles)), 150
+                    )
+                finally:
+                    done.set()
+                    await killing
+
+        started = time.monotonic()
+        results = asyncio.run(scenario())
+        elapsed = time.monotonic() - started
+        truth = {mode: service.applied() for mode, service in services.items()}
+    retried = sum(result["attempt"] >= 2 for result in results)
+    context = f"seed {seed}, {kills} kills, {retried} activities retried, {elapsed:.1f} s"
+    print(context)
+    assert len(results) == orders, context  # none lost
+    for i, result in enumerate(results):
+        receipt, mode = result["receipt"], ("lookup", "dedupe")[i % 2]
+        assert receipt["amount"] == i + 1, context
+        assert truth[mode][receipt["key"]] == [receipt["id"]], context  # applied exactly once
+    assert sum(len(ids) for t in truth.values() for ids in t.values()) == orders, context
+    assert kills >= 5, context
+    assert retried > 0, context  # kills hit activities in flight
