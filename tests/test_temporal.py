@@ -500,3 +500,29 @@ def test_many_workflows_with_random_worker_kills(
     assert sum(len(ids) for t in truth.values() for ids in t.values()) == orders, context
     assert kills >= 5, context
     assert retried > 0, context  # kills hit activities in flight
+
+
+def test_workflow_scope_makes_the_same_call_one_operation_across_activity_ids(
+    tmp_path: Path, lookup_service: ReferenceService
+) -> None:
+    """Activities whose ids are not chosen (an agent's tools get Temporal's sequence numbers):
+    with scope="workflow", the same call from another activity id is the same operation."""
+    from intentlog.integrations.temporal import run_effect
+    from intentlog.testing import payment_effect
+
+    charge = payment_effect(lookup_service.url, "lookup", name="pay")
+    with intentlog.open(tmp_path / "journal.db") as journal:
+        first = activity_env(workflow_id="agent-1", activity_id="1").run(
+            run_effect, journal, charge, amount=5, to="bob", scope="workflow"
+        )
+        again = activity_env(workflow_id="agent-1", activity_id="4").run(
+            run_effect, journal, charge, amount=5, to="bob", scope="workflow"
+        )
+        other = activity_env(workflow_id="agent-1", activity_id="4").run(
+            run_effect, journal, charge, amount=5, to="bob"
+        )
+        assert [op.task_id for op in journal.operations()] == ["agent-1", "agent-1/4"]
+        with pytest.raises(intentlog.InvalidInput, match="scope must be"):
+            activity_env().run(run_effect, journal, charge, amount=5, scope="run")
+    assert again == first and other != first
+    assert len(lookup_service.applied()) == 2

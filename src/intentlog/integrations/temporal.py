@@ -50,7 +50,7 @@ import contextlib
 import contextvars
 import threading
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
 from intentlog._async import AsyncJournal
 from intentlog._effect import Effect
@@ -70,17 +70,21 @@ from intentlog.integrations.langgraph import handles, need, sync_journal
 
 __all__ = [
     "NON_RETRYABLE",
+    "Scope",
     "activity_task_id",
     "run_effect",
     "run_effect_async",
     "unresolved",
 ]
 
+Scope = Literal["activity", "workflow"]
+
 #: The ``ApplicationError`` types that :func:`run_effect` raises as non-retryable.
 NON_RETRYABLE = ("OutcomeUnknown", "Rejected", "KeyConflict", "InvalidInput", "UnsafeValue")
 
 #: Heartbeat period without a ``heartbeat_timeout``: the SDK throttles heartbeats to at most
-#: one per 30 s then anyway (temporalio.worker.Worker's default_heartbeat_throttle_interval).
+#: one per 30 s then anyway (default_heartbeat_throttle_interval of
+#: https://python.temporal.io/temporalio.worker.Worker.html).
 _DEFAULT_BEAT = 10.0
 
 
@@ -90,6 +94,7 @@ def run_effect(
     /,
     *args: Any,
     key: str | None = None,
+    scope: Scope = "activity",
     **kwargs: Any,
 ) -> JSON:
     """``task.run(effect, ...)`` in the task of the current activity; returns the receipt.
@@ -98,8 +103,14 @@ def run_effect(
     ``activity_executor``, a thread pool). Heartbeats while it runs. Raises InvalidInput
     outside an activity, and ``ApplicationError`` for the intentlog errors listed in the
     module's docstring.
+
+    ``scope``: ``"activity"`` (the default) names the task ``{workflow_id}/{activity_id}``;
+    ``"workflow"`` names it by the workflow id alone, so that the same call (effect and
+    arguments) from any activity of the workflow is the same operation, whatever its activity
+    id: for activities whose ids you do not choose, such as tools an agent calls. Activities of
+    one workflow then share one task and take turns on its lease.
     """
-    call = _Call(journal, effect)
+    call = _Call(journal, effect, scope)
     context = contextvars.copy_context()  # activity.heartbeat finds its activity through it
     stop = threading.Event()
     beat = threading.Thread(
@@ -119,11 +130,12 @@ async def run_effect_async(
     /,
     *args: Any,
     key: str | None = None,
+    scope: Scope = "activity",
     **kwargs: Any,
 ) -> JSON:
     """The same for an ``async def`` activity: the journal runs in a worker thread, so the
     event loop is never blocked, and the heartbeat runs on the loop."""
-    call = _Call(journal, effect)
+    call = _Call(journal, effect, scope)
     beat = asyncio.create_task(_beat_async(call))
     try:
         return await asyncio.to_thread(call.run, args, kwargs, key)
@@ -133,9 +145,10 @@ async def run_effect_async(
             await beat
 
 
-def activity_task_id() -> str:
-    """The task id of the current activity: ``{workflow_id}/{activity_id}``, the same on every
-    attempt. Raises InvalidInput outside an activity started by a workflow."""
+def activity_task_id(scope: Scope = "activity") -> str:
+    """The task id of the current activity: ``{workflow_id}/{activity_id}`` (scope
+    ``"activity"``) or ``{workflow_id}`` (scope ``"workflow"``), the same on every attempt.
+    Raises InvalidInput outside an activity started by a workflow."""
     need("temporalio", "temporal")
     from temporalio import activity
 
@@ -147,6 +160,10 @@ def activity_task_id() -> str:
             "run_effect needs an activity started by a workflow (its workflow id and activity "
             "id name the task); a standalone activity has no workflow id"
         )
+    if scope == "workflow":
+        return info.workflow_id
+    if scope != "activity":
+        raise InvalidInput(f"scope must be 'activity' or 'workflow', got {scope!r}")
     return f"{info.workflow_id}/{info.activity_id}"
 
 
@@ -172,10 +189,11 @@ class _Call:
     """One call of an effect from the current activity: where it goes, and the checks made
     before anything is recorded."""
 
-    def __init__(self, journal: Journal | AsyncJournal, effect: Effect) -> None:
+    def __init__(self, journal: Journal | AsyncJournal, effect: Effect, scope: Scope) -> None:
         if not isinstance(effect, Effect):
             raise InvalidInput(f"run_effect needs an intentlog Effect, got {effect!r}")
-        self.task_id = activity_task_id()
+        self.task_id = activity_task_id(scope)
+        self.scope = scope
         from temporalio import activity
 
         self.info = activity.info()
@@ -232,6 +250,9 @@ class _Call:
 
     def _application_error(self, exc: Error) -> Any:
         """The ApplicationError that stands for ``exc``, or None to let it through."""
+        # non_retryable and next_retry_delay override the activity's retry policy for this
+        # failure: https://python.temporal.io/temporalio.exceptions.ApplicationError.html and
+        # https://docs.temporal.io/encyclopedia/retry-policies#per-error-next-retry-delay
         from temporalio.exceptions import ApplicationError
 
         name = type(exc).__name__
@@ -241,11 +262,12 @@ class _Call:
                 f". The workflow may wait for a person (a signal) and then run activity "
                 f"{self.info.activity_id!r} again, with the same activity_id, to continue it"
             )
-            if self.info.activity_id.isdigit():
+            if self.scope == "activity" and self.info.activity_id.isdigit():
                 message += (
                     f" (this one has Temporal's default id, a sequence number: pass "
-                    f"activity_id={self.info.activity_id!r} or a name of yours, or a re-run is "
-                    "a new task and sends again)"
+                    f"activity_id={self.info.activity_id!r} or a name of yours, or "
+                    "scope='workflow' to run_effect; otherwise a re-run is a new task and sends "
+                    "again)"
                 )
         if isinstance(exc, OutcomeUnknown | Rejected | KeyConflict | InvalidInput | UnsafeValue):
             return ApplicationError(message, self.details(exc), type=name, non_retryable=True)
