@@ -6,7 +6,9 @@ worker process that the tests kill with SIGKILL:
     python temporal_flows.py ADDRESS QUEUE JOURNAL CONFIG_JSON
 
 CONFIG_JSON maps a service mode to the reference service's URL (``{"lookup": url, ...}``). The
-worker prints ``ready`` once it polls QUEUE. Activities:
+worker prints ``ready`` once it polls QUEUE. With ``TEMPORAL_GATE=PATH`` it prints ``loaded``
+after its imports and polls only once PATH exists (a replacement worker started ahead of the
+kill). Activities:
 
 - ``pay``: the payment through ``intentlog.integrations.temporal.run_effect`` (the key comes
   from the journal). ``INTENTLOG_CRASH=after_remote_commit:pay`` kills the worker after the
@@ -156,6 +158,11 @@ async def serve(address: str, queue: str, journal_path: str, urls: dict[str, str
     from temporalio.client import Client
     from temporalio.worker import Worker
 
+    gate = os.environ.get("TEMPORAL_GATE")
+    if gate:  # started ahead, imports done: poll once the gate file exists
+        print("loaded", flush=True)
+        while not os.path.exists(gate):
+            await asyncio.sleep(0.01)
     client = await Client.connect(address)
     with (
         intentlog.open(journal_path, max_wait=5) as journal,

@@ -57,11 +57,22 @@ class ActivityWorker:
     """A child process polling ``queue`` with the payment activities."""
 
     def __init__(
-        self, address: str, queue: str, journal: Path, urls: dict[str, str], **env: str
+        self,
+        address: str,
+        queue: str,
+        journal: Path,
+        urls: dict[str, str],
+        gate: Path | None = None,
+        **env: str,
     ) -> None:
+        """Started, and polling once it prints ``ready``; with ``gate``, started and loaded but
+        polling only after :meth:`open_gate` (a replacement started ahead of a kill)."""
+        self.gate = gate
+        if gate is not None:
+            env["TEMPORAL_GATE"] = str(gate)
         path = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
         child_env = {**os.environ, "PYTHONPATH": path, **env}
-        for name in ("INTENTLOG_CRASH", "TEMPORAL_KILL"):
+        for name in ("INTENTLOG_CRASH", "TEMPORAL_KILL", "TEMPORAL_GATE"):
             if name not in env:
                 child_env.pop(name, None)
         self.process = subprocess.Popen(
@@ -71,9 +82,18 @@ class ActivityWorker:
             stderr=subprocess.PIPE,
             text=True,
         )
+        self.expect("loaded" if gate else "ready")
+
+    def expect(self, word: str) -> None:
         assert self.process.stdout is not None
-        line = self.process.stdout.readline()  # blocks until it polls, or it died
-        assert line.strip() == "ready", self.process.communicate(timeout=30)[1]
+        line = self.process.stdout.readline()  # blocks until it says so, or died
+        assert line.strip() == word, self.process.communicate(timeout=30)[1]
+
+    def open_gate(self) -> ActivityWorker:
+        assert self.gate is not None
+        self.gate.touch()
+        self.expect("ready")
+        return self
 
     def wait_killed(self) -> None:
         try:
@@ -164,8 +184,14 @@ def test_killed_worker_retry(
             if half == "alone"
             else {"INTENTLOG_CRASH": "after_remote_commit:pay"}
         )
-        first = ActivityWorker(temporal_server, activities, journal, urls, **crash)
-        workers.append(first)
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:  # both start at once
+            starting = pool.submit(
+                ActivityWorker, temporal_server, activities, journal, urls, tmp_path / "go"
+            )
+            first = ActivityWorker(temporal_server, activities, journal, urls, **crash)
+            workers.append(first)
+            second = starting.result()
+            workers.append(second)
         order = OrderInput(mode, 500, "bob", "pay_plain" if half == "alone" else "pay",
                            activities)  # fmt: skip
 
@@ -177,7 +203,7 @@ def test_killed_worker_retry(
                 )
                 await asyncio.to_thread(first.wait_killed)
                 assert applied(service) == 1  # it landed, then the worker died
-                workers.append(ActivityWorker(temporal_server, activities, journal, urls))
+                await asyncio.to_thread(second.open_gate)  # the replacement polls now
                 if half == "intentlog" and mode == "neither":
                     waiting = await until_waiting(handle)
                     (key,) = service.applied()
@@ -415,6 +441,7 @@ def test_temporalio_is_imported_only_when_used() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # a bound for a hang; the run's own bound is 150 s
 def test_many_workflows_with_random_worker_kills(
     temporal_server: str, tmp_path: Path, workers: list[ActivityWorker]
 ) -> None:
@@ -440,24 +467,32 @@ def test_many_workflows_with_random_worker_kills(
         workers.extend(pool)
         kills = 0
 
+        def spare() -> ActivityWorker:
+            """A replacement, loaded ahead and polling once its gate opens."""
+            worker = ActivityWorker(
+                temporal_server, activities, journal, urls, tmp_path / f"gate-{uuid.uuid4()}"
+            )
+            workers.append(worker)
+            return worker
+
         def total() -> int:
             return sum(applied(service) for service in services.values())
 
         async def killer(done: asyncio.Event) -> None:
             nonlocal kills
             last = 0
+            ready = asyncio.create_task(asyncio.to_thread(spare))
             while not done.is_set():
-                if total() - last < rng.randint(5, 15):
+                if total() - last < rng.randint(3, 10) or not ready.done():
                     await asyncio.sleep(0.02)  # watching the services' records
                     continue
                 last = total()
                 index = rng.randrange(len(pool))
                 pool[index].kill()  # SIGKILL, wherever it is
                 kills += 1
-                pool[index] = await asyncio.to_thread(
-                    ActivityWorker, temporal_server, activities, journal, urls
-                )
-                workers.append(pool[index])
+                pool[index] = await asyncio.to_thread(ready.result().open_gate)
+                ready = asyncio.create_task(asyncio.to_thread(spare))
+            await ready
 
         async def scenario() -> list[dict[str, Any]]:
             client = await Client.connect(temporal_server)
