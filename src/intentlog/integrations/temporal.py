@@ -2,13 +2,15 @@
 them.
 
 Temporal retries an activity whose attempt failed or timed out, and it notices a dead worker
-only through a missed heartbeat or a timeout; an activity is at least once. A worker that dies
+only through a missed heartbeat or a timeout; an activity is at least once
+(https://docs.temporal.io/activity-definition#idempotency). A worker that dies
 after the activity's request landed and before Temporal recorded the result makes Temporal run
 the activity again, and the effect happens twice unless the service deduplicates it.
 ``run_effect(journal, effect, ...)`` (in a sync activity) or ``await run_effect_async(...)`` (in
 an ``async def`` activity) runs ``task.run(effect, ...)`` in the task named by the workflow id
 and the activity id, both of which stay the same across the activity's attempts (the attempt
-number and the run id are never used). The retried attempt gets the recorded receipt, or a
+number and the run id are never used; ``scope="workflow"`` names it by the workflow id alone,
+for activities whose ids are not chosen). The retried attempt gets the recorded receipt, or a
 reconciled one, or a resend of the same key where the service deduplicates it; never a blind
 second send. Guarantees besides those of ``task.run``:
 
@@ -38,7 +40,9 @@ second send. Guarantees besides those of ``task.run``:
   - ``TaskBusy`` and ``LeaseLost`` pass through as they are: Temporal retries them like any
     other error.
 
-Attempts of one activity that overlap in one process (a timed-out attempt still running beside
+A cancellation of a sync activity (Temporal raises it inside the activity's thread) waits
+until the call is done, so it never lands between a journal write and the send. Attempts of
+one activity that overlap in one process (a timed-out attempt still running beside
 its retry) share one leased handle and take turns on it, so the retry finds the first attempt's
 receipt. Concurrent activities of one workflow are separate tasks and run in parallel.
 """
@@ -117,8 +121,14 @@ def run_effect(
         target=context.run, args=(_beat_sync, stop, call), name="intentlog-heartbeat", daemon=True
     )
     beat.start()
+    from temporalio import activity
+
     try:
-        return call.run(args, kwargs, key)
+        # Temporal cancels a threaded activity by raising inside its thread, which could land
+        # between a journal write and the send; shielded, it is raised when the call is done
+        # (https://python.temporal.io/temporalio.activity.html#shield_thread_cancel_exception).
+        with activity.shield_thread_cancel_exception():
+            return call.run(args, kwargs, key)
     finally:
         stop.set()
         beat.join()
