@@ -16,6 +16,8 @@ kill). Activities:
 - ``pay_plain``: the same payment without intentlog, with a fresh key per attempt, as an
   activity written without retries in mind sends. ``TEMPORAL_KILL=after_pay`` kills the worker
   right after the service answered, before Temporal recorded the result.
+- ``pay_keyed``: the same with the key Temporal advises, ``{workflow_id}-{activity_id}``, the
+  same on every attempt (``TEMPORAL_KILL`` as for ``pay_plain``).
 - ``pay_core``: ``journal.task`` + ``task.run`` written by hand (no heartbeat), in process only.
 
 Mode ``refuse`` is an effect whose service refuses every payment (``Rejected``).
@@ -122,7 +124,7 @@ class Payments:
         self.effects["refuse"] = intentlog.Effect("pay", refuse, timeout=timeout)
 
     def activities(self) -> list[Any]:
-        return [self.pay, self.pay_plain, self.pay_core]
+        return [self.pay, self.pay_plain, self.pay_keyed, self.pay_core]
 
     @activity.defn(name="pay")
     def pay(self, mode: str, amount: int, to: str) -> dict[str, Any]:
@@ -136,6 +138,15 @@ class Payments:
         receipt = ServiceClient(self.urls[mode]).pay(
             f"plain-{uuid.uuid4().hex}", {"amount": amount, "to": to}
         )
+        if os.environ.get("TEMPORAL_KILL") == "after_pay":
+            os.kill(os.getpid(), signal.SIGKILL)
+        return answer(receipt)
+
+    @activity.defn(name="pay_keyed")
+    def pay_keyed(self, mode: str, amount: int, to: str) -> dict[str, Any]:
+        info = activity.info()  # Temporal's advice: a key the same on every attempt
+        key = f"{info.workflow_id}-{info.activity_id}"
+        receipt = ServiceClient(self.urls[mode]).pay(key, {"amount": amount, "to": to})
         if os.environ.get("TEMPORAL_KILL") == "after_pay":
             os.kill(os.getpid(), signal.SIGKILL)
         return answer(receipt)

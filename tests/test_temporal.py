@@ -160,7 +160,7 @@ def resolve_confirmed(journal: Path, key: str, receipt: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize("mode", ["dedupe", "lookup", "neither"])
-@pytest.mark.parametrize("half", ["alone", "intentlog"])
+@pytest.mark.parametrize("half", ["alone", "temporal-key", "intentlog"])
 def test_killed_worker_retry(
     temporal_server: str,
     tmp_path: Path,
@@ -169,7 +169,9 @@ def test_killed_worker_retry(
     half: str,
 ) -> None:
     """A worker dies after the service applied the payment; Temporal retries the activity.
-    Alone it pays twice; through intentlog once. A service that can neither deduplicate nor be
+    Alone (a fresh key per attempt) it pays twice. With the key Temporal advises (workflow id
+    and activity id) it pays once only where the service deduplicates. Through intentlog it
+    pays once whatever the service can do. A service that can neither deduplicate nor be
     asked leaves the payment UNRESOLVED: the workflow waits for a person, who resolves it, and
     the re-run activity returns the resolved receipt without sending."""
     journal = tmp_path / "journal.db"
@@ -181,7 +183,7 @@ def test_killed_worker_retry(
         queue, activities = f"orders-{suffix}", f"payments-{suffix}"
         crash = (
             {"TEMPORAL_KILL": "after_pay"}
-            if half == "alone"
+            if half != "intentlog"
             else {"INTENTLOG_CRASH": "after_remote_commit:pay"}
         )
         with concurrent.futures.ThreadPoolExecutor(1) as pool:  # both start at once
@@ -192,8 +194,8 @@ def test_killed_worker_retry(
             workers.append(first)
             second = starting.result()
             workers.append(second)
-        order = OrderInput(mode, 500, "bob", "pay_plain" if half == "alone" else "pay",
-                           activities)  # fmt: skip
+        activity = {"alone": "pay_plain", "temporal-key": "pay_keyed"}.get(half, "pay")
+        order = OrderInput(mode, 500, "bob", activity, activities)
 
         async def scenario() -> dict[str, Any]:
             client = await Client.connect(temporal_server)
@@ -222,6 +224,9 @@ def test_killed_worker_retry(
             assert result["attempt"] >= 2  # Temporal retried the activity on the new worker
         if half == "alone":
             assert applied(service) == 2  # Temporal alone: the retry paid again
+            return
+        if half == "temporal-key":  # the service's own deduplication, where it has one
+            assert applied(service) == (1 if mode == "dedupe" else 2)
             return
         (key, ids), *others = service.applied().items()
         assert others == [] and len(ids) == 1  # with intentlog: one payment
