@@ -16,8 +16,8 @@ kill). Activities:
 - ``pay_plain``: the same payment without intentlog, with a fresh key per attempt, as an
   activity written without retries in mind sends. ``TEMPORAL_KILL=after_pay`` kills the worker
   right after the service answered, before Temporal recorded the result.
-- ``pay_keyed``: the same with the key Temporal advises, ``{workflow_id}-{activity_id}``, the
-  same on every attempt (``TEMPORAL_KILL`` as for ``pay_plain``).
+- ``pay_keyed``: the same with the key Temporal advises, ``{workflow_run_id}-{activity_id}``
+  (https://docs.temporal.io/activity-definition#idempotency), the same on every attempt (``TEMPORAL_KILL`` as for ``pay_plain``).
 - ``pay_core``: ``journal.task`` + ``task.run`` written by hand (no heartbeat), in process only.
 
 Mode ``refuse`` is an effect whose service refuses every payment (``Rejected``).
@@ -145,7 +145,7 @@ class Payments:
     @activity.defn(name="pay_keyed")
     def pay_keyed(self, mode: str, amount: int, to: str) -> dict[str, Any]:
         info = activity.info()  # Temporal's advice: a key the same on every attempt
-        key = f"{info.workflow_id}-{info.activity_id}"
+        key = f"{info.workflow_run_id}-{info.activity_id}"
         receipt = ServiceClient(self.urls[mode]).pay(key, {"amount": amount, "to": to})
         if os.environ.get("TEMPORAL_KILL") == "after_pay":
             os.kill(os.getpid(), signal.SIGKILL)

@@ -169,8 +169,8 @@ def test_killed_worker_retry(
     half: str,
 ) -> None:
     """A worker dies after the service applied the payment; Temporal retries the activity.
-    Alone (a fresh key per attempt) it pays twice. With the key Temporal advises (workflow id
-    and activity id) it pays once only where the service deduplicates. Through intentlog it
+    Alone (a fresh key per attempt) it pays twice. With the key Temporal advises (workflow run
+    id and activity id) it pays once only where the service deduplicates. Through intentlog it
     pays once whatever the service can do. A service that can neither deduplicate nor be
     asked leaves the payment UNRESOLVED: the workflow waits for a person, who resolves it, and
     the re-run activity returns the resolved receipt without sending."""
