@@ -17,7 +17,8 @@ kill). Activities:
   activity written without retries in mind sends. ``TEMPORAL_KILL=after_pay`` kills the worker
   right after the service answered, before Temporal recorded the result.
 - ``pay_keyed``: the same with the key Temporal advises, ``{workflow_run_id}-{activity_id}``
-  (https://docs.temporal.io/activity-definition#idempotency), the same on every attempt (``TEMPORAL_KILL`` as for ``pay_plain``).
+  (https://docs.temporal.io/activity-definition#idempotency), the same on every attempt
+  (``TEMPORAL_KILL`` as for ``pay_plain``).
 - ``pay_core``: ``journal.task`` + ``task.run`` written by hand (no heartbeat), in process only.
 
 Mode ``refuse`` is an effect whose service refuses every payment (``Rejected``).
