@@ -58,6 +58,7 @@ class OrderInput:
     queue: str = ""  # the activities' task queue ("" = the workflow's own)
     heartbeat: float = 1.0  # heartbeat_timeout, seconds
     start_to_close: float = 30.0
+    activity_id: str | None = "pay"  # None: Temporal's default, a sequence number
 
 
 @workflow.defn
@@ -86,7 +87,7 @@ class Order:
                     order.activity,
                     args=[order.mode, order.amount, order.to],
                     task_queue=order.queue or None,
-                    activity_id="pay",  # the same on a re-run: the same task and key
+                    activity_id=order.activity_id,  # "pay": the same task and key on a re-run
                     start_to_close_timeout=timedelta(seconds=order.start_to_close),
                     heartbeat_timeout=timedelta(seconds=order.heartbeat),
                     retry_policy=RetryPolicy(

@@ -351,6 +351,41 @@ def test_refused_before_sending_and_not_retried(
         assert details["key"] == op.key and details["task_id"] == op.task_id
 
 
+def test_the_rerun_after_a_resolution_needs_the_same_activity_id(
+    temporal_server: str, tmp_path: Path
+) -> None:
+    """The gap of the pattern without an activity id: the workflow's re-run after a person
+    resolved the payment gets Temporal's next sequence number, so a new task and a new key,
+    and pays again. With activity_id="pay" the re-run returns the resolved receipt."""
+    with (
+        ReferenceService("neither", db_path=tmp_path / "neither.db") as service,
+        intentlog.open(tmp_path / "journal.db", max_wait=5) as journal,
+    ):
+        payments = Payments(journal, {"neither": service.url})
+
+        async def scenario(activity_id: str | None) -> tuple[dict[str, Any], str]:
+            client = await Client.connect(temporal_server)
+            queue = f"orders-{uuid.uuid4().hex[:8]}"
+            order = OrderInput("neither", 9, "ana", activity_id=activity_id)
+            async with workflow_worker(client, queue, payments):
+                service.set_faults(drop_after_commit=1)  # applied, answer lost: UNRESOLVED
+                handle = await client.start_workflow(
+                    Order.run, order, id=f"order-{uuid.uuid4().hex[:8]}", task_queue=queue
+                )
+                waiting = await until_waiting(handle)
+                (payment_id,) = service.applied()[waiting["key"]]
+                journal.resolve(waiting["key"], "confirmed", receipt={"id": payment_id})
+                await handle.signal(Order.resolved)
+                return await asyncio.wait_for(handle.result(), WAIT), payment_id
+
+        default, first_id = asyncio.run(scenario(None))
+        assert default["receipt"]["id"] != first_id  # a second payment
+        assert applied(service) == 2
+        named, named_id = asyncio.run(scenario("pay"))
+        assert named["receipt"] == {"id": named_id}  # the resolved receipt, nothing sent
+        assert applied(service) == 3  # one more: the named order's single payment
+
+
 # -- one activity, in Temporal's own ActivityEnvironment (no server) ------------------------------
 
 
