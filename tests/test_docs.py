@@ -11,8 +11,10 @@ without being listed) runs its blocks in order, in a fresh temporary working dir
   to ``export INTENTLOG_URL=`` (their database, in a block marked not run) runs with
   ``INTENTLOG_URL`` set to a schema of its own on the test PostgreSQL server (127.0.0.1:5432,
   as CI starts it). A file whose blocks connect to NATS at ``nats://127.0.0.1:4222`` needs
-  that server. Without these servers such a file is skipped, with the reason, except where
-  ``CI=true``: there it fails.
+  that server. A file whose blocks read ``TEMPORAL_ADDRESS`` runs with it set to the
+  session's Temporal dev server (the ``temporal_server`` fixture), on the xdist worker of the
+  other Temporal tests. Without these servers such a file is skipped, with the reason, except
+  where ``CI=true``: there it fails.
 - ```console blocks are transcripts: ``$ COMMAND`` lines (continued with a trailing ``\\``) run
   in one ``bash`` session, in order, and the lines under each command are what it prints
   (stdout and stderr together) and must match. In expected output ``...`` inside a line
@@ -264,8 +266,13 @@ class Runner:
         # Pad with newlines so that a traceback's line numbers are the Markdown file's.
         source = "\n" * (block.line - 1) + block.code
         out = io.StringIO()
+        before = _thread_loop()
         with contextlib.redirect_stdout(out):
             exec(compile(source, str(ROOT / self.name), "exec"), namespace)
+        if before is not None and before is not _thread_loop() and not before.is_closed():
+            # A block's asyncio.run() unset the loop an earlier block left open (the Agents
+            # SDK's run_sync keeps one): close it, as cleanup() would have.
+            before.close()
         return out.getvalue()
 
     def bash(self, script: str, where: str) -> subprocess.CompletedProcess[str]:
@@ -331,6 +338,12 @@ class Runner:
             policy.set_event_loop(None)
 
 
+def _thread_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop set for this thread, without creating one (get_event_loop would)."""
+    local = getattr(asyncio.get_event_loop_policy(), "_local", None)
+    return getattr(local, "_loop", None)
+
+
 def _runs_something(name: str) -> bool:
     return any(b.not_run is None and b.language in PYTHON | SHELL | CONSOLE for b in blocks(name))
 
@@ -338,6 +351,17 @@ def _runs_something(name: str) -> bool:
 def _needs_journal_url(name: str) -> bool:
     """Whether the doc tells its reader to ``export INTENTLOG_URL=`` (their database)."""
     return any("export INTENTLOG_URL=" in b.code for b in blocks(name))
+
+
+def _needs_temporal(name: str) -> bool:
+    """Whether the doc's blocks connect to a Temporal server (``TEMPORAL_ADDRESS``)."""
+    return any(b.not_run is None and "TEMPORAL_ADDRESS" in b.code for b in blocks(name))
+
+
+def _doc_param(name: str) -> object:
+    # The Temporal tests share one dev server per xdist worker: run them all on one.
+    marks = [pytest.mark.xdist_group("temporal")] if _needs_temporal(name) else []
+    return pytest.param(name, marks=marks, id=name)
 
 
 @pytest.fixture
@@ -353,6 +377,10 @@ def doc_env(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
         from test_nats import need_nats
 
         need_nats()  # skips where no server answers, fails where CI=true
+    if _needs_temporal(name):
+        address = request.getfixturevalue("temporal_server")  # skips, or fails where CI=true
+        env["TEMPORAL_ADDRESS"] = address
+        monkeypatch.setenv("TEMPORAL_ADDRESS", address)
     if _needs_journal_url(name):
         url = request.getfixturevalue("pg_url")  # skips (or fails where CI=true) without one
         env["INTENTLOG_URL"] = url
@@ -360,7 +388,7 @@ def doc_env(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
     return env
 
 
-@pytest.mark.parametrize("name", [name for name in DOCS if _runs_something(name)])
+@pytest.mark.parametrize("name", [_doc_param(name) for name in DOCS if _runs_something(name)])
 def test_doc_runs_as_written(
     name: str,
     tmp_path: Path,

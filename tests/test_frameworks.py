@@ -432,25 +432,24 @@ def test_frameworks_are_imported_only_when_used() -> None:
     assert done.returncode == 0, done.stderr
 
 
+@pytest.mark.xdist_group("temporal")  # its Temporal example uses the session's dev server
 def test_frameworks_doc_examples_run(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
-    sdk_loop: None,
+    temporal_server: str,
 ) -> None:
-    from test_docs import blocks
+    from test_docs import Runner, blocks
 
     monkeypatch.chdir(tmp_path)
-    namespace: dict[str, object] = {"__name__": "__main__"}
+    monkeypatch.syspath_prepend(str(tmp_path))  # the modules its "# file:" blocks write
+    monkeypatch.setenv("TEMPORAL_ADDRESS", temporal_server)
     python = [b for b in blocks("docs/frameworks.md") if b.language == "python"]
     runnable = [b for b in python if b.runs]
     assert len(runnable) >= 4 and len(python) - len(runnable) <= 2
+    runner = Runner("docs/frameworks.md", tmp_path, dict(os.environ))
     try:
-        for block in runnable:
-            source = "\n" * (block.line - 1) + block.code
-            exec(compile(source, str(ROOT / block.path), "exec"), namespace)
+        runner.run_all(round=1)
     finally:
-        for value in namespace.values():
-            if isinstance(value, ReferenceService):
-                value.stop()
+        runner.cleanup()  # stops its services, closes the event loop the Agents SDK left open
     capsys.readouterr()
