@@ -70,6 +70,7 @@ __all__ = ["UNRESOLVED_PREFIX", "durable_tool", "run_task_id"]
 UNRESOLVED_PREFIX = "UNRESOLVED"
 """The first word of the tool's answer when the outcome of a call is unknown."""
 
+
 def durable_tool(
     journal: Journal | AsyncJournal,
     fn: Callable[..., Any] | Effect,
