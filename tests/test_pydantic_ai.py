@@ -160,3 +160,186 @@ def test_rerun_after_a_kill_pays_twice_without_intentlog(orders: Orders) -> None
     for mode in MODES:
         (answer,) = out[mode]["tool_returns"]
         assert json.loads(answer)["amount"] == 500
+
+
+# -- in process: keys, answers, targets ----------------------------------------------------------
+
+
+@pytest.fixture
+def journal(tmp_path: Path) -> Iterator[intentlog.Journal]:
+    with intentlog.open(tmp_path / "journal.db", max_wait=5, lease_wait=0.2) as j:
+        yield j
+
+
+@pytest.fixture
+def lookup(tmp_path: Path) -> Iterator[ReferenceService]:
+    with ReferenceService("lookup", db_path=tmp_path / "lookup.db") as svc:
+        yield svc
+
+
+def applied(service: ReferenceService) -> int:
+    return sum(len(ids) for ids in service.applied().values())
+
+
+def paying_model(*calls: tuple[str, dict[str, Any]]) -> Any:
+    """A FunctionModel that makes ``calls`` (tool call id, arguments) in one response, then
+    answers with the tool returns it read."""
+    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+    from pydantic_ai.models.function import FunctionModel
+
+    def respond(messages: list[Any], info: Any) -> ModelResponse:
+        parts = messages[-1].parts
+        if any(isinstance(p, ToolReturnPart) for p in parts):
+            read = [p.model_response_str() for p in parts if isinstance(p, ToolReturnPart)]
+            return ModelResponse(parts=[TextPart(" | ".join(read))])
+        return ModelResponse(parts=[ToolCallPart("pay", args, tool_call_id=i) for i, args in calls])
+
+    return FunctionModel(respond)
+
+
+def pay_tool(journal: intentlog.Journal, service: ReferenceService, **options: Any) -> Any:
+    from intentlog.integrations.pydantic_ai import durable_tool
+    from intentlog.testing import payment_effect
+
+    charge = payment_effect(service.url, service.mode, name="pay")
+
+    def pay(amount: int, to: str, idempotency_key: str) -> dict[str, Any]:
+        """Pay `amount` cents to `to`.
+
+        Args:
+            amount: the amount in cents
+            to: who is paid
+        """
+        if amount <= 0:
+            raise intentlog.Rejected("amount must be positive")
+        return charge.submit(idempotency_key, amount=amount, to=to)  # type: ignore[no-any-return]
+
+    options.setdefault("reconcile", charge.reconcile)
+    return durable_tool(journal, pay, timeout=5, **options)
+
+
+def returns(result: Any) -> list[str]:
+    from pydantic_ai.messages import ModelRequest, ToolReturnPart
+
+    return [
+        p.model_response_str()
+        for m in result.all_messages()
+        if isinstance(m, ModelRequest)
+        for p in m.parts
+        if isinstance(p, ToolReturnPart)
+    ]
+
+
+def test_the_model_sees_the_schema_without_the_key(
+    journal: intentlog.Journal, lookup: ReferenceService
+) -> None:
+    from pydantic_ai import Agent
+    from pydantic_ai.models.test import TestModel
+
+    tool = pay_tool(journal, lookup)
+    schema = tool.function_schema.json_schema
+    assert tool.name == "pay" and set(schema["properties"]) == {"amount", "to"}
+    assert schema["properties"]["amount"]["description"] == "the amount in cents"
+    assert tool.description == "Pay `amount` cents to `to`."
+    # TestModel calls every tool with arguments made up from its schema.
+    agent = Agent(TestModel(seed=3), tools=[tool])
+    result = agent.run_sync("pay", run_id="order-t")
+    (op,) = journal.operations("order-t")
+    assert op.state is intentlog.State.CONFIRMED
+    assert lookup.applied() == {op.key: [json.loads(returns(result)[0])["id"]]}
+
+
+def test_keys_from_arguments_or_from_the_tool_call(
+    journal: intentlog.Journal, lookup: ReferenceService
+) -> None:
+    from pydantic_ai import Agent
+
+    same = {"amount": 5, "to": "ana"}
+    twice = paying_model(("call_a", same), ("call_b", same))
+    by_args = Agent(twice, tools=[pay_tool(journal, lookup)])
+    first = returns(by_args.run_sync("pay", run_id="order-a"))
+    assert first[0] == first[1] and applied(lookup) == 1  # one call, one effect per task
+
+    by_call = Agent(twice, tools=[pay_tool(journal, lookup, key_from="tool_call")])
+    second = returns(by_call.run_sync("pay", run_id="order-b"))
+    assert second[0] != second[1] and applied(lookup) == 3  # each tool call its own effect
+    # The same run again (the model replayed, as a durable backend does): no new payment.
+    assert returns(by_call.run_sync("pay", run_id="order-b")) == second
+    assert applied(lookup) == 3
+    keys = {op.key for op in journal.operations("order-b")}
+    assert len(keys) == 2 and all(k.startswith("pay-") for k in keys)
+
+
+def test_a_fresh_run_id_is_refused(journal: intentlog.Journal, lookup: ReferenceService) -> None:
+    from pydantic_ai import Agent
+
+    model = paying_model(("c1", {"amount": 5, "to": "ana"}))
+    agent = Agent(model, tools=[pay_tool(journal, lookup)])
+    with pytest.raises(intentlog.InvalidInput, match="fresh UUID7"):
+        agent.run_sync("pay")  # Pydantic AI's default run id: new on every run
+    assert applied(lookup) == 0 and journal.operations() == []
+    named = pay_tool(journal, lookup, task_id=lambda ctx: f"order-{ctx.deps}")
+    agent = Agent(model, tools=[named], deps_type=int)
+    agent.run_sync("pay", deps=7)
+    assert [op.task_id for op in journal.operations()] == ["order-7"]
+
+
+def test_rejected_and_unknown_answers(journal: intentlog.Journal, tmp_path: Path) -> None:
+    from pydantic_ai import Agent
+
+    with ReferenceService("neither", db_path=tmp_path / "neither.db") as service:
+        agent = Agent(paying_model(("c1", {"amount": 0, "to": "ana"})),
+                      tools=[pay_tool(journal, service, reconcile=None)])  # fmt: skip
+        (answer,) = returns(agent.run_sync("pay", run_id="order-r"))
+        assert "rejected by the service" in answer and "amount must be positive" in answer
+
+        service.set_faults(error_after_commit=1)  # applied, answer lost: nothing can settle it
+        agent = Agent(paying_model(("c1", {"amount": 9, "to": "ana"})),
+                      tools=[pay_tool(journal, service, reconcile=None)])  # fmt: skip
+        (answer,) = returns(agent.run_sync("pay", run_id="order-u"))
+        assert answer.startswith("UNRESOLVED") and "Do NOT call pay again" in answer
+        strict = Agent(paying_model(("c1", {"amount": 9, "to": "ana"})),
+                       tools=[pay_tool(journal, service, reconcile=None,
+                                       unresolved_to_model=False)])  # fmt: skip
+        with pytest.raises(intentlog.OutcomeUnknown):
+            strict.run_sync("pay", run_id="order-u")
+        assert applied(service) == 1
+
+
+def test_an_effect_as_the_tool_and_bad_declarations(
+    journal: intentlog.Journal, lookup: ReferenceService
+) -> None:
+    from pydantic_ai import Agent
+
+    from intentlog.integrations.pydantic_ai import durable_tool
+    from intentlog.testing import payment_effect
+
+    charge = payment_effect(lookup.url, "lookup", name="pay")
+
+    def submit(key: str, amount: int, to: str) -> Any:
+        """Pay."""
+        return charge.submit(key, amount=amount, to=to)
+
+    effect = intentlog.Effect("pay", submit, reconcile=charge.reconcile)
+    tool = durable_tool(journal, effect)
+    assert set(tool.function_schema.json_schema["properties"]) == {"amount", "to"}
+    call = {"amount": 500, "to": "bob"}
+    (answer,) = returns(
+        Agent(paying_model(("c1", call)), tools=[tool]).run_sync("p", run_id="order-1")
+    )
+    # The same operation as a function tool's: key from task, effect name and arguments.
+    assert json.loads(answer)["key"] == "pay-c7841d6843fe21cc4e51a89e2e06414b"
+    with pytest.raises(intentlog.InvalidInput, match="already declares"):
+        durable_tool(journal, effect, timeout=3)
+    with pytest.raises(intentlog.InvalidInput, match="no 'idempotency_key' parameter"):
+        durable_tool(journal, lambda amount: amount, name="nokey", reconcile=charge.reconcile)
+    with pytest.raises(intentlog.InvalidInput, match="key_from"):
+        durable_tool(journal, effect, key_from="retry")  # type: ignore[arg-type]
+
+
+def test_pydantic_ai_is_imported_only_when_used() -> None:
+    code = (
+        "import sys, intentlog.integrations.pydantic_ai\nassert 'pydantic_ai' not in sys.modules\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
