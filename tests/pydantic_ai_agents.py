@@ -26,6 +26,7 @@ import signal
 import sys
 import threading
 import uuid
+from datetime import timedelta
 from typing import Any
 
 import intentlog
@@ -65,14 +66,17 @@ def pay_tool(journal: intentlog.Journal, url: str, mode: str, plain: bool, dying
 
     if plain:
 
-        def plain_pay(amount: int, to: str) -> dict[str, Any]:
-            """Pay `amount` cents to `to`; a fresh key per attempt, as a tool that never
-            thought about retries sends."""
+        def send(amount: int, to: str) -> dict[str, Any]:
             receipt = ServiceClient(url).pay(
                 f"plain-{uuid.uuid4().hex}", {"amount": amount, "to": to}
             )
             dying.landed()
             return receipt
+
+        async def plain_pay(amount: int, to: str) -> dict[str, Any]:
+            """Pay `amount` cents to `to`; a fresh key per attempt, as a tool that never
+            thought about retries sends."""
+            return await asyncio.to_thread(send, amount, to)
 
         return Tool(plain_pay, name="pay")
 
@@ -178,16 +182,69 @@ def run_dbos(tools: list[Any], runs: list[dict[str, str]]) -> dict[str, Any]:
         DBOS.destroy()
 
 
+def run_temporal(tools: list[Any], runs: list[dict[str, str]]) -> dict[str, Any]:
+    from pydantic_ai.durable_exec.temporal import PydanticAIPlugin, TemporalDurability
+    from temporalio.client import Client
+    from temporalio.common import RetryPolicy
+    from temporalio.service import RPCError
+    from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+    from temporalio.workflow import ActivityConfig
+
+    # Temporal retries a tool's activity whose worker died once start_to_close_timeout ran out:
+    # above the journal's max_wait (4 s) plus the request deadline (2 s), so that a live attempt
+    # waiting inside task.run is never timed out into a second one.
+    config = ActivityConfig(
+        start_to_close_timeout=timedelta(seconds=8),
+        retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=100)),
+    )
+    from pydantic_ai_temporal import AGENTS, PayOrder
+
+    for index, tool in enumerate(tools):
+        AGENTS.append(
+            build_agent(tool, f"payer_{index}", TemporalDurability(activity_config=config))
+        )
+
+    async def all_runs() -> dict[str, Any]:
+        client = await Client.connect(os.environ["INTENTLOG_TEST_TEMPORAL"],
+                                      plugins=[PydanticAIPlugin()])  # fmt: skip
+        queue = os.environ["INTENTLOG_TEST_TEMPORAL_QUEUE"]
+        # Unsandboxed: the workflow runs this process's agents.
+        async with Worker(client, task_queue=queue, workflows=[PayOrder],
+                          workflow_runner=UnsandboxedWorkflowRunner()):  # fmt: skip
+            handles, recovered = [], []
+            for index, run in enumerate(runs):
+                handle = client.get_workflow_handle(run["workflow_id"])
+                try:
+                    await handle.describe()  # started by a process that died: Temporal retries
+                    recovered.append(True)
+                except RPCError:
+                    handle = await client.start_workflow(
+                        PayOrder.run, args=[index, run["run_id"]], id=run["workflow_id"],
+                        task_queue=queue,
+                    )  # fmt: skip
+                    recovered.append(False)
+                handles.append(handle)
+            results = await asyncio.gather(*(handle.result() for handle in handles))
+        return {
+            run["run_id"]: {**result, "recovered": was}
+            for run, result, was in zip(runs, results, recovered, strict=True)
+        }
+
+    return asyncio.run(all_runs())
+
+
 def main() -> int:
     backend, variant, runs_json = sys.argv[1:4]
     runs: list[dict[str, str]] = json.loads(runs_json)
     dying = Dying(len(runs))
-    with intentlog.open(os.environ["INTENTLOG_URL"], max_wait=10) as journal:
+    with intentlog.open(os.environ["INTENTLOG_URL"], max_wait=4) as journal:
         tools = [pay_tool(journal, r["url"], r["mode"], variant == "plain", dying) for r in runs]
         if backend == "none":
             out = run_none([build_agent(t, f"payer_{i}", None) for i, t in enumerate(tools)], runs)
         elif backend == "dbos":
             out = run_dbos(tools, runs)
+        elif backend == "temporal":
+            out = run_temporal(tools, runs)
         else:
             raise SystemExit(f"unknown backend {backend!r}")
     print(json.dumps(out), flush=True)

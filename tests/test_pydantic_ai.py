@@ -42,10 +42,11 @@ class Orders:
         self.backend = backend
         self.services = services
         self.env = env
+        self.tag = uuid.uuid4().hex[:8]  # workflow ids of their own on the shared Temporal server
 
     def runs(self, workflow_suffix: str = "") -> list[dict[str, str]]:
         return [
-            {"run_id": f"order-{mode}", "workflow_id": f"order-{mode}{workflow_suffix}",
+            {"run_id": f"order-{mode}", "workflow_id": f"order-{mode}-{self.tag}{workflow_suffix}",
              "url": service.url, "mode": mode}
             for mode, service in self.services.items()
         ]  # fmt: skip
@@ -71,7 +72,7 @@ class Orders:
         self.run(variant, die=True)
         assert self.payments() == {mode: 1 for mode in MODES}  # each landed, then the kill
         out: dict[str, Any] = self.run(variant)
-        if self.backend == "dbos":  # DBOS itself ran the workflows again
+        if self.backend != "none":  # the engine itself ran the workflows again
             assert all(out[f"order-{mode}"]["recovered"] for mode in MODES)
         return {mode: out[f"order-{mode}"] for mode in MODES}
 
@@ -85,7 +86,10 @@ class Orders:
             return op
 
 
-@pytest.fixture(params=["none", "dbos"])
+# The Temporal tests share the session's one Temporal server on one xdist worker (test_temporal.py).
+@pytest.fixture(
+    params=["none", "dbos", pytest.param("temporal", marks=pytest.mark.xdist_group("temporal"))]
+)
 def orders(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Orders]:
     # The children import this tree's intentlog and the agents module beside this file.
     path = [str(HERE), str(HERE.parent / "src"), os.environ.get("PYTHONPATH", "")]
@@ -97,8 +101,11 @@ def orders(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Orders]:
             mode: stack.enter_context(ReferenceService(mode, db_path=tmp_path / f"{mode}.db"))
             for mode in MODES
         }
-        if request.param == "none":
-            yield Orders("none", services, env)
+        if request.param in ("none", "temporal"):
+            if request.param == "temporal":
+                env["INTENTLOG_TEST_TEMPORAL"] = request.getfixturevalue("temporal_server")
+                env["INTENTLOG_TEST_TEMPORAL_QUEUE"] = f"payers-{uuid.uuid4().hex[:8]}"
+            yield Orders(request.param, services, env)
             return
         # DBOS's system tables and the journal in schemas of their own on the test server.
         need_postgres()
@@ -145,7 +152,7 @@ def test_rerun_after_a_kill_pays_once_with_intentlog(orders: Orders) -> None:
     # Under DBOS the finished workflows are not run again: the same orders (run ids) run in new
     # workflows, as after a review.
     again = orders.run("journaled", workflow_suffix="-reviewed")
-    if orders.backend == "dbos":
+    if orders.backend != "none":
         assert not any(again[f"order-{mode}"]["recovered"] for mode in MODES)
     assert [json.loads(r) for r in again["order-neither"]["tool_returns"]] == [receipt]
     for mode in ("dedupe", "lookup"):
