@@ -191,10 +191,10 @@ def run_temporal(tools: list[Any], runs: list[dict[str, str]]) -> dict[str, Any]
     from temporalio.workflow import ActivityConfig
 
     # Temporal retries a tool's activity whose worker died once start_to_close_timeout ran out:
-    # above the journal's max_wait (4 s) plus the request deadline (2 s), so that a live attempt
+    # above the journal's max_wait (2 s) plus the request deadline (2 s), so that a live attempt
     # waiting inside task.run is never timed out into a second one.
     config = ActivityConfig(
-        start_to_close_timeout=timedelta(seconds=8),
+        start_to_close_timeout=timedelta(seconds=5),
         retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=100)),
     )
     from pydantic_ai_temporal import AGENTS, PayOrder
@@ -208,9 +208,11 @@ def run_temporal(tools: list[Any], runs: list[dict[str, str]]) -> dict[str, Any]
         client = await Client.connect(os.environ["INTENTLOG_TEST_TEMPORAL"],
                                       plugins=[PydanticAIPlugin()])  # fmt: skip
         queue = os.environ["INTENTLOG_TEST_TEMPORAL_QUEUE"]
-        # Unsandboxed: the workflow runs this process's agents.
+        # Unsandboxed: the workflow runs this process's agents. No workflow cache, so no sticky
+        # queue: a dead worker's workflows go to the next worker without the sticky timeout.
         async with Worker(client, task_queue=queue, workflows=[PayOrder],
-                          workflow_runner=UnsandboxedWorkflowRunner()):  # fmt: skip
+                          workflow_runner=UnsandboxedWorkflowRunner(),
+                          max_cached_workflows=0):  # fmt: skip
             handles, recovered = [], []
             for index, run in enumerate(runs):
                 handle = client.get_workflow_handle(run["workflow_id"])
@@ -237,7 +239,7 @@ def main() -> int:
     backend, variant, runs_json = sys.argv[1:4]
     runs: list[dict[str, str]] = json.loads(runs_json)
     dying = Dying(len(runs))
-    with intentlog.open(os.environ["INTENTLOG_URL"], max_wait=4) as journal:
+    with intentlog.open(os.environ["INTENTLOG_URL"], max_wait=2) as journal:
         tools = [pay_tool(journal, r["url"], r["mode"], variant == "plain", dying) for r in runs]
         if backend == "none":
             out = run_none([build_agent(t, f"payer_{i}", None) for i, t in enumerate(tools)], runs)
