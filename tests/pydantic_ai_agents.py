@@ -190,11 +190,12 @@ def run_temporal(tools: list[Any], runs: list[dict[str, str]]) -> dict[str, Any]
     from temporalio.worker import UnsandboxedWorkflowRunner, Worker
     from temporalio.workflow import ActivityConfig
 
-    # Temporal retries a tool's activity whose worker died once start_to_close_timeout ran out:
-    # above the journal's max_wait (2 s) plus the request deadline (2 s), so that a live attempt
-    # waiting inside task.run is never timed out into a second one.
+    # Pydantic AI heartbeats from every activity it registers, so a heartbeat_timeout is how
+    # Temporal notices a dead worker soon. start_to_close_timeout stays above the journal's
+    # max_wait (2 s) plus the request deadline (2 s): one live attempt may wait that long.
     config = ActivityConfig(
-        start_to_close_timeout=timedelta(seconds=5),
+        start_to_close_timeout=timedelta(seconds=30),
+        heartbeat_timeout=timedelta(seconds=2),
         retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=100)),
     )
     from pydantic_ai_temporal import AGENTS, PayOrder
