@@ -13,6 +13,7 @@ the service can do.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -350,3 +351,65 @@ def test_pydantic_ai_is_imported_only_when_used() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.xdist_group("temporal")
+def test_temporal_retries_an_unresolved_tool_until_a_person_resolves_it(
+    temporal_server: str, journal: intentlog.Journal, tmp_path: Path
+) -> None:
+    # unresolved_to_model=False: the tool's activity fails with OutcomeUnknown, which Temporal
+    # retries (it is not in the retry policy's non-retryable types); each attempt finds the
+    # operation UNRESOLVED and sends nothing, until a person resolves it: then the next attempt
+    # returns the receipt and the run goes on.
+    from datetime import timedelta
+
+    from pydantic_ai import Agent
+    from pydantic_ai.durable_exec.temporal import PydanticAIPlugin, TemporalDurability
+    from temporalio.client import Client
+    from temporalio.common import RetryPolicy
+    from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+    from temporalio.workflow import ActivityConfig
+
+    import pydantic_ai_temporal
+
+    with ReferenceService("neither", db_path=tmp_path / "neither.db") as service:
+        tool = pay_tool(journal, service, reconcile=None, unresolved_to_model=False)
+        retry = RetryPolicy(initial_interval=timedelta(milliseconds=100),
+                            maximum_interval=timedelta(milliseconds=500))  # fmt: skip
+        config = ActivityConfig(start_to_close_timeout=timedelta(seconds=30), retry_policy=retry)
+        model = paying_model(("c1", {"amount": 7, "to": "ana"}))
+        agent = Agent(model, name="strict_payer", tools=[tool],
+                      capabilities=[TemporalDurability(activity_config=config)])  # fmt: skip
+        pydantic_ai_temporal.AGENTS[:] = [agent]
+        service.set_faults(error_after_commit=1)  # applied, answer lost: nothing can settle it
+
+        async def scenario() -> Any:
+            client = await Client.connect(temporal_server, plugins=[PydanticAIPlugin()])
+            queue = f"strict-{uuid.uuid4().hex[:8]}"
+            async with Worker(client, task_queue=queue, workflows=[pydantic_ai_temporal.PayOrder],
+                              workflow_runner=UnsandboxedWorkflowRunner()):  # fmt: skip
+                handle = await client.start_workflow(
+                    pydantic_ai_temporal.PayOrder.run, args=[0, "order-s"],
+                    id=f"order-s-{uuid.uuid4().hex[:8]}", task_queue=queue,
+                )  # fmt: skip
+                # Wait (bounded) until Temporal has retried the UNRESOLVED tool twice.
+                for _ in range(600):
+                    pending = (await handle.describe()).raw_description.pending_activities
+                    if pending and pending[0].attempt >= 3:
+                        break
+                    await asyncio.sleep(0.1)  # polling the server's own record, bounded above
+                else:
+                    pytest.fail("Temporal never retried the unresolved tool")
+                assert "OutcomeUnknown" in str(pending[0].last_failure)
+                (op,) = journal.operations("order-s")
+                assert op.state is intentlog.State.UNRESOLVED and applied(service) == 1
+                (payment_id,) = service.applied()[op.key]
+                receipt = {"id": payment_id, "key": op.key, "status": "succeeded", "amount": 7}
+                await asyncio.to_thread(
+                    journal.resolve, op.key, "confirmed", receipt=receipt, note="in the ledger"
+                )
+                return await handle.result(), receipt
+
+        out, receipt = asyncio.run(scenario())
+        assert [json.loads(r) for r in out["tool_returns"]] == [receipt]  # the resolved receipt
+        assert applied(service) == 1  # no attempt sent it again
