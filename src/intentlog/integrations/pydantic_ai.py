@@ -25,7 +25,9 @@ it; never a blind second send. Where nothing can settle the outcome (the operati
 UNRESOLVED), the tool answers the model with :data:`UNRESOLVED_PREFIX` text that says the call
 may have been applied, must not be retried, and waits for a person (``intentlog resolve KEY``);
 once resolved, the same call in the same task gets the resolved receipt without a send.
-``unresolved_to_model=False`` raises ``intentlog.OutcomeUnknown`` instead, which fails the run.
+``unresolved_to_model=False`` raises ``intentlog.OutcomeUnknown`` instead: it fails a run
+without a backend; under Temporal it fails the tool's activity, which Temporal retries (each
+attempt finds the operation UNRESOLVED and sends nothing) until a person resolved it.
 ``intentlog.Rejected`` (the service said "not applied") is reported to the model as the tool's
 answer unless ``rejected_to_model=False``. Every other intentlog error (``StillInFlight``,
 ``TaskBusy``, ``LeaseLost``, ``InvalidInput``) fails the tool call, so a durable backend retries
