@@ -341,6 +341,12 @@ def test_an_effect_as_the_tool_and_bad_declarations(
         durable_tool(journal, effect, timeout=3)
     with pytest.raises(intentlog.InvalidInput, match="no 'idempotency_key' parameter"):
         durable_tool(journal, lambda amount: amount, name="nokey", reconcile=charge.reconcile)
+
+    async def pay_async(amount: int, idempotency_key: str) -> Any:
+        return amount
+
+    with pytest.raises(intentlog.InvalidInput, match="plain \\(sync\\) function"):
+        durable_tool(journal, pay_async)
     with pytest.raises(intentlog.InvalidInput, match="key_from"):
         durable_tool(journal, effect, key_from="retry")  # type: ignore[arg-type]
 

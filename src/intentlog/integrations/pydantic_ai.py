@@ -137,6 +137,11 @@ def durable_tool(
         visible = _without(fn.submit, params[0].name, tool_name)
     elif callable(fn):
         tool_name = name or str(getattr(fn, "__name__", ""))
+        if inspect.iscoroutinefunction(fn):
+            raise InvalidInput(
+                f"tool {tool_name!r}: give durable_tool a plain (sync) function; it runs in a "
+                "worker thread, inside the journal's task.run"
+            )
         has_key = takes_key(fn, key_arg)
         check_key_use(tool_name, has_key, key_arg, options)
         visible = _without(fn, key_arg, tool_name) if has_key else _without(fn, "", tool_name)
