@@ -342,6 +342,17 @@ def test_an_effect_as_the_tool_and_bad_declarations(
     with pytest.raises(intentlog.InvalidInput, match="no 'idempotency_key' parameter"):
         durable_tool(journal, lambda amount: amount, name="nokey", reconcile=charge.reconcile)
 
+    def keyed(key: str, key_: int, **_: Any) -> Any:
+        return key_
+
+    def named_key(idem: str, key: int) -> Any:
+        return key
+
+    with pytest.raises(intentlog.InvalidInput, match="takes \\*args or \\*\\*kwargs"):
+        durable_tool(journal, intentlog.Effect("keyed", keyed))
+    with pytest.raises(intentlog.InvalidInput, match="argument named 'key' clashes"):
+        durable_tool(journal, intentlog.Effect("named_key", named_key))
+
     async def pay_async(amount: int, idempotency_key: str) -> Any:
         return amount
 

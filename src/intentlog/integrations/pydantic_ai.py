@@ -134,6 +134,11 @@ def durable_tool(
                 f"effect {fn.name!r}: its submit takes *args or **kwargs, so the model's "
                 "arguments cannot be derived from it; wrap a function with named parameters"
             )
+        if any(p.name == "key" for p in params[1:]):
+            raise InvalidInput(
+                f"effect {fn.name!r}: an argument named 'key' clashes with task.run's key=; "
+                "rename it"
+            )
         visible = _without(fn.submit, params[0].name, tool_name)
     elif callable(fn):
         tool_name = name or str(getattr(fn, "__name__", ""))
@@ -167,11 +172,6 @@ def durable_tool(
         def run() -> JSON:
             with tasks.task(the_task) as task:
                 if spread:
-                    if "key" in args:
-                        raise InvalidInput(
-                            f"effect {effect.name!r}: an argument named 'key' clashes with "
-                            "task.run's key=; rename it"
-                        )
                     return task.run(effect, key=key, **args)
                 return task.run(effect, args, key=key)
 
