@@ -7,10 +7,14 @@ RUNS_JSON lists the agent runs this process makes at the same time, one per paym
 plain agent run; running it again with the same run id is the re-run) or ``dbos`` (each run
 inside a DBOS workflow on PostgreSQL, ``INTENTLOG_TEST_DBOS_URL`` and
 ``INTENTLOG_TEST_DBOS_SCHEMA``; a second process recovers the pending workflows, as a restarted
-DBOS application does). VARIANT is ``journaled`` (the tool goes through intentlog, journal at
-``INTENTLOG_URL``) or ``plain`` (the same tool without it, as a control). The model is Pydantic
-AI's ``FunctionModel``: it asks for one payment of 500 to bob, then answers with what the tool
-returned. The process prints one JSON line: for each run id, what the agent got back.
+DBOS application does) or ``temporal`` (each run in a workflow of tests/pydantic_ai_temporal.py,
+with the workflows and the agents' activities on a worker in this process, on the server at
+``INTENTLOG_TEST_TEMPORAL``, queue ``INTENTLOG_TEST_TEMPORAL_QUEUE``; a second process is the new
+worker on which Temporal retries the tool's activity). VARIANT is ``journaled`` (the tool goes
+through intentlog, journal at ``INTENTLOG_URL``) or ``plain`` (the same tool without it, as a
+control). The model is Pydantic AI's ``FunctionModel``: it asks for one payment of 500 to bob,
+then answers with what the tool returned. The process prints one JSON line: for each run id,
+what the agent got back.
 
 ``PAY_THEN_DIE=1`` kills the process with SIGKILL once every run's payment was applied by its
 service and answered, before any tool returned: inside ``task.run``, before the receipt is

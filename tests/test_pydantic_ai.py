@@ -5,7 +5,9 @@ agent runs at once, each paying a service of its own: one that deduplicates on t
 can be asked by key, one that can do neither. It is killed once all three services applied their
 payment and before any tool's answer was recorded. The runs are then made again: without a
 durable backend by running the same ``run_id`` again, as a user would; under DBOS (on
-PostgreSQL) by a new process whose ``DBOS.launch()`` recovers the workflows, as DBOS does. Every
+PostgreSQL) by a new process whose ``DBOS.launch()`` recovers the workflows, as DBOS does; under
+Temporal (the session's dev server) by a new worker process, on which Temporal retries the tool's
+activity once the dead worker's heartbeats stopped and replays the workflow. Every
 count comes from the ReferenceService's own record of what it applied. The ``plain`` variant is
 the control: the same agents with a tool that does not go through intentlog pay twice, whatever
 the service can do.
