@@ -228,6 +228,12 @@ def pay_tool(journal: intentlog.Journal, service: ReferenceService, **options: A
     return durable_tool(journal, pay, timeout=5, **options)
 
 
+def run(agent: Any, prompt: str, **options: Any) -> Any:
+    """``agent.run`` on an event loop of its own, closed after (``run_sync`` would leave the
+    thread's default loop open)."""
+    return asyncio.run(agent.run(prompt, **options))
+
+
 def returns(result: Any) -> list[str]:
     from pydantic_ai.messages import ModelRequest, ToolReturnPart
 
@@ -253,7 +259,7 @@ def test_the_model_sees_the_schema_without_the_key(
     assert tool.description == "Pay `amount` cents to `to`."
     # TestModel calls every tool with arguments made up from its schema.
     agent = Agent(TestModel(seed=3), tools=[tool])
-    result = agent.run_sync("pay", run_id="order-t")
+    result = run(agent, "pay", run_id="order-t")
     (op,) = journal.operations("order-t")
     assert op.state is intentlog.State.CONFIRMED
     assert lookup.applied() == {op.key: [json.loads(returns(result)[0])["id"]]}
@@ -267,14 +273,14 @@ def test_keys_from_arguments_or_from_the_tool_call(
     same = {"amount": 5, "to": "ana"}
     twice = paying_model(("call_a", same), ("call_b", same))
     by_args = Agent(twice, tools=[pay_tool(journal, lookup)])
-    first = returns(by_args.run_sync("pay", run_id="order-a"))
+    first = returns(run(by_args, "pay", run_id="order-a"))
     assert first[0] == first[1] and applied(lookup) == 1  # one call, one effect per task
 
     by_call = Agent(twice, tools=[pay_tool(journal, lookup, key_from="tool_call")])
-    second = returns(by_call.run_sync("pay", run_id="order-b"))
+    second = returns(run(by_call, "pay", run_id="order-b"))
     assert second[0] != second[1] and applied(lookup) == 3  # each tool call its own effect
     # The same run again (the model replayed, as a durable backend does): no new payment.
-    assert returns(by_call.run_sync("pay", run_id="order-b")) == second
+    assert returns(run(by_call, "pay", run_id="order-b")) == second
     assert applied(lookup) == 3
     keys = {op.key for op in journal.operations("order-b")}
     assert len(keys) == 2 and all(k.startswith("pay-") for k in keys)
@@ -286,11 +292,11 @@ def test_a_fresh_run_id_is_refused(journal: intentlog.Journal, lookup: Reference
     model = paying_model(("c1", {"amount": 5, "to": "ana"}))
     agent = Agent(model, tools=[pay_tool(journal, lookup)])
     with pytest.raises(intentlog.InvalidInput, match="fresh UUID7"):
-        agent.run_sync("pay")  # Pydantic AI's default run id: new on every run
+        run(agent, "pay")  # Pydantic AI's default run id: new on every run
     assert applied(lookup) == 0 and journal.operations() == []
     named = pay_tool(journal, lookup, task_id=lambda ctx: f"order-{ctx.deps}")
     agent = Agent(model, tools=[named], deps_type=int)
-    agent.run_sync("pay", deps=7)
+    run(agent, "pay", deps=7)
     assert [op.task_id for op in journal.operations()] == ["order-7"]
 
 
@@ -300,19 +306,19 @@ def test_rejected_and_unknown_answers(journal: intentlog.Journal, tmp_path: Path
     with ReferenceService("neither", db_path=tmp_path / "neither.db") as service:
         agent = Agent(paying_model(("c1", {"amount": 0, "to": "ana"})),
                       tools=[pay_tool(journal, service, reconcile=None)])  # fmt: skip
-        (answer,) = returns(agent.run_sync("pay", run_id="order-r"))
+        (answer,) = returns(run(agent, "pay", run_id="order-r"))
         assert "rejected by the service" in answer and "amount must be positive" in answer
 
         service.set_faults(error_after_commit=1)  # applied, answer lost: nothing can settle it
         agent = Agent(paying_model(("c1", {"amount": 9, "to": "ana"})),
                       tools=[pay_tool(journal, service, reconcile=None)])  # fmt: skip
-        (answer,) = returns(agent.run_sync("pay", run_id="order-u"))
+        (answer,) = returns(run(agent, "pay", run_id="order-u"))
         assert answer.startswith("UNRESOLVED") and "Do NOT call pay again" in answer
         strict = Agent(paying_model(("c1", {"amount": 9, "to": "ana"})),
                        tools=[pay_tool(journal, service, reconcile=None,
                                        unresolved_to_model=False)])  # fmt: skip
         with pytest.raises(intentlog.OutcomeUnknown):
-            strict.run_sync("pay", run_id="order-u")
+            run(strict, "pay", run_id="order-u")
         assert applied(service) == 1
 
 
@@ -334,9 +340,7 @@ def test_an_effect_as_the_tool_and_bad_declarations(
     tool = durable_tool(journal, effect)
     assert set(tool.function_schema.json_schema["properties"]) == {"amount", "to"}
     call = {"amount": 500, "to": "bob"}
-    (answer,) = returns(
-        Agent(paying_model(("c1", call)), tools=[tool]).run_sync("p", run_id="order-1")
-    )
+    (answer,) = returns(run(Agent(paying_model(("c1", call)), tools=[tool]), "p", run_id="order-1"))
     # The same operation as a function tool's: key from task, effect name and arguments.
     assert json.loads(answer)["key"] == "pay-c7841d6843fe21cc4e51a89e2e06414b"
     with pytest.raises(intentlog.InvalidInput, match="already declares"):
