@@ -1,20 +1,24 @@
 """Pydantic AI agents that pay, run as a child process by tests/test_pydantic_ai.py.
 
-    python pydantic_ai_agents.py BACKEND VARIANT RUNS_JSON
+    python pydantic_ai_agents.py BACKEND RUNS_JSON
 
 RUNS_JSON lists the agent runs this process makes at the same time, one per payments service:
-``[{"run_id": ..., "workflow_id": ..., "url": ..., "mode": ...}, ...]``. BACKEND is ``none`` (a
-plain agent run; running it again with the same run id is the re-run) or ``dbos`` (each run
-inside a DBOS workflow on PostgreSQL, ``INTENTLOG_TEST_DBOS_URL`` and
-``INTENTLOG_TEST_DBOS_SCHEMA``; a second process recovers the pending workflows, as a restarted
-DBOS application does) or ``temporal`` (each run in a workflow of tests/pydantic_ai_temporal.py,
-with the workflows and the agents' activities on a worker in this process, on the server at
-``INTENTLOG_TEST_TEMPORAL``, queue ``INTENTLOG_TEST_TEMPORAL_QUEUE``; a second process is the new
-worker on which Temporal retries the tool's activity). VARIANT is ``journaled`` (the tool goes
-through intentlog, journal at ``INTENTLOG_URL``) or ``plain`` (the same tool without it, as a
-control). The model is Pydantic AI's ``FunctionModel``: it asks for one payment of 500 to bob,
-then answers with what the tool returned. The process prints one JSON line: for each run id,
-what the agent got back.
+``[{"run_id": ..., "workflow_id": ..., "url": ..., "mode": ..., "variant": ...}, ...]``. VARIANT
+is ``journaled`` (the tool goes through intentlog, journal at ``INTENTLOG_URL``) or ``plain``
+(the same tool without it, as a control). BACKEND is one of:
+
+- ``none``: a plain agent run; running it again with the same run id is the re-run;
+- ``dbos``: each run inside a DBOS workflow on PostgreSQL (``INTENTLOG_TEST_DBOS_URL``,
+  ``INTENTLOG_TEST_DBOS_SCHEMA``); a second process recovers the pending workflows, as a
+  restarted DBOS application does;
+- ``temporal``: each run in a workflow of tests/pydantic_ai_temporal.py, the workflows and the
+  agents' activities on a worker in this process (server ``INTENTLOG_TEST_TEMPORAL``, queue
+  ``INTENTLOG_TEST_TEMPORAL_QUEUE``); a second process is the new worker on which Temporal
+  retries the tool's activity.
+
+The model is Pydantic AI's ``FunctionModel``: it asks for one payment of 500 to bob, then
+answers with what the tool returned. The process prints one JSON line: for each run id, what
+the agent got back.
 
 ``PAY_THEN_DIE=1`` kills the process with SIGKILL once every run's payment was applied by its
 service and answered, before any tool returned: inside ``task.run``, before the receipt is
@@ -241,11 +245,13 @@ def run_temporal(tools: list[Any], runs: list[dict[str, str]]) -> dict[str, Any]
 
 
 def main() -> int:
-    backend, variant, runs_json = sys.argv[1:4]
+    backend, runs_json = sys.argv[1:3]
     runs: list[dict[str, str]] = json.loads(runs_json)
     dying = Dying(len(runs))
     with intentlog.open(os.environ["INTENTLOG_URL"], max_wait=2) as journal:
-        tools = [pay_tool(journal, r["url"], r["mode"], variant == "plain", dying) for r in runs]
+        tools = [
+            pay_tool(journal, r["url"], r["mode"], r["variant"] == "plain", dying) for r in runs
+        ]
         if backend == "none":
             out = run_none([build_agent(t, f"payer_{i}", None) for i, t in enumerate(tools)], runs)
         elif backend == "dbos":

@@ -1,16 +1,17 @@
 """Pydantic AI agents killed with SIGKILL while a tool's payment is in flight, then run again.
 
-One child process (tests/pydantic_ai_agents.py, Pydantic AI's ``FunctionModel``) makes three
-agent runs at once, each paying a service of its own: one that deduplicates on the key, one that
-can be asked by key, one that can do neither. It is killed once all three services applied their
+One child process (tests/pydantic_ai_agents.py, Pydantic AI's ``FunctionModel``) makes six
+agent runs at once, each paying a service of its own: for a service that deduplicates on the key,
+one that can be asked by key and one that can do neither, one run whose tool goes through
+intentlog and one whose plain tool does not. It is killed once all six services applied their
 payment and before any tool's answer was recorded. The runs are then made again: without a
 durable backend by running the same ``run_id`` again, as a user would; under DBOS (on
 PostgreSQL) by a new process whose ``DBOS.launch()`` recovers the workflows, as DBOS does; under
 Temporal (the session's dev server) by a new worker process, on which Temporal retries the tool's
 activity once the dead worker's heartbeats stopped and replays the workflow. Every
-count comes from the ReferenceService's own record of what it applied. The ``plain`` variant is
-the control: the same agents with a tool that does not go through intentlog pay twice, whatever
-the service can do.
+count comes from the ReferenceService's own record of what it applied. The ``plain`` runs are
+the control: killed at the same moment, the same agents with a tool that does not go through
+intentlog pay twice, whatever the service can do.
 """
 
 from __future__ import annotations
@@ -38,27 +39,39 @@ AGENT = HERE / "pydantic_ai_agents.py"
 MODES = ("dedupe", "lookup", "neither")
 
 
-class Orders:
-    """Three orders, one per kind of service, and where their journal (and DBOS) live."""
+VARIANTS = ("journaled", "plain")
 
-    def __init__(self, backend: str, services: dict[str, ReferenceService], env: dict[str, str]):
+
+class Orders:
+    """Six orders: for each kind of service, one paid through intentlog and one paid by a plain
+    tool, each at a service of its own; and where their journal (and DBOS) live."""
+
+    def __init__(
+        self,
+        backend: str,
+        services: dict[tuple[str, str], ReferenceService],
+        env: dict[str, str],
+    ) -> None:
         self.backend = backend
         self.services = services
         self.env = env
         self.tag = uuid.uuid4().hex[:8]  # workflow ids of their own on the shared Temporal server
 
-    def runs(self, workflow_suffix: str = "") -> list[dict[str, str]]:
+    def runs(self, variants: tuple[str, ...], workflow_suffix: str) -> list[dict[str, str]]:
         return [
-            {"run_id": f"order-{mode}", "workflow_id": f"order-{mode}-{self.tag}{workflow_suffix}",
-             "url": service.url, "mode": mode}
-            for mode, service in self.services.items()
+            {"run_id": f"{variant}-{mode}", "variant": variant, "mode": mode, "url": service.url,
+             "workflow_id": f"{variant}-{mode}-{self.tag}{workflow_suffix}"}
+            for (variant, mode), service in self.services.items()
+            if variant in variants
         ]  # fmt: skip
 
-    def run(self, variant: str, *, die: bool = False, workflow_suffix: str = "") -> Any:
+    def run(
+        self, *, die: bool = False, variants: tuple[str, ...] = VARIANTS, workflow_suffix: str = ""
+    ) -> Any:
         env = {**self.env, "PAY_THEN_DIE": "1" if die else "0"}
-        runs = json.dumps(self.runs(workflow_suffix))
+        runs = json.dumps(self.runs(variants, workflow_suffix))
         done = subprocess.run(
-            [sys.executable, str(AGENT), self.backend, variant, runs],
+            [sys.executable, str(AGENT), self.backend, runs],
             env=env,
             capture_output=True,
             text=True,
@@ -70,22 +83,27 @@ class Orders:
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout.strip().splitlines()[-1])
 
-    def killed_then_rerun(self, variant: str) -> dict[str, Any]:
+    def killed_then_rerun(self) -> dict[str, Any]:
         """Kill the agents after every payment landed, then run them again."""
-        self.run(variant, die=True)
-        assert self.payments() == {mode: 1 for mode in MODES}  # each landed, then the kill
-        out: dict[str, Any] = self.run(variant)
+        self.run(die=True)
+        for variant in VARIANTS:  # each landed, then the kill
+            assert self.payments(variant) == {mode: 1 for mode in MODES}
+        out: dict[str, Any] = self.run()
         if self.backend != "none":  # the engine itself ran the workflows again
-            assert all(out[f"order-{mode}"]["recovered"] for mode in MODES)
-        return {mode: out[f"order-{mode}"] for mode in MODES}
+            assert all(answer["recovered"] for answer in out.values())
+        return out
 
-    def payments(self) -> dict[str, int]:
-        """How many payments each service applied: its own record."""
-        return {m: sum(len(ids) for ids in s.applied().values()) for m, s in self.services.items()}
+    def payments(self, variant: str) -> dict[str, int]:
+        """How many payments each service of ``variant`` applied: its own record."""
+        return {
+            mode: sum(len(ids) for ids in service.applied().values())
+            for (kind, mode), service in self.services.items()
+            if kind == variant
+        }
 
     def operation(self, mode: str) -> intentlog.Operation:
         with intentlog.open(self.env["INTENTLOG_URL"]) as journal:
-            (op,) = journal.operations(f"order-{mode}")
+            (op,) = journal.operations(f"journaled-{mode}")
             return op
 
 
@@ -101,7 +119,10 @@ def orders(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Orders]:
     env["INTENTLOG_URL"] = str(tmp_path / "journal.db")
     with ExitStack() as stack:
         services = {
-            mode: stack.enter_context(ReferenceService(mode, db_path=tmp_path / f"{mode}.db"))
+            (variant, mode): stack.enter_context(
+                ReferenceService(mode, db_path=tmp_path / f"{variant}-{mode}.db")
+            )
+            for variant in VARIANTS
             for mode in MODES
         }
         if request.param in ("none", "temporal"):
@@ -126,25 +147,32 @@ def orders(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Orders]:
                     conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
 
 
-def test_rerun_after_a_kill_pays_once_with_intentlog(orders: Orders) -> None:
-    out = orders.killed_then_rerun("journaled")
-    assert orders.payments() == {mode: 1 for mode in MODES}  # nothing applied twice
+def test_a_kill_in_flight_pays_once_with_intentlog_twice_without(orders: Orders) -> None:
+    out = orders.killed_then_rerun()
+    # Without intentlog the engine (or the user's re-run) pays again at every service.
+    assert orders.payments("plain") == {mode: 2 for mode in MODES}
+    for mode in MODES:
+        (answer,) = out[f"plain-{mode}"]["tool_returns"]
+        assert json.loads(answer)["amount"] == 500
+
+    # With intentlog nothing is applied twice.
+    assert orders.payments("journaled") == {mode: 1 for mode in MODES}
     for mode in ("dedupe", "lookup"):
         # The recorded payment: found by key (lookup), or the same key sent again (dedupe).
-        (answer,) = out[mode]["tool_returns"]
+        (answer,) = out[f"journaled-{mode}"]["tool_returns"]
         op = orders.operation(mode)
         assert op.state is intentlog.State.CONFIRMED
-        assert json.loads(answer)["id"] == orders.services[mode].applied()[op.key][0]
+        assert json.loads(answer)["id"] == orders.services["journaled", mode].applied()[op.key][0]
 
     # Neither: nothing can tell whether it landed. The model is told so, and not to call again.
-    (answer,) = out["neither"]["tool_returns"]
+    (answer,) = out["journaled-neither"]["tool_returns"]
     op = orders.operation("neither")
     assert op.state is intentlog.State.UNRESOLVED
     assert answer.startswith("UNRESOLVED") and "Do NOT call pay again" in answer
-    assert op.key in answer and answer in out["neither"]["output"]  # what the model read
+    assert op.key in answer and answer in out["journaled-neither"]["output"]  # the model read it
 
     # A person checks the service and settles it; the re-run continues without a send.
-    (payment_id,) = orders.services["neither"].applied()[op.key]
+    (payment_id,) = orders.services["journaled", "neither"].applied()[op.key]
     receipt = {"id": payment_id, "key": op.key, "status": "succeeded", "amount": 500}
     resolve = subprocess.run(
         [sys.executable, "-m", "intentlog.cli", "resolve", op.key, "--confirmed",
@@ -152,24 +180,17 @@ def test_rerun_after_a_kill_pays_once_with_intentlog(orders: Orders) -> None:
         env=orders.env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert resolve.returncode == 0, resolve.stderr + resolve.stdout
-    # Under DBOS the finished workflows are not run again: the same orders (run ids) run in new
-    # workflows, as after a review.
-    again = orders.run("journaled", workflow_suffix="-reviewed")
+    # Under an engine the finished workflows are not run again: the same orders (run ids) run in
+    # new workflows, as after a review.
+    again = orders.run(variants=("journaled",), workflow_suffix="-reviewed")
     if orders.backend != "none":
-        assert not any(again[f"order-{mode}"]["recovered"] for mode in MODES)
-    assert [json.loads(r) for r in again["order-neither"]["tool_returns"]] == [receipt]
+        assert not any(answer["recovered"] for answer in again.values())
+    assert [json.loads(r) for r in again["journaled-neither"]["tool_returns"]] == [receipt]
     for mode in ("dedupe", "lookup"):
-        assert again[f"order-{mode}"]["tool_returns"] == out[mode]["tool_returns"]
-    assert orders.payments() == {mode: 1 for mode in MODES}
+        key = f"journaled-{mode}"
+        assert again[key]["tool_returns"] == out[key]["tool_returns"]
+    assert orders.payments("journaled") == {mode: 1 for mode in MODES}
     assert orders.operation("neither").state is intentlog.State.CONFIRMED
-
-
-def test_rerun_after_a_kill_pays_twice_without_intentlog(orders: Orders) -> None:
-    out = orders.killed_then_rerun("plain")
-    assert orders.payments() == {mode: 2 for mode in MODES}  # a duplicate at every service
-    for mode in MODES:
-        (answer,) = out[mode]["tool_returns"]
-        assert json.loads(answer)["amount"] == 500
 
 
 # -- in process: keys, answers, targets ----------------------------------------------------------
