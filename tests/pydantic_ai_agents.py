@@ -34,6 +34,7 @@ import signal
 import sys
 import threading
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
@@ -55,6 +56,12 @@ class Dying:
         if self.armed:
             self.barrier.wait()  # every payment is applied, none is recorded
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+def room_for_every_tool() -> None:
+    """A thread for each tool of the running loop: every tool waits in a worker thread at the
+    barrier of :class:`Dying`, and the loop's default pool has only cpu_count + 4 threads."""
+    asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=32))
 
 
 def scripted(messages: list[Any], info: Any) -> Any:
@@ -130,6 +137,7 @@ def answer(result: Any) -> dict[str, Any]:
 
 def run_none(agents: list[Any], runs: list[dict[str, str]]) -> dict[str, Any]:
     async def all_runs() -> list[Any]:
+        room_for_every_tool()
         return await asyncio.gather(
             *(
                 agent.run(PROMPT, run_id=run["run_id"])
@@ -168,6 +176,7 @@ def run_dbos(tools: list[Any], runs: list[dict[str, str]]) -> dict[str, Any]:
     try:
 
         async def all_runs() -> dict[str, Any]:
+            room_for_every_tool()
             handles, recovered = [], []
             for index, run in enumerate(runs):
                 # A workflow this process did not start was left pending by a dead process:
@@ -214,6 +223,7 @@ def run_temporal(tools: list[Any], runs: list[dict[str, str]]) -> dict[str, Any]
         )
 
     async def all_runs() -> dict[str, Any]:
+        room_for_every_tool()
         client = await Client.connect(os.environ["INTENTLOG_TEST_TEMPORAL"],
                                       plugins=[PydanticAIPlugin()])  # fmt: skip
         queue = os.environ["INTENTLOG_TEST_TEMPORAL_QUEUE"]
