@@ -77,6 +77,7 @@ WALKED = (
     "intentlog.integrations.langgraph",
     "intentlog.integrations.nats",
     "intentlog.integrations.openai_agents",
+    "intentlog.integrations.pydantic_ai",
     "intentlog.integrations.smtp",
     "intentlog.metrics",
     "intentlog.profiles",
