@@ -16,19 +16,23 @@ import intentlog
 from intentlog.testing import payment_effect
 
 
-def effects(timeout: float = 10.0) -> list[intentlog.Effect]:
+def effects(urls: dict[str, str] | None = None, timeout: float = 4.0) -> list[intentlog.Effect]:
+    """The three effects; ``urls``: service URL by effect name (default: from the environment)."""
     env = os.environ.get
+    urls = urls or {
+        "charge": env("INTENTLOG_TEST_DEDUPE", "http://127.0.0.1:9"),
+        "reserve": env("INTENTLOG_TEST_LOOKUP", "http://127.0.0.1:9"),
+        "notify": env("INTENTLOG_TEST_NEITHER", "http://127.0.0.1:9"),
+    }
     return [
-        payment_effect(env("INTENTLOG_TEST_DEDUPE", "http://127.0.0.1:9"), "dedupe",
-                       name="charge", timeout=timeout),
-        payment_effect(env("INTENTLOG_TEST_LOOKUP", "http://127.0.0.1:9"), "lookup",
-                       name="reserve", timeout=timeout),
-        payment_effect(env("INTENTLOG_TEST_NEITHER", "http://127.0.0.1:9"), "neither",
-                       name="notify", timeout=timeout),
-    ]  # fmt: skip
+        payment_effect(urls["charge"], "dedupe", name="charge", timeout=timeout),
+        payment_effect(urls["reserve"], "lookup", name="reserve", timeout=timeout),
+        payment_effect(urls["notify"], "neither", name="notify", timeout=timeout),
+    ]
 
 
 EFFECTS = effects()
+CHARGE, RESERVE, NOTIFY = EFFECTS
 registry = intentlog.Registry(effects=EFFECTS)
 
 
