@@ -16,7 +16,7 @@ import intentlog
 from intentlog.testing import payment_effect
 
 
-def effects(urls: dict[str, str] | None = None, timeout: float = 4.0) -> list[intentlog.Effect]:
+def effects(urls: dict[str, str] | None = None, timeout: float = 6.0) -> list[intentlog.Effect]:
     """The three effects; ``urls``: service URL by effect name (default: from the environment)."""
     env = os.environ.get
     urls = urls or {
