@@ -19,11 +19,12 @@ from typing import Literal
 
 from intentlog._decide import retention_margin
 from intentlog._effect import Effect
-from intentlog._errors import InvalidInput
+from intentlog._errors import Error, InvalidInput
+from intentlog._replication import warning
 from intentlog._service import PROCESS, Seconds, seconds
 from intentlog._words import duration
 
-__all__ = ["Finding", "check", "describe", "human", "log_at_start"]
+__all__ = ["Finding", "check", "describe", "human", "journal_warning", "log_at_start"]
 
 #: What a :class:`Finding` is about (see its ``kind``).
 FindingKind = Literal["retention", "unstated_retention", "unresolvable", "no_reconciler"]
@@ -186,9 +187,13 @@ _reported: weakref.WeakKeyDictionary[object, bool] = weakref.WeakKeyDictionary()
 _reported_lock = threading.Lock()
 
 
-def log_at_start(effects: Iterable[Effect], restart_within: float, *, once_for: object) -> None:
+def log_at_start(
+    effects: Iterable[Effect], restart_within: float, *, once_for: object, store: object = None
+) -> None:
     """Log :func:`check`'s findings for a worker's effects, one line each on the
-    ``intentlog.worker`` logger (warnings, so they reach stderr without any logging set up).
+    ``intentlog.worker`` logger (warnings, so they reach stderr without any logging set up),
+    and, for a journal on PostgreSQL (``store``), one line if a failover of its server could
+    lose commits that these effects cannot afford (:func:`journal_warning`).
 
     ``restart_within`` is the worker's lease time to live: the soonest another worker takes
     over the task of one that died. Logged once per ``once_for`` (the registry), however many
@@ -198,6 +203,9 @@ def log_at_start(effects: Iterable[Effect], restart_within: float, *, once_for: 
         if _reported.get(once_for):
             return
         _reported[once_for] = True
+    effects = list(effects)
+    if store is not None and (line := journal_warning(store, effects)) is not None:
+        log.warning("intentlog check: warning: %s", line)
     for finding in check(effects, restart_within=restart_within):
         label = "problem" if finding.problem else "note"
         log.warning(
@@ -207,3 +215,18 @@ def log_at_start(effects: Iterable[Effect], restart_within: float, *, once_for: 
             finding.message,
             human(restart_within),
         )
+
+
+def journal_warning(store: object, effects: Iterable[Effect]) -> str | None:
+    """One line if the journal in ``store`` is on a PostgreSQL server that commits without a
+    synchronous standby while ``effects`` include some that a lost commit can duplicate or
+    leave UNRESOLVED (:func:`intentlog._replication.warning`); a line saying so if the server
+    cannot be asked; None otherwise (and for every other store)."""
+    replication = getattr(store, "replication", None)
+    if not callable(replication):
+        return None
+    try:
+        facts = replication()
+    except Error as exc:
+        return f"cannot read how the journal's server replicates its commits: {exc}"
+    return warning(facts, effects)

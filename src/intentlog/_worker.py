@@ -97,8 +97,15 @@ class Worker:
     ) -> None:
         """Claim and run tasks until stopped (or, with ``exit_when_idle``, until nothing is
         runnable; with ``max_tasks``, after that many). First logs, once per registry, what
-        :func:`intentlog.check` finds for its effects against the lease time to live."""
-        log_at_start(self.registry.effects.values(), self.journal.lease_ttl, once_for=self.registry)
+        :func:`intentlog.check` finds for its effects against the lease time to live, and
+        whether a failover of the journal's PostgreSQL server could lose commits those
+        effects cannot afford (no synchronous standby)."""
+        log_at_start(
+            self.registry.effects.values(),
+            self.journal.lease_ttl,
+            once_for=self.registry,
+            store=self.journal.store,
+        )
         with self._signals() if handle_signals else contextlib.nullcontext():
             ran = 0
             while not self._stop.is_set():

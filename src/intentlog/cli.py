@@ -656,8 +656,10 @@ def check(
     or an effect that can neither deduplicate nor be asked. A crash with a
     request in flight there ends UNRESOLVED, for a person. A note: an effect
     whose service can be asked but that has no reconciler, or a problem
-    accepted with --accept. Reads only what the effects declare; opens no
-    journal and sends nothing.
+    accepted with --accept. Reads what the effects declare and sends nothing.
+    Where the journal (--db, INTENTLOG_URL) is on PostgreSQL, it is opened
+    read-only and a warning line says whether a failover of its server could
+    lose commits these effects cannot afford (no synchronous standby).
 
     \b
     Exit codes: 0 no problem; 1 import error or no effects; 2 usage error
@@ -679,6 +681,9 @@ def check(
     findings = intentlog.check(effects, restart_within=restart_within, accept=accepted)
     problems = sum(f.problem for f in findings)
     code = EXIT_PERSON if problems else EXIT_OK
+    journal_warning = _journal_warning(ctx, effects)
+    if journal_warning is not None:
+        click.echo(f"warning: {journal_warning}", err=True)
     if as_json:
         doc = {
             "restart_within_seconds": restart_within,
@@ -705,6 +710,7 @@ def check(
                 for f in findings
             ],
             "problems": problems,
+            "journal_warning": journal_warning,
         }
         _emit(doc)
         ctx.exit(code)
@@ -725,6 +731,20 @@ def check(
     if problems:
         click.echo("fix: a reconciler, or a service that keeps keys longer; or --accept EFFECT")
     ctx.exit(code)
+
+
+def _journal_warning(ctx: click.Context, effects: list[intentlog.Effect]) -> str | None:
+    """check's line about the journal's server, for a journal named on PostgreSQL."""
+    from intentlog._check import journal_warning
+
+    raw: str | None = ctx.obj["db"]
+    if raw is None or not raw.startswith(("postgresql://", "postgres://")):
+        return None  # a SQLite journal is one file on one disk: no failover to lose commits
+    try:
+        with intentlog.open(raw, create=False) as journal:
+            return journal_warning(journal.store, effects)
+    except intentlog.Error as exc:
+        return f"cannot read how the journal's server replicates its commits: {exc}"
 
 
 @cli.command(short_help="Kill an agent at the worst moment, with and without intentlog.")

@@ -46,6 +46,7 @@ from intentlog._errors import (
 )
 from intentlog._flow import drive, drive_async
 from intentlog._model import Operation, State, TaskRecord
+from intentlog._replication import Replication
 from intentlog.stores._async_store import AsyncStore
 from intentlog.stores._base import Resolution, Store, TaskResolution, TaskUpdate
 from intentlog.stores._pg import (
@@ -338,6 +339,16 @@ class PostgresStore(_Common, Store):
             self._closed = True
             self._pool.close()
 
+    def replication(self) -> Replication:
+        """How the server this store writes to replicates a commit, as the store's sessions
+        see it (for the failover warning of ``intentlog check`` and a worker's start)."""
+
+        def plan() -> Plan[Replication]:
+            row = (yield Q(_REPLICATION)).rows[0]
+            return Replication(**row)
+
+        return self._run(plan, write=False)
+
     def _run(self, plan: Callable[[], Plan[_T]], *, write: bool, tx: bool = False) -> _T:
         """Run a fresh ``plan()`` on a pooled connection (in one transaction if ``tx``), trying
         again where :meth:`_failed` says so."""
@@ -608,6 +619,17 @@ class AsyncPostgresStore(_Common, AsyncStore):
 _SYNC_COMMIT = (
     "SELECT set_config('synchronous_commit', 'on', false)"
     " WHERE current_setting('synchronous_commit') = 'off'"
+)
+
+
+# pg_stat_replication shows sync_state only to roles with pg_read_all_stats (superusers
+# have it): https://www.postgresql.org/docs/15/monitoring-stats.html#MONITORING-PG-STAT-REPLICATION-VIEW
+_REPLICATION = (
+    "SELECT current_setting('synchronous_commit') AS synchronous_commit,"
+    " current_setting('synchronous_standby_names') AS synchronous_standby_names,"
+    " CASE WHEN pg_has_role(current_user, 'pg_read_all_stats', 'USAGE') THEN"
+    " (SELECT count(*) FROM pg_stat_replication WHERE sync_state IN ('sync', 'quorum'))"
+    " END AS sync_standbys, pg_is_in_recovery() AS in_recovery"
 )
 
 
