@@ -19,6 +19,7 @@ from intentlog._decide import Decision, LookupFailed, decide, send_slack, strict
 from intentlog._effect import Effect
 from intentlog._errors import (
     InvalidInput,
+    JournalError,
     KeyConflict,
     LeaseLost,
     OutcomeUnknown,
@@ -458,7 +459,15 @@ class TaskCore:
             self.unwritten[op.key] = done  # written with the task's next write
             warn_receipt(dropped)
             return read_json(text)  # a copy: changing it cannot change what will be written
-        stored = yield from self._fenced(Store.update_op, done, self.record.epoch, self.ttl)
+        try:
+            stored = yield from self._fenced(Store.update_op, done, self.record.epoch, self.ttl)
+        except JournalError:
+            # Not written, or not known to be (a connection lost at its COMMIT and the server
+            # gone for longer than the store's bound): the receipt is kept, as a lazy one is.
+            # It rides in the task's next write (releasing the lease is one), whose
+            # compare-and-set skips it if this write did commit, and a replay returns it.
+            self.unwritten[op.key] = done
+            raise
         if stored is None:  # an operator resolved it while we were sending
             stored, dropped = (yield from self.reload_flow(op)), []
             if stored.state is not State.CONFIRMED:

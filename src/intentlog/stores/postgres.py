@@ -18,17 +18,37 @@ drift since the last measurement: far below any lease or retention.
 
 Errors. Driver errors become ours in one place per store (``_run``, with the rules of
 ``_failed``): a full disk on the server is JournalFull, a read-only server (a standby) or a role
-without the privileges JournalReadOnly, damaged data JournalCorrupt. A statement whose
-connection died, or that the server rolled back (a deadlock or serialization failure), is
-retried on a fresh connection, up to three attempts: every write recognises its own earlier
-attempt. If the connection keeps dying, a write raises JournalError saying it may or may not
-be recorded, and the caller must not send an effect whose intent it could not confirm.
+without the privileges JournalReadOnly, damaged data JournalCorrupt. A statement that the
+server rolled back (a deadlock or serialization failure) is tried again, up to three attempts.
+
+A lost connection. A write is one statement in autocommit, so a connection lost after the
+statement left (at its COMMIT, say) leaves it unknown whether it committed. The store settles
+that by running the same plan again on a fresh connection: every write plan recognises its
+own earlier attempt (see ``intentlog.stores._pg``), so the retry either finds the row it
+meant to write, or writes it, never both; a retry racing the first attempt, still running on
+the server, waits for its row lock and then sees it. This reads the row back rather than
+asking ``pg_xact_status`` about a transaction id taken before the COMMIT: that would need an
+explicit transaction (three round trips more per write, where one suffices); it answers "in
+progress" while the cut statement is still running, so it would need polling; and after a
+failover it asks a server that may never have seen that transaction id, whereas the row is
+the fact itself, read where the journal now is. The retries wait with a backoff (doubling
+from 50 ms up to 2 s, with full jitter so that many workers do not come back at once) for as
+long as ``timeout``, and a call that lost its connection on the server more than five times
+gives up sooner. If the store cannot settle a write within that bound, it raises JournalError
+saying the write may or may not be recorded; the journal then sends nothing on that intent,
+and a receipt it could not write waits for the task's next write (see ``TaskCore``).
+
+Each outage is logged on the ``intentlog.journal`` logger as warnings, one line when a call
+first finds the connection lost and one when a call succeeds again ("reconnected after N s"),
+however many calls and threads met it meanwhile.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import random
 import threading
 import time
 import urllib.parse
@@ -77,8 +97,37 @@ except ImportError as exc:  # tested with psycopg hidden
 __all__ = ["DEFAULT_SCHEMA", "AsyncPostgresStore", "PostgresStore"]
 
 _CLOCK_REFRESH = 30.0  # seconds between clock offset measurements
-_ATTEMPTS = 3  # tries of a statement whose connection died or that was rolled back
+_ROLLBACKS = 3  # tries of a statement that the server rolled back
+_LOST_ON_SERVER = 5  # tries that got a connection and lost it while running the statement
+_BACKOFF_FIRST = 0.05  # seconds: the first pause after a lost connection ...
+_BACKOFF_CAP = 2.0  # ... doubling up to this, each drawn at random below it (full jitter)
 _T = TypeVar("_T")
+log = logging.getLogger("intentlog.journal")
+
+
+class _Tries:
+    """One call's attempts: how many, until when, and whether a write may have committed.
+
+    The backoff is "full jitter" (a uniform draw below the doubling cap): after a restart,
+    many workers spread their reconnections instead of arriving together
+    (https://aws.amazon.com/blogs/architecture/exponential-backoff-and-jitter/)."""
+
+    __slots__ = ("ambiguous", "deadline", "lost", "lost_on_server", "number", "started")
+
+    def __init__(self, bound: float) -> None:
+        self.number = 1
+        self.started = time.monotonic()
+        self.deadline = self.started + bound
+        self.lost = False  # a try lost its connection or found none: an outage
+        self.lost_on_server = 0  # tries whose statement was cut off
+        self.ambiguous = False  # a write's statement was cut off: it may have committed
+
+    def remaining(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def pause(self) -> float:
+        cap = min(_BACKOFF_CAP, _BACKOFF_FIRST * 2.0 ** (self.number - 1))
+        return max(0.0, min(random.uniform(0.0, cap), self.remaining()))
 
 
 class _Common(Plans):
@@ -104,6 +153,8 @@ class _Common(Plans):
         self._commits_lock = threading.Lock()
         self._offset = self._measured = 0.0
         self._closed = False
+        self._outage_lock = threading.Lock()
+        self._down_since: float | None = None  # monotonic time of the outage's first loss
         self._kwargs: dict[str, Any] = {"autocommit": True}  # a statement is a transaction
         if "connect_timeout" not in options:
             self._kwargs["connect_timeout"] = max(2, int(timeout))
@@ -261,26 +312,68 @@ class _Common(Plans):
             with self._commits_lock:
                 self.commits += 1
 
-    def _failed(self, exc: BaseException, *, write: bool, attempt: int) -> None:
-        """Return if the call should be tried again; else raise what the caller sees."""
+    def _failed(self, exc: BaseException, *, write: bool, tries: _Tries) -> float:
+        """The seconds to wait before the call's next try; or raise what the caller sees."""
         if isinstance(exc, psycopg.DataError | UnicodeEncodeError):  # e.g. a NUL in a string
             raise InvalidInput(f"the journal cannot store a value: {self._why(exc)}") from exc
         if not isinstance(exc, psycopg.Error):
             raise exc  # ours (LeaseLost, JournalError from a plan): as it is
         answer = self._answer(exc)
         if answer is not None:
+            if tries.ambiguous:  # the answer is about this try, not the one that was cut
+                raise self._unsettled(exc, tries) from exc
             raise answer from exc
-        rolled_back = isinstance(exc, psycopg.errors.TransactionRollback)
-        lost = _connection_lost(exc)
-        if attempt < _ATTEMPTS and (rolled_back or lost):
-            return
-        if write and lost:
+        no_connection = isinstance(exc, psycopg_pool.PoolTimeout) and tries.lost
+        if _connection_lost(exc) or no_connection:
+            self._went_down(exc)
+            tries.lost = True
+            if not no_connection:
+                tries.lost_on_server += 1
+                tries.ambiguous = tries.ambiguous or write
+            if tries.remaining() > 0 and tries.lost_on_server < _LOST_ON_SERVER:
+                return tries.pause()
+            if tries.ambiguous:
+                raise self._unsettled(exc, tries) from exc
             raise JournalError(
-                f"lost the journal at {self.url} while committing a write, which may or may "
-                f"not be recorded ({self._why(exc)})"
+                f"lost the journal at {self.url} and could not use it again within "
+                f"{time.monotonic() - tries.started:.1f} s ({self._why(exc)})"
             ) from exc
+        if isinstance(exc, psycopg.errors.TransactionRollback) and tries.number < _ROLLBACKS:
+            return 0.0
+        if tries.ambiguous:
+            raise self._unsettled(exc, tries) from exc
         what = "write to" if write else "read"
         raise JournalError(f"cannot {what} the journal at {self.url}: {self._why(exc)}") from exc
+
+    def _unsettled(self, exc: BaseException, tries: _Tries) -> JournalError:
+        return JournalError(
+            f"lost the journal at {self.url} while committing a write, which may or may not "
+            f"be recorded: {tries.number} tries in {time.monotonic() - tries.started:.1f} s "
+            f"could not settle it (the last: {self._why(exc)})"
+        )
+
+    def _connect_timeout(self, tries: _Tries) -> float:
+        """How long this try may wait for a pooled connection: the store's timeout at first,
+        then what is left of the call's bound."""
+        return self._timeout if tries.number == 1 else max(0.1, tries.remaining())
+
+    def _went_down(self, exc: BaseException) -> None:
+        with self._outage_lock:
+            if self._down_since is not None:
+                return  # this outage is logged already
+            self._down_since = time.monotonic()
+        why = " ".join(self._why(exc).split())  # one line: libpq's messages span several
+        log.warning("journal %s: connection lost (%s); reconnecting", self.url, why)
+
+    def _came_back(self) -> None:
+        if self._down_since is None:  # the usual case: no lock taken
+            return
+        with self._outage_lock:
+            if self._down_since is None:
+                return
+            took = time.monotonic() - self._down_since
+            self._down_since = None
+        log.warning("journal %s: reconnected after %.2f s", self.url, took)
 
 
 class PostgresStore(_Common, Store):
@@ -289,7 +382,8 @@ class PostgresStore(_Common, Store):
 
     ``url``: ``postgresql://user[:password]@host[:port]/db[?schema=NAME&pool_max_size=N]``; other
     query parameters go to libpq. ``max_size``: the most pooled connections (``pool_max_size``
-    in the URL wins). ``timeout``: seconds to wait for a connection before JournalError. The
+    in the URL wins). ``timeout``: seconds to wait for a connection before JournalError, and
+    the most a call spends reconnecting after a lost connection (a restart, a failover). The
     schema and its tables are created on first use, an older schema upgraded. With
     ``create=False`` nothing is created or upgraded: only the catalog is read, and a missing
     schema, a schema without the journal's tables, or an older schema raises JournalError
@@ -340,24 +434,27 @@ class PostgresStore(_Common, Store):
 
     def _run(self, plan: Callable[[], Plan[_T]], *, write: bool, tx: bool = False) -> _T:
         """Run a fresh ``plan()`` on a pooled connection (in one transaction if ``tx``), trying
-        again where :meth:`_failed` says so."""
-        attempt = 1
+        again where :meth:`_failed` says so (see the module doc: a lost connection)."""
+        tries = _Tries(self._timeout)
         while True:
             try:
                 with (
-                    self._pool.connection() as conn,
+                    self._pool.connection(self._connect_timeout(tries)) as conn,
                     conn.transaction() if tx else contextlib.nullcontext(),
                 ):
                     result = self._drive(conn, plan())
                 self._count(write)
+                self._came_back()
                 return result
             except BaseException as exc:
-                self._failed(exc, write=write, attempt=attempt)
-            attempt += 1
-            # The other idle connections are likely dead too (a restart or failover kills
-            # all): test them before the retry takes one.
-            with contextlib.suppress(psycopg.Error):
-                self._pool.check()
+                pause = self._failed(exc, write=write, tries=tries)
+            tries.number += 1
+            if tries.lost:
+                # The other idle connections are likely dead too (a restart or failover
+                # kills all): test them before the retry takes one.
+                with contextlib.suppress(psycopg.Error):
+                    self._pool.check()
+            time.sleep(pause)
 
     def _drive(self, conn: psycopg.Connection[Any], plan: Plan[_T]) -> _T:
         with conn.cursor(row_factory=dict_row) as cur:
@@ -510,22 +607,25 @@ class AsyncPostgresStore(_Common, AsyncStore):
         """See :meth:`PostgresStore._run`."""
         if not self._opened:
             await self._open()
-        attempt = 1
+        tries = _Tries(self._timeout)
         while True:
             try:
-                async with self._pool.connection() as conn:
+                async with self._pool.connection(self._connect_timeout(tries)) as conn:
                     if tx:
                         async with conn.transaction():
                             result = await self._drive(conn, plan())
                     else:
                         result = await self._drive(conn, plan())
                 self._count(write)
+                self._came_back()
                 return result
             except BaseException as exc:
-                self._failed(exc, write=write, attempt=attempt)
-            attempt += 1
-            with contextlib.suppress(psycopg.Error):
-                await self._pool.check()
+                pause = self._failed(exc, write=write, tries=tries)
+            tries.number += 1
+            if tries.lost:
+                with contextlib.suppress(psycopg.Error):
+                    await self._pool.check()
+            await asyncio.sleep(pause)
 
     async def _drive(self, conn: psycopg.AsyncConnection[Any], plan: Plan[_T]) -> _T:
         async with conn.cursor(row_factory=dict_row) as cur:

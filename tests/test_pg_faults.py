@@ -1,0 +1,229 @@
+"""Faults of the journal's own PostgreSQL server: a connection cut at the COMMIT of a write.
+
+A relay on loopback (``pg_relay.py``, real sockets) sits between the store and the test server
+and cuts the connection at one chosen statement, before forwarding it (nothing committed) or
+right after forwarding it with the Sync that commits it (committed, the answer dropped). The
+effect is a reference service's payment that can neither deduplicate nor reconcile, so a
+request sent twice is applied twice and shows in the service's own record, which every test
+counts. The journal row is read back through a connection of its own, not the relay's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+import intentlog
+from conftest import PG_URL
+from intentlog import State
+from intentlog.testing import ReferenceService, payment_effect
+from pg_relay import Relay
+
+#: The three writes of an effect that can do neither, as the relay finds them: the statement
+#: text and which of the matching statements of one ``run``.
+WRITES = {
+    "intent": ("op AS (INSERT INTO", 1),  # PLANNED: the intent, before anything is sent
+    "sending": ("operations o SET", 1),  # SUBMITTED: the last write before the request
+    "receipt": ("operations o SET", 2),  # CONFIRMED: the receipt, after the service applied
+}
+RESOLUTION = "audit AS (INSERT INTO"  # an operator's resolution and its audit record
+
+
+@pytest.fixture
+def relay(pg_url: str) -> Iterator[Relay]:
+    parts = urlsplit(PG_URL)
+    with Relay((parts.hostname or "127.0.0.1", parts.port or 5432)) as relay:
+        yield relay
+
+
+@pytest.fixture
+def service() -> Iterator[ReferenceService]:
+    with ReferenceService("neither") as service:
+        yield service
+
+
+def outage_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "intentlog.journal"]
+
+
+def check_settled(
+    pg_url: str, service: ReferenceService, receipt: Any, *, version: int = 3
+) -> intentlog.Operation:
+    """The operation of task t1 as the journal holds it, read without the relay: CONFIRMED
+    with ``receipt``, written once per step (its version), and applied once at the service."""
+    with intentlog.open(pg_url) as journal:
+        (op,) = journal.operations("t1")
+    assert op.state is State.CONFIRMED and op.receipt == receipt
+    assert op.version == version  # PLANNED, SUBMITTED, CONFIRMED: no write repeated
+    assert service.applied() == {op.key: [receipt["id"]]}
+    return op
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+@pytest.mark.parametrize("write", list(WRITES))
+def test_a_write_cut_at_commit_is_settled_and_sent_once(
+    pg_url: str,
+    relay: Relay,
+    service: ReferenceService,
+    caplog: pytest.LogCaptureFixture,
+    write: str,
+    when: str,
+) -> None:
+    pattern, nth = WRITES[write]
+    charge = payment_effect(service.url, "neither")
+    caplog.set_level(logging.WARNING, "intentlog.journal")
+    with intentlog.open(relay.url(pg_url), max_wait=5.0) as journal, journal.task("t1") as task:
+        relay.arm(pattern, when=when, nth=nth)
+        receipt = task.run(charge, amount=5)
+        cut = relay.wait_cut()
+        assert pattern in cut.text and cut.when == when
+    check_settled(pg_url, service, receipt)
+    lost, back = outage_lines(caplog)  # one line per event
+    assert "connection lost" in lost and "reconnected after" in back
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+@pytest.mark.parametrize("write", list(WRITES))
+def test_async_a_write_cut_at_commit_is_settled_and_sent_once(
+    pg_url: str, relay: Relay, service: ReferenceService, write: str, when: str
+) -> None:
+    pattern, nth = WRITES[write]
+    charge = payment_effect(service.url, "neither")
+
+    async def main() -> Any:
+        async with (
+            intentlog.open_async(relay.url(pg_url), max_wait=5.0) as journal,
+            journal.task("t1") as task,
+        ):
+            relay.arm(pattern, when=when, nth=nth)
+            return await task.run(charge, amount=5)
+
+    receipt = asyncio.run(main())
+    assert relay.wait_cut().when == when
+    check_settled(pg_url, service, receipt)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_resolution_cut_at_commit_is_recorded_once(
+    pg_url: str, relay: Relay, service: ReferenceService, when: str, asynchronous: bool
+) -> None:
+    charge = payment_effect(service.url, "neither")
+    service.set_faults(drop_after_commit=1)  # applied, the answer lost: UNRESOLVED
+    url = relay.url(pg_url)
+    with (
+        intentlog.open(url, max_wait=5.0) as journal,
+        journal.task("t1") as task,
+        pytest.raises(intentlog.OutcomeUnknown) as info,
+    ):
+        task.run(charge, amount=5)
+    key = info.value.key
+    assert key is not None
+    ((applied,),) = service.applied().values()
+    receipt = {"id": applied}
+    relay.arm(RESOLUTION, when=when)
+    resolve = {"receipt": receipt, "note": "seen at the service", "accept_risk": True}
+    if asynchronous:
+
+        async def main() -> None:
+            async with intentlog.open_async(url) as journal:
+                await journal.resolve(key, "confirmed", **resolve)
+
+        asyncio.run(main())
+    else:
+        with intentlog.open(url) as journal:
+            journal.resolve(key, "confirmed", **resolve)
+    assert relay.wait_cut().when == when
+    with intentlog.open(pg_url) as journal:
+        (op,) = journal.operations("t1")
+        (resolution,) = journal.resolutions(key)  # one audit record, not two
+    assert op.state is State.CONFIRMED and op.receipt == receipt
+    assert resolution.to_state is State.CONFIRMED and resolution.receipt == receipt
+    assert service.truth() == {key: 1}
+
+
+def unreachable_journal(url: str, *, asynchronous: bool = False) -> Any:
+    """A journal whose store gives up settling after 2 s (the default is 30)."""
+    from intentlog.stores.postgres import AsyncPostgresStore, PostgresStore
+
+    if asynchronous:
+        return intentlog.AsyncJournal(AsyncPostgresStore(url, timeout=2.0), max_wait=5.0)
+    return intentlog.Journal(PostgresStore(url, timeout=2.0), max_wait=5.0)
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_an_intent_that_cannot_be_settled_is_an_error_and_nothing_is_sent(
+    pg_url: str, relay: Relay, service: ReferenceService, when: str
+) -> None:
+    charge = payment_effect(service.url, "neither")
+    with unreachable_journal(relay.url(pg_url)) as journal, journal.task("t1") as task:
+        relay.arm(WRITES["intent"][0], when=when, then_refuse=True)
+        with pytest.raises(intentlog.JournalError, match="may or may not be recorded"):
+            task.run(charge, amount=5)
+        assert service.truth() == {}  # an intent not known to be durable is never acted on
+        relay.accept()  # the server is back: the same call settles it and sends once
+        receipt = task.run(charge, amount=5)
+    check_settled(pg_url, service, receipt)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_sending_mark_that_cannot_be_settled_is_never_sent(
+    pg_url: str, relay: Relay, service: ReferenceService, asynchronous: bool
+) -> None:
+    """The SUBMITTED mark committed and its answer was lost: the journal cannot tell, after
+    the fact, that the request never left, so an effect that can neither deduplicate nor
+    reconcile is escalated (UNRESOLVED), never sent blind."""
+    charge = payment_effect(service.url, "neither")
+    pattern, nth = WRITES["sending"]
+    url = relay.url(pg_url)
+
+    async def main() -> None:
+        async with (
+            unreachable_journal(url, asynchronous=True) as journal,
+            journal.task("t1") as task,
+        ):
+            relay.arm(pattern, when="after", nth=nth, then_refuse=True)
+            with pytest.raises(intentlog.JournalError, match="may or may not be recorded"):
+                await task.run(charge, amount=5)
+            relay.accept()
+            with pytest.raises(intentlog.OutcomeUnknown):
+                await task.run(charge, amount=5)
+
+    if asynchronous:
+        asyncio.run(main())
+    else:
+        with unreachable_journal(url) as journal, journal.task("t1") as task:
+            relay.arm(pattern, when="after", nth=nth, then_refuse=True)
+            with pytest.raises(intentlog.JournalError, match="may or may not be recorded"):
+                task.run(charge, amount=5)
+            relay.accept()
+            with pytest.raises(intentlog.OutcomeUnknown):
+                task.run(charge, amount=5)
+    assert service.truth() == {}
+    with intentlog.open(pg_url) as journal:
+        (op,) = journal.operations("t1")
+    assert op.state is State.UNRESOLVED and op.attempts == 1
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_receipt_that_cannot_be_settled_is_kept_and_written_later(
+    pg_url: str, relay: Relay, service: ReferenceService, when: str
+) -> None:
+    """The service applied the payment; its receipt's write was cut and the server stayed
+    away: the call fails, the receipt is not lost. A replay returns it without sending, and
+    the handle's next write (here: closing it) records it, or finds it recorded."""
+    charge = payment_effect(service.url, "neither")
+    pattern, nth = WRITES["receipt"]
+    with unreachable_journal(relay.url(pg_url)) as journal, journal.task("t1") as task:
+        relay.arm(pattern, when=when, nth=nth, then_refuse=True)
+        with pytest.raises(intentlog.JournalError, match="may or may not be recorded"):
+            task.run(charge, amount=5)
+        relay.accept()
+        receipt = task.run(charge, amount=5)  # the kept receipt: nothing sent
+        assert len(service.truth()) == 1
+    check_settled(pg_url, service, receipt)
