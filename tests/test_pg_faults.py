@@ -1,4 +1,5 @@
-"""Faults of the journal's own PostgreSQL server: a connection cut at the COMMIT of a write.
+"""Faults of the journal's own PostgreSQL server: a connection cut at the COMMIT of a write,
+and the server restarted under eight worker processes.
 
 A relay on loopback (``pg_relay.py``, real sockets) sits between the store and the test server
 and cuts the connection at one chosen statement, before forwarding it (nothing committed) or
@@ -6,13 +7,24 @@ right after forwarding it with the Sync that commits it (committed, the answer d
 effect is a reference service's payment that can neither deduplicate nor reconcile, so a
 request sent twice is applied twice and shows in the service's own record, which every test
 counts. The journal row is read back through a connection of its own, not the relay's.
+
+The restarts run on a cluster of the test's own (``pg_cluster.py``: its own data directory on
+a free port), restarted with ``pg_ctl restart -m fast`` (connections terminated, a clean
+shutdown) and ``-m immediate`` (every process killed, crash recovery at start).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -22,7 +34,9 @@ import intentlog
 from conftest import PG_URL
 from intentlog import State
 from intentlog.testing import ReferenceService, payment_effect
+from pg_cluster import Clusters, need_clusters
 from pg_relay import Relay
+from test_worker import wait_for
 
 #: The three writes of an effect that can do neither, as the relay finds them: the statement
 #: text and which of the matching statements of one ``run``.
@@ -227,3 +241,136 @@ def test_a_receipt_that_cannot_be_settled_is_kept_and_written_later(
         receipt = task.run(charge, amount=5)  # the kept receipt: nothing sent
         assert len(service.truth()) == 1
     check_settled(pg_url, service, receipt)
+
+
+# -- the server restarted under eight workers --------------------------------------------------
+
+WORKERS = 8
+TASKS = 96  # three effects each
+
+
+def spawn_worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """``intentlog worker`` in a process of its own, its stderr (its log) in ``log``."""
+    argv = ["worker", "--app", "worker_app:registry", "--poll", "0.05", "--lease-ttl", "3"]
+    with log.open("ab") as stderr:  # the child keeps its own copy of the descriptor
+        return subprocess.Popen(
+            [sys.executable, "-m", "intentlog.cli", *argv],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["fast", "immediate"])
+def test_workers_ride_out_server_restarts(tmp_path: Path, mode: str) -> None:
+    """Eight worker processes run 96 tasks of three effects on a service that cannot
+    deduplicate (a blind resend applies twice) while the journal's server is restarted twice:
+    every effect applied once, every task completed, and each worker's log tells each outage in
+    two lines, "connection lost" and "reconnected after N s"."""
+    need_clusters()
+    with (
+        Clusters() as pg,
+        ReferenceService("lookup", db_path=tmp_path / "service.db") as service,
+    ):
+        primary = pg.primary()
+        url = primary.url("postgres", schema="journal")
+        with intentlog.open(url) as journal:
+            for i in range(TASKS):
+                journal.start("order", f"order-{i}", {"amount": 100 * i})
+        source = Path(intentlog.__file__).parents[1]  # this checkout's intentlog, not another
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), str(source)]),
+        }
+        env.update(
+            INTENTLOG_URL=url, INTENTLOG_TEST_SERVICE=service.url, INTENTLOG_TEST_MODE="lookup"
+        )
+        env.update(INTENTLOG_TEST_MARKER=str(tmp_path / "marker"))
+        env.pop("INTENTLOG_CRASH", None)
+        logs = [tmp_path / f"worker-{n}.log" for n in range(WORKERS)]
+        procs = [spawn_worker(env, log) for log in logs]
+        try:
+            with intentlog.open(url) as watcher:
+
+                def completed() -> int:
+                    return sum(t.completed for t in watcher.tasks())
+
+                # Timed by progress, so that each restart falls mid-run on any machine.
+                for target in (TASKS // 4, TASKS // 2):
+                    wait_for(completed, target, "tasks completed")
+                    primary.restart(mode)  # type: ignore[arg-type]
+                    left = TASKS - completed()
+                    assert left > 0, "the run ended before the restart"
+                wait_for(completed, TASKS, "tasks completed")
+            for log, proc in zip(logs, procs, strict=True):
+                # SIGTERM is handled once the worker says it started (it has by now).
+                assert "started" in log.read_text()
+                proc.send_signal(signal.SIGTERM)
+            for log, proc in zip(logs, procs, strict=True):
+                assert proc.wait(timeout=120) == 0, log.read_text(errors="replace")[-3000:]
+        finally:
+            for proc in procs:
+                proc.kill()
+                proc.wait()
+        truth = service.truth()
+        assert len(truth) == 3 * TASKS and set(truth.values()) == {1}, "lost or applied twice"
+        with intentlog.open(url) as journal:
+            assert all(t.completed for t in journal.tasks())
+            assert journal.pending() == []
+            ops = journal.operations()
+        assert len(ops) == 3 * TASKS and {op.state for op in ops} == {State.CONFIRMED}
+    for log in logs:
+        # Each outage this worker met, in two lines, and nothing else but its start; the
+        # pool's own line per discarded connection or failed attempt is quiet (the CLI).
+        text = log.read_text(errors="replace")
+        lines = [line for line in text.splitlines() if "intentlog check:" not in line]
+        assert re.fullmatch(r"intentlog worker \d+: started .*", lines[0]), text
+        events = ["lost" if LOST.fullmatch(line) else "back" for line in lines[1:]]
+        assert all(LOST.fullmatch(line) or BACK.fullmatch(line) for line in lines[1:]), text
+        # Lost, reconnected, in turn: at least once (two restarts; a worker's connections
+        # in use by another thread may be found dead after it reconnected, a second pair).
+        assert events and events == ["lost", "back"] * (len(events) // 2), text
+
+
+LOST = re.compile(r"journal \S+: connection lost \(\w+: .*\); reconnecting")
+BACK = re.compile(r"journal \S+: reconnected after \d+\.\d\d s")
+
+
+def test_a_worker_waits_out_a_server_away_longer_than_its_store_waits(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The store gives up on a server gone for longer than its bound (JournalUnreachable);
+    the worker does not end: it logs, waits with a backoff, and claims again once it is back."""
+    need_clusters()
+    from intentlog.stores.postgres import PostgresStore
+
+    caplog.set_level(logging.WARNING)
+    with Clusters() as pg, ReferenceService("lookup") as service:
+        primary = pg.primary()
+        charge = payment_effect(service.url, "lookup", timeout=1.0)
+        registry = intentlog.Registry(effects=[charge])
+
+        @registry.task("pay")
+        def pay(task: intentlog.Task, input: Any) -> None:
+            task.run(charge, amount=input)
+
+        store = PostgresStore(primary.url("postgres", schema="journal"), timeout=0.5)
+        with intentlog.Journal(store, lease_ttl=2.0) as journal:
+            assert journal.start("pay", "p-1", 5)
+            worker = intentlog.Worker(journal, registry, poll=0.05)
+            thread = threading.Thread(target=worker.run)
+            primary.stop("fast")
+            thread.start()
+            try:
+
+                def waits() -> int:
+                    return sum("journal is unreachable" in r.getMessage() for r in caplog.records)
+
+                wait_for(waits, 3, "the worker's waits")  # three claims failed: still running
+                primary.start()
+                wait_for(lambda: worker.completed, 1, "the task run")
+            finally:
+                worker.stop()
+                thread.join()
+        assert list(service.truth().values()) == [1]

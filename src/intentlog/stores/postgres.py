@@ -34,9 +34,10 @@ failover it asks a server that may never have seen that transaction id, whereas 
 the fact itself, read where the journal now is. The retries wait with a backoff (doubling
 from 50 ms up to 2 s, with full jitter so that many workers do not come back at once) for as
 long as ``timeout``, and a call that lost its connection on the server more than five times
-gives up sooner. If the store cannot settle a write within that bound, it raises JournalError
-saying the write may or may not be recorded; the journal then sends nothing on that intent,
-and a receipt it could not write waits for the task's next write (see ``TaskCore``).
+gives up sooner. If the store cannot settle a write within that bound, it raises
+JournalUnreachable saying the write may or may not be recorded; the journal then sends
+nothing on that intent, and a receipt it could not write waits for the task's next write
+(see ``TaskCore``).
 
 Each outage is logged on the ``intentlog.journal`` logger as warnings, one line when a call
 first finds the connection lost and one when a call succeeds again ("reconnected after N s"),
@@ -62,6 +63,7 @@ from intentlog._errors import (
     JournalError,
     JournalFull,
     JournalReadOnly,
+    JournalUnreachable,
     SchemaTooNew,
 )
 from intentlog._flow import drive, drive_async
@@ -334,9 +336,15 @@ class _Common(Plans):
                 return tries.pause()
             if tries.ambiguous:
                 raise self._unsettled(exc, tries) from exc
-            raise JournalError(
+            raise JournalUnreachable(
                 f"lost the journal at {self.url} and could not use it again within "
                 f"{time.monotonic() - tries.started:.1f} s ({self._why(exc)})"
+            ) from exc
+        if isinstance(exc, psycopg_pool.PoolTimeout):  # no connection at all: the server is
+            self._went_down(exc)  # away, or every pooled connection stayed busy meanwhile
+            raise JournalUnreachable(
+                f"no connection to the journal at {self.url} within {self._timeout:g} s, "
+                f"so nothing was done ({self._why(exc)})"
             ) from exc
         if isinstance(exc, psycopg.errors.TransactionRollback) and tries.number < _ROLLBACKS:
             return 0.0
@@ -346,7 +354,7 @@ class _Common(Plans):
         raise JournalError(f"cannot {what} the journal at {self.url}: {self._why(exc)}") from exc
 
     def _unsettled(self, exc: BaseException, tries: _Tries) -> JournalError:
-        return JournalError(
+        return JournalUnreachable(
             f"lost the journal at {self.url} while committing a write, which may or may not "
             f"be recorded: {tries.number} tries in {time.monotonic() - tries.started:.1f} s "
             f"could not settle it (the last: {self._why(exc)})"
