@@ -122,6 +122,58 @@ def test_async_a_write_cut_at_commit_is_settled_and_sent_once(
     check_settled(pg_url, service, receipt)
 
 
+@pytest.mark.parametrize("write", ["intent", "receipt"])
+def test_a_retry_racing_its_first_attempt_still_on_the_server_records_it_once(
+    pg_url: str, pg_admin: Any, pg_schema: str, relay: Relay, service: ReferenceService, write: str
+) -> None:
+    """The cut statement has not run yet when its retry arrives: both wait on the task's row,
+    which another session holds, and go on together once it is let go. Whichever commits
+    first, the other writes nothing, and the retry takes the row for its own."""
+    import psycopg
+
+    pattern, nth = WRITES[write]
+    paid = payment_effect(service.url, "neither")
+    with psycopg.connect(PG_URL, autocommit=True) as locker:
+
+        def hold_the_task() -> None:
+            locker.execute("BEGIN")
+            locker.execute(
+                f'SELECT 1 FROM "{pg_schema}".tasks WHERE task_id = %s FOR UPDATE', ["t1"]
+            )
+
+        def submit(key: str, **payload: Any) -> Any:
+            receipt = paid.submit(key, **payload)
+            if write == "receipt":
+                hold_the_task()  # before the receipt's write
+            return receipt
+
+        charge = intentlog.Effect("charge", submit)  # can neither deduplicate nor reconcile
+
+        def waiting() -> int:
+            sql = (
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                " AND position(%s in query) > 0"
+            )
+            return int(pg_admin.execute(sql, [pattern]).fetchone()[0])
+
+        with intentlog.open(relay.url(pg_url), max_wait=5.0) as journal, journal.task("t1") as task:
+            relay.arm(pattern, when="after", nth=nth)
+            if write == "intent":
+                hold_the_task()
+            done: dict[str, Any] = {}
+            thread = threading.Thread(
+                target=lambda: done.update(receipt=task.run(charge, amount=5))
+            )
+            thread.start()
+            try:
+                wait_for(waiting, 2, "the cut statement and its retry waiting on the task")
+            finally:
+                locker.execute("COMMIT")
+                thread.join()
+            assert relay.wait_cut().when == "after"
+    check_settled(pg_url, service, done["receipt"])
+
+
 @pytest.mark.parametrize("asynchronous", [False, True])
 @pytest.mark.parametrize("when", ["before", "after"])
 def test_a_resolution_cut_at_commit_is_recorded_once(
@@ -177,7 +229,7 @@ def test_an_intent_that_cannot_be_settled_is_an_error_and_nothing_is_sent(
     charge = payment_effect(service.url, "neither")
     with unreachable_journal(relay.url(pg_url)) as journal, journal.task("t1") as task:
         relay.arm(WRITES["intent"][0], when=when, then_refuse=True)
-        with pytest.raises(intentlog.JournalError, match="may or may not be recorded"):
+        with pytest.raises(intentlog.JournalUnreachable, match="may or may not be recorded"):
             task.run(charge, amount=5)
         assert service.truth() == {}  # an intent not known to be durable is never acted on
         relay.accept()  # the server is back: the same call settles it and sends once
@@ -202,7 +254,7 @@ def test_a_sending_mark_that_cannot_be_settled_is_never_sent(
             journal.task("t1") as task,
         ):
             relay.arm(pattern, when="after", nth=nth, then_refuse=True)
-            with pytest.raises(intentlog.JournalError, match="may or may not be recorded"):
+            with pytest.raises(intentlog.JournalUnreachable, match="may or may not be recorded"):
                 await task.run(charge, amount=5)
             relay.accept()
             with pytest.raises(intentlog.OutcomeUnknown):
@@ -213,7 +265,7 @@ def test_a_sending_mark_that_cannot_be_settled_is_never_sent(
     else:
         with unreachable_journal(url) as journal, journal.task("t1") as task:
             relay.arm(pattern, when="after", nth=nth, then_refuse=True)
-            with pytest.raises(intentlog.JournalError, match="may or may not be recorded"):
+            with pytest.raises(intentlog.JournalUnreachable, match="may or may not be recorded"):
                 task.run(charge, amount=5)
             relay.accept()
             with pytest.raises(intentlog.OutcomeUnknown):
@@ -224,22 +276,39 @@ def test_a_sending_mark_that_cannot_be_settled_is_never_sent(
     assert op.state is State.UNRESOLVED and op.attempts == 1
 
 
+@pytest.mark.parametrize("asynchronous", [False, True])
 @pytest.mark.parametrize("when", ["before", "after"])
 def test_a_receipt_that_cannot_be_settled_is_kept_and_written_later(
-    pg_url: str, relay: Relay, service: ReferenceService, when: str
+    pg_url: str, relay: Relay, service: ReferenceService, when: str, asynchronous: bool
 ) -> None:
     """The service applied the payment; its receipt's write was cut and the server stayed
     away: the call fails, the receipt is not lost. A replay returns it without sending, and
     the handle's next write (here: closing it) records it, or finds it recorded."""
     charge = payment_effect(service.url, "neither")
     pattern, nth = WRITES["receipt"]
-    with unreachable_journal(relay.url(pg_url)) as journal, journal.task("t1") as task:
-        relay.arm(pattern, when=when, nth=nth, then_refuse=True)
-        with pytest.raises(intentlog.JournalError, match="may or may not be recorded"):
-            task.run(charge, amount=5)
-        relay.accept()
-        receipt = task.run(charge, amount=5)  # the kept receipt: nothing sent
-        assert len(service.truth()) == 1
+    url = relay.url(pg_url)
+    unsettled = pytest.raises(intentlog.JournalUnreachable, match="may or may not be recorded")
+
+    async def main() -> Any:
+        async with (
+            unreachable_journal(url, asynchronous=True) as journal,
+            journal.task("t1") as task,
+        ):
+            relay.arm(pattern, when=when, nth=nth, then_refuse=True)
+            with unsettled:
+                await task.run(charge, amount=5)
+            relay.accept()
+            return await task.run(charge, amount=5)  # the kept receipt: nothing sent
+
+    if asynchronous:
+        receipt = asyncio.run(main())
+    else:
+        with unreachable_journal(url) as journal, journal.task("t1") as task:
+            relay.arm(pattern, when=when, nth=nth, then_refuse=True)
+            with unsettled:
+                task.run(charge, amount=5)
+            relay.accept()
+            receipt = task.run(charge, amount=5)  # the kept receipt: nothing sent
     check_settled(pg_url, service, receipt)
 
 
