@@ -48,8 +48,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
-import random
 import threading
 import time
 import urllib.parse
@@ -96,40 +94,19 @@ except ImportError as exc:  # tested with psycopg hidden
         "install them with: pip install 'intentlog[postgres]'"
     ) from exc
 
+# After the check above: it imports psycopg too.
+from intentlog.stores._pg_retry import (
+    LOST_ON_SERVER,
+    ROLLBACKS,
+    Outage,
+    Tries,
+    connection_lost,
+)
+
 __all__ = ["DEFAULT_SCHEMA", "AsyncPostgresStore", "PostgresStore"]
 
 _CLOCK_REFRESH = 30.0  # seconds between clock offset measurements
-_ROLLBACKS = 3  # tries of a statement that the server rolled back
-_LOST_ON_SERVER = 5  # tries that got a connection and lost it while running the statement
-_BACKOFF_FIRST = 0.05  # seconds: the first pause after a lost connection ...
-_BACKOFF_CAP = 2.0  # ... doubling up to this, each drawn at random below it (full jitter)
 _T = TypeVar("_T")
-log = logging.getLogger("intentlog.journal")
-
-
-class _Tries:
-    """One call's attempts: how many, until when, and whether a write may have committed.
-
-    The backoff is "full jitter" (a uniform draw below the doubling cap): after a restart,
-    many workers spread their reconnections instead of arriving together
-    (https://aws.amazon.com/blogs/architecture/exponential-backoff-and-jitter/)."""
-
-    __slots__ = ("ambiguous", "deadline", "lost", "lost_on_server", "number", "started")
-
-    def __init__(self, bound: float) -> None:
-        self.number = 1
-        self.started = time.monotonic()
-        self.deadline = self.started + bound
-        self.lost = False  # a try lost its connection or found none: an outage
-        self.lost_on_server = 0  # tries whose statement was cut off
-        self.ambiguous = False  # a write's statement was cut off: it may have committed
-
-    def remaining(self) -> float:
-        return self.deadline - time.monotonic()
-
-    def pause(self) -> float:
-        cap = min(_BACKOFF_CAP, _BACKOFF_FIRST * 2.0 ** (self.number - 1))
-        return max(0.0, min(random.uniform(0.0, cap), self.remaining()))
 
 
 class _Common(Plans):
@@ -155,8 +132,7 @@ class _Common(Plans):
         self._commits_lock = threading.Lock()
         self._offset = self._measured = 0.0
         self._closed = False
-        self._outage_lock = threading.Lock()
-        self._down_since: float | None = None  # monotonic time of the outage's first loss
+        self._outage = Outage(self.url)  # logs each outage in two lines
         self._kwargs: dict[str, Any] = {"autocommit": True}  # a statement is a transaction
         if "connect_timeout" not in options:
             self._kwargs["connect_timeout"] = max(2, int(timeout))
@@ -314,7 +290,7 @@ class _Common(Plans):
             with self._commits_lock:
                 self.commits += 1
 
-    def _failed(self, exc: BaseException, *, write: bool, tries: _Tries) -> float:
+    def _failed(self, exc: BaseException, *, write: bool, tries: Tries) -> float:
         """The seconds to wait before the call's next try; or raise what the caller sees."""
         if isinstance(exc, psycopg.DataError | UnicodeEncodeError):  # e.g. a NUL in a string
             raise InvalidInput(f"the journal cannot store a value: {self._why(exc)}") from exc
@@ -326,13 +302,13 @@ class _Common(Plans):
                 raise self._unsettled(exc, tries) from exc
             raise answer from exc
         no_connection = isinstance(exc, psycopg_pool.PoolTimeout) and tries.lost
-        if _connection_lost(exc) or no_connection:
-            self._went_down(exc)
+        if connection_lost(exc) or no_connection:
+            self._outage.went_down(self._why(exc))
             tries.lost = True
             if not no_connection:
                 tries.lost_on_server += 1
                 tries.ambiguous = tries.ambiguous or write
-            if tries.remaining() > 0 and tries.lost_on_server < _LOST_ON_SERVER:
+            if tries.remaining() > 0 and tries.lost_on_server < LOST_ON_SERVER:
                 return tries.pause()
             if tries.ambiguous:
                 raise self._unsettled(exc, tries) from exc
@@ -340,48 +316,32 @@ class _Common(Plans):
                 f"lost the journal at {self.url} and could not use it again within "
                 f"{time.monotonic() - tries.started:.1f} s ({self._why(exc)})"
             ) from exc
-        if isinstance(exc, psycopg_pool.PoolTimeout):  # no connection at all: the server is
-            self._went_down(exc)  # away, or every pooled connection stayed busy meanwhile
+        if isinstance(exc, psycopg_pool.PoolTimeout):
+            # No connection at all: the server is away (or every pooled connection stayed
+            # busy meanwhile). Nothing was sent.
+            self._outage.went_down(self._why(exc))
             raise JournalUnreachable(
                 f"no connection to the journal at {self.url} within {self._timeout:g} s, "
                 f"so nothing was done ({self._why(exc)})"
             ) from exc
-        if isinstance(exc, psycopg.errors.TransactionRollback) and tries.number < _ROLLBACKS:
+        if isinstance(exc, psycopg.errors.TransactionRollback) and tries.number < ROLLBACKS:
             return 0.0
         if tries.ambiguous:
             raise self._unsettled(exc, tries) from exc
         what = "write to" if write else "read"
         raise JournalError(f"cannot {what} the journal at {self.url}: {self._why(exc)}") from exc
 
-    def _unsettled(self, exc: BaseException, tries: _Tries) -> JournalError:
+    def _unsettled(self, exc: BaseException, tries: Tries) -> JournalUnreachable:
         return JournalUnreachable(
             f"lost the journal at {self.url} while committing a write, which may or may not "
             f"be recorded: {tries.number} tries in {time.monotonic() - tries.started:.1f} s "
             f"could not settle it (the last: {self._why(exc)})"
         )
 
-    def _connect_timeout(self, tries: _Tries) -> float:
+    def _connect_timeout(self, tries: Tries) -> float:
         """How long this try may wait for a pooled connection: the store's timeout at first,
         then what is left of the call's bound."""
         return self._timeout if tries.number == 1 else max(0.1, tries.remaining())
-
-    def _went_down(self, exc: BaseException) -> None:
-        with self._outage_lock:
-            if self._down_since is not None:
-                return  # this outage is logged already
-            self._down_since = time.monotonic()
-        why = " ".join(self._why(exc).split())  # one line: libpq's messages span several
-        log.warning("journal %s: connection lost (%s); reconnecting", self.url, why)
-
-    def _came_back(self) -> None:
-        if self._down_since is None:  # the usual case: no lock taken
-            return
-        with self._outage_lock:
-            if self._down_since is None:
-                return
-            took = time.monotonic() - self._down_since
-            self._down_since = None
-        log.warning("journal %s: reconnected after %.2f s", self.url, took)
 
 
 class PostgresStore(_Common, Store):
@@ -443,7 +403,7 @@ class PostgresStore(_Common, Store):
     def _run(self, plan: Callable[[], Plan[_T]], *, write: bool, tx: bool = False) -> _T:
         """Run a fresh ``plan()`` on a pooled connection (in one transaction if ``tx``), trying
         again where :meth:`_failed` says so (see the module doc: a lost connection)."""
-        tries = _Tries(self._timeout)
+        tries = Tries(self._timeout)
         while True:
             try:
                 with (
@@ -452,7 +412,7 @@ class PostgresStore(_Common, Store):
                 ):
                     result = self._drive(conn, plan())
                 self._count(write)
-                self._came_back()
+                self._outage.came_back()
                 return result
             except BaseException as exc:
                 pause = self._failed(exc, write=write, tries=tries)
@@ -615,7 +575,7 @@ class AsyncPostgresStore(_Common, AsyncStore):
         """See :meth:`PostgresStore._run`."""
         if not self._opened:
             await self._open()
-        tries = _Tries(self._timeout)
+        tries = Tries(self._timeout)
         while True:
             try:
                 async with self._pool.connection(self._connect_timeout(tries)) as conn:
@@ -625,7 +585,7 @@ class AsyncPostgresStore(_Common, AsyncStore):
                     else:
                         result = await self._drive(conn, plan())
                 self._count(write)
-                self._came_back()
+                self._outage.came_back()
                 return result
             except BaseException as exc:
                 pause = self._failed(exc, write=write, tries=tries)
@@ -727,13 +687,3 @@ def _configure(conn: psycopg.Connection[Any]) -> None:
 
 async def _configure_async(conn: psycopg.AsyncConnection[Any]) -> None:
     await conn.execute(_SYNC_COMMIT)
-
-
-def _connection_lost(exc: psycopg.Error) -> bool:
-    """The connection died or the server is closing it, as opposed to an error the server
-    answered on a live connection, or a pool that ran out of time or was closed."""
-    pool = isinstance(exc, psycopg_pool.PoolTimeout | psycopg_pool.PoolClosed)
-    state = exc.sqlstate or "08"  # no SQLSTATE: the client saw the connection go
-    return (
-        isinstance(exc, psycopg.OperationalError) and not pool and state.startswith(("08", "57P"))
-    )
