@@ -104,10 +104,16 @@ def test_a_write_cut_at_commit_is_settled_and_sent_once(
 @pytest.mark.parametrize("when", ["before", "after"])
 @pytest.mark.parametrize("write", list(WRITES))
 def test_async_a_write_cut_at_commit_is_settled_and_sent_once(
-    pg_url: str, relay: Relay, service: ReferenceService, write: str, when: str
+    pg_url: str,
+    relay: Relay,
+    service: ReferenceService,
+    caplog: pytest.LogCaptureFixture,
+    write: str,
+    when: str,
 ) -> None:
     pattern, nth = WRITES[write]
     charge = payment_effect(service.url, "neither")
+    caplog.set_level(logging.WARNING, "intentlog.journal")
 
     async def main() -> Any:
         async with (
@@ -120,6 +126,8 @@ def test_async_a_write_cut_at_commit_is_settled_and_sent_once(
     receipt = asyncio.run(main())
     assert relay.wait_cut().when == when
     check_settled(pg_url, service, receipt)
+    lost, back = outage_lines(caplog)
+    assert "connection lost" in lost and "reconnected after" in back
 
 
 @pytest.mark.parametrize("write", ["intent", "receipt"])
