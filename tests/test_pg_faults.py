@@ -66,14 +66,16 @@ def outage_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 
 def check_settled(
-    pg_url: str, service: ReferenceService, receipt: Any, *, version: int = 3
+    pg_url: str, service: ReferenceService, receipt: Any, *, version: int | None = 3
 ) -> intentlog.Operation:
     """The operation of task t1 as the journal holds it, read without the relay: CONFIRMED
-    with ``receipt``, written once per step (its version), and applied once at the service."""
+    with ``receipt``, written once per step (its version, unless None: a send stamped again
+    after a wait adds one), and applied once at the service."""
     with intentlog.open(pg_url) as journal:
         (op,) = journal.operations("t1")
     assert op.state is State.CONFIRMED and op.receipt == receipt
-    assert op.version == version  # PLANNED, SUBMITTED, CONFIRMED: no write repeated
+    if version is not None:
+        assert op.version == version  # PLANNED, SUBMITTED, CONFIRMED: no write repeated
     assert service.applied() == {op.key: [receipt["id"]]}
     return op
 
@@ -246,42 +248,63 @@ def test_an_intent_that_cannot_be_settled_is_an_error_and_nothing_is_sent(
 
 
 @pytest.mark.parametrize("asynchronous", [False, True])
-def test_a_sending_mark_that_cannot_be_settled_is_never_sent(
-    pg_url: str, relay: Relay, service: ReferenceService, asynchronous: bool
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_sending_mark_that_cannot_be_settled_is_sent_once_by_its_handle(
+    pg_url: str, relay: Relay, service: ReferenceService, when: str, asynchronous: bool
 ) -> None:
-    """The SUBMITTED mark committed and its answer was lost: the journal cannot tell, after
-    the fact, that the request never left, so an effect that can neither deduplicate nor
-    reconcile is escalated (UNRESOLVED), never sent blind."""
+    """The SUBMITTED mark's write was cut and the server stayed away: nothing is sent. The
+    same handle, once the server is back, knows it sent nothing on that mark (recorded or
+    not), so it sends once."""
     charge = payment_effect(service.url, "neither")
     pattern, nth = WRITES["sending"]
     url = relay.url(pg_url)
+    unsettled = pytest.raises(intentlog.JournalUnreachable, match="may or may not be recorded")
 
-    async def main() -> None:
+    async def main() -> Any:
         async with (
             unreachable_journal(url, asynchronous=True) as journal,
             journal.task("t1") as task,
         ):
-            relay.arm(pattern, when="after", nth=nth, then_refuse=True)
-            with pytest.raises(intentlog.JournalUnreachable, match="may or may not be recorded"):
+            relay.arm(pattern, when=when, nth=nth, then_refuse=True)
+            with unsettled:
                 await task.run(charge, amount=5)
+            assert service.truth() == {}
             relay.accept()
-            with pytest.raises(intentlog.OutcomeUnknown):
-                await task.run(charge, amount=5)
+            return await task.run(charge, amount=5)
 
     if asynchronous:
-        asyncio.run(main())
+        receipt = asyncio.run(main())
     else:
         with unreachable_journal(url) as journal, journal.task("t1") as task:
-            relay.arm(pattern, when="after", nth=nth, then_refuse=True)
-            with pytest.raises(intentlog.JournalUnreachable, match="may or may not be recorded"):
+            relay.arm(pattern, when=when, nth=nth, then_refuse=True)
+            with unsettled:
                 task.run(charge, amount=5)
+            assert service.truth() == {}
             relay.accept()
-            with pytest.raises(intentlog.OutcomeUnknown):
-                task.run(charge, amount=5)
-    assert service.truth() == {}
+            receipt = task.run(charge, amount=5)
+    op = check_settled(pg_url, service, receipt, version=None)
+    assert op.attempts == 1
+
+
+def test_a_sending_mark_recorded_but_unconfirmed_is_escalated_after_a_restart(
+    pg_url: str, relay: Relay, service: ReferenceService
+) -> None:
+    """The same mark, found by another handle (a restarted worker): nobody can know the
+    request never left, so an effect that can neither deduplicate nor reconcile is escalated
+    (UNRESOLVED), never sent blind."""
+    charge = payment_effect(service.url, "neither")
+    pattern, nth = WRITES["sending"]
+    with unreachable_journal(relay.url(pg_url)) as journal, journal.task("t1") as task:
+        relay.arm(pattern, when="after", nth=nth, then_refuse=True)
+        with pytest.raises(intentlog.JournalUnreachable, match="may or may not be recorded"):
+            task.run(charge, amount=5)
+        relay.accept()
     with intentlog.open(pg_url) as journal:
+        with journal.task("t1") as task, pytest.raises(intentlog.OutcomeUnknown):
+            task.run(charge, amount=5)
         (op,) = journal.operations("t1")
     assert op.state is State.UNRESOLVED and op.attempts == 1
+    assert service.truth() == {}
 
 
 @pytest.mark.parametrize("asynchronous", [False, True])
