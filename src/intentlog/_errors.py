@@ -18,6 +18,7 @@
         ├── JournalCorrupt      the file is not an intentlog journal or is damaged
         ├── JournalReadOnly     read-only filesystem, file or directory, or permission denied
         ├── JournalFull         the disk (or a size limit) is full; the write was not recorded
+        ├── JournalUnreachable  the journal's server could not be reached within the bound
         └── SchemaTooNew        the journal was written by a newer intentlog
 
 Every error carries the context it knows (``task_id``, ``key``, ``state``) as attributes,
@@ -41,6 +42,7 @@ __all__ = [
     "JournalError",
     "JournalFull",
     "JournalReadOnly",
+    "JournalUnreachable",
     "KeyConflict",
     "LeaseLost",
     "OutcomeUnknown",
@@ -286,6 +288,15 @@ class JournalFull(JournalError):
     """The disk holding the journal is full, or the journal reached a size limit. The write
     that failed was not recorded; everything recorded before it is intact. Free space and
     retry."""
+
+
+class JournalUnreachable(JournalError):
+    """The journal's database server could not be reached (its connection was lost, or no
+    connection could be made) for as long as the store waits (PostgreSQL: its ``timeout``).
+    The message says whether a write was cut off in flight, and so may or may not be
+    recorded; the journal never acts on such a write (an intent not known to be durable is
+    not sent). A later call may succeed once the server is back: a worker waits and claims
+    again."""
 
 
 class SchemaTooNew(JournalError):

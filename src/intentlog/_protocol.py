@@ -19,6 +19,8 @@ from intentlog._decide import Decision, LookupFailed, decide, send_slack, strict
 from intentlog._effect import Effect
 from intentlog._errors import (
     InvalidInput,
+    JournalError,
+    JournalUnreachable,
     KeyConflict,
     LeaseLost,
     OutcomeUnknown,
@@ -121,6 +123,9 @@ class TaskCore:
         self.lost: LeaseLost | None = None
         # Lazy receipts: CONFIRMED operations not yet written; they ride in the next write.
         self.unwritten: dict[str, Operation] = {}
+        # SUBMITTED marks whose write could not be settled (JournalUnreachable): what each
+        # would be if it was recorded. Nothing was sent on them (see drive_flow).
+        self.unsent: dict[str, Operation] = {}
         self.lease_deadline = time.monotonic() + options.lease_ttl
         # An observer's state for the run in progress (a trace's run span), else None; and
         # for the send or lookup in progress (the span its user code runs in).
@@ -313,6 +318,19 @@ class TaskCore:
         lookup: LookupResult | LookupFailed | None = None
         sends = 0 if last_error is None else 1
         while True:
+            mark = self.unsent.pop(op.key, None)
+            if mark is not None and _same_mark(op, mark):
+                # This handle's own SUBMITTED mark, recorded after all, whose write it could
+                # not confirm: it sent nothing on it (a send follows a confirmed mark only),
+                # so the request is sent now, as it would have been. After a restart nobody
+                # could know that; the decision would escalate it.
+                sends += 1
+                try:
+                    return (yield from self.send_flow(op, effect, args, kwargs, lazy=effect.lazy))
+                except _Ambiguous as amb:
+                    last_error = amb.error
+                    op = yield from self.reload_flow(op)
+                    continue
             now = self.store.now()
             gone = op.submitted_by in (None, self.owner) or holder_is_dead(op.submitted_by)
             decision = decide(
@@ -458,7 +476,15 @@ class TaskCore:
             self.unwritten[op.key] = done  # written with the task's next write
             warn_receipt(dropped)
             return read_json(text)  # a copy: changing it cannot change what will be written
-        stored = yield from self._fenced(Store.update_op, done, self.record.epoch, self.ttl)
+        try:
+            stored = yield from self._fenced(Store.update_op, done, self.record.epoch, self.ttl)
+        except JournalError:
+            # Not written, or not known to be (a connection lost at its COMMIT and the server
+            # gone for longer than the store's bound): the receipt is kept, as a lazy one is.
+            # It rides in the task's next write (releasing the lease is one), whose
+            # compare-and-set skips it if this write did commit, and a replay returns it.
+            self.unwritten[op.key] = done
+            raise
         if stored is None:  # an operator resolved it while we were sending
             stored, dropped = (yield from self.reload_flow(op)), []
             if stored.state is not State.CONFIRMED:
@@ -506,7 +532,11 @@ class TaskCore:
             # A resend never loosens what the first send was judged by.
             policy=judged_by(op, effect),
         )
-        stored = yield from self._fenced(Store.update_op, sending, self.record.epoch, self.ttl)
+        try:
+            stored = yield from self._fenced(Store.update_op, sending, self.record.epoch, self.ttl)
+        except JournalUnreachable:
+            self.unsent[op.key] = sending.replace(version=op.version + 1)
+            raise
         if stored is None:
             raise _Ambiguous(RuntimeError("operation changed while being resubmitted"))
         crashpoint("after_submit_mark", effect.name)
@@ -632,6 +662,16 @@ def judged_by(op: Operation, effect: Effect) -> Policy:
     if op.first_submitted_at is None:
         return effect.policy
     return strictest(op.policy, effect.policy)
+
+
+def _same_mark(stored: Operation, mark: Operation) -> bool:
+    """Whether ``stored`` is the SUBMITTED mark ``mark`` as written, untouched since."""
+    return stored.state is State.SUBMITTED and (
+        stored.version,
+        stored.attempts,
+        stored.submitted_at,
+        stored.submitted_by,
+    ) == (mark.version, mark.attempts, mark.submitted_at, mark.submitted_by)
 
 
 class _Ambiguous(Exception):

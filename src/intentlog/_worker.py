@@ -4,12 +4,16 @@ A worker claims a runnable task of a kind it registered (new, or whose lease exp
 its lease while it runs, reconciles the task's SUBMITTED operations first, then calls the task
 function, which resumes at the task's ``next_step``. A task that stops on an UNRESOLVED
 operation is parked until a person resolves it; a task whose function raises is retried later
-with backoff.
+with backoff. A journal whose server cannot be reached for longer than its store waits
+(JournalUnreachable) does not end a worker: it logs one line and claims again after a
+jittered backoff.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
+import random
 import signal
 import threading
 from collections.abc import Callable, Iterator
@@ -18,7 +22,13 @@ from typing import Any
 from intentlog._check import log_at_start
 from intentlog._decide import PROXY_TASK_KIND
 from intentlog._effect import Effect
-from intentlog._errors import InvalidInput, LeaseLost, OutcomeUnknown, StillInFlight
+from intentlog._errors import (
+    InvalidInput,
+    JournalUnreachable,
+    LeaseLost,
+    OutcomeUnknown,
+    StillInFlight,
+)
 from intentlog._journal import Journal
 from intentlog._model import JSON
 from intentlog._task import Task, recover_submitted
@@ -30,6 +40,8 @@ __all__ = ["Registry", "Worker"]
 #: a task of that kind.
 TaskFunction = Callable[[Task, JSON], Any]
 _BACKOFF_CAP = 300.0
+_OUTAGE_CAP = 30.0  # seconds: the longest wait between claims while the journal is away
+log = logging.getLogger("intentlog.worker")
 
 
 class Registry:
@@ -88,6 +100,7 @@ class Worker:
         self.completed = 0
         self.parked = 0
         self.failed = 0
+        self._outages = 0  # JournalUnreachable in a row
 
     def stop(self) -> None:
         self._stop.set()
@@ -109,7 +122,10 @@ class Worker:
         with self._signals() if handle_signals else contextlib.nullcontext():
             ran = 0
             while not self._stop.is_set():
-                if self.run_once():
+                ran_one = self._run_once_through_outages()
+                if ran_one is None:
+                    continue  # the journal was away: waited, claim again
+                if ran_one:
                     ran += 1
                     if max_tasks and ran >= max_tasks:
                         return
@@ -129,6 +145,29 @@ class Worker:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+
+    def _run_once_through_outages(self) -> bool | None:
+        """:meth:`run_once`; or None, after a wait, if the journal's server could not be
+        reached (the store gives up after its own bound; a task's run may end so too).
+
+        The wait doubles from ``poll`` up to 30 s, drawn at random below that (full jitter,
+        https://aws.amazon.com/blogs/architecture/exponential-backoff-and-jitter/), so that
+        the workers of a fleet do not all come back at once. The task it was running, if
+        any, is claimable again once its lease expires."""
+        try:
+            ran_one = self.run_once()
+        except JournalUnreachable as exc:
+            self._outages += 1
+            wait = random.uniform(0.0, min(_OUTAGE_CAP, self.poll * 2.0**self._outages))
+            log.warning(
+                "intentlog worker: the journal is unreachable (%s); claiming again in %.1f s",
+                " ".join(str(exc).split()),
+                wait,
+            )
+            self._stop.wait(wait)
+            return None
+        self._outages = 0
+        return ran_one
 
     def run_once(self) -> bool:
         """Claim one runnable task of a kind registered here and run it; False if nothing

@@ -36,6 +36,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import json
+import logging
 import os
 import shlex
 import signal
@@ -876,6 +877,12 @@ def worker(
     # the app, opening the journal) exits cleanly too, having claimed nothing.
     previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     click.echo(f"intentlog worker {os.getpid()}: started (SIGTERM stops it cleanly)", err=True)
+    # The journal logs an outage of its server in two lines ("connection lost", "reconnected
+    # after N s"); psycopg's pool would add one for every connection it discards and every
+    # attempt that fails meanwhile. Its errors still show, and a level set before is kept.
+    pool_log = logging.getLogger("psycopg.pool")
+    if pool_log.level == logging.NOTSET:
+        pool_log.setLevel(logging.ERROR)
     try:
         registry = load_registry(app)
         with (

@@ -18,11 +18,30 @@ drift since the last measurement: far below any lease or retention.
 
 Errors. Driver errors become ours in one place per store (``_run``, with the rules of
 ``_failed``): a full disk on the server is JournalFull, a read-only server (a standby) or a role
-without the privileges JournalReadOnly, damaged data JournalCorrupt. A statement whose
-connection died, or that the server rolled back (a deadlock or serialization failure), is
-retried on a fresh connection, up to three attempts: every write recognises its own earlier
-attempt. If the connection keeps dying, a write raises JournalError saying it may or may not
-be recorded, and the caller must not send an effect whose intent it could not confirm.
+without the privileges JournalReadOnly, damaged data JournalCorrupt. A statement that the
+server rolled back (a deadlock or serialization failure) is tried again, up to three attempts.
+
+A lost connection. A write is one statement in autocommit, so a connection lost after the
+statement left (at its COMMIT, say) leaves it unknown whether it committed. The store settles
+that by running the same plan again on a fresh connection: every write plan recognises its
+own earlier attempt (see ``intentlog.stores._pg``), so the retry either finds the row it
+meant to write, or writes it, never both; a retry racing the first attempt, still running on
+the server, waits for its row lock and then sees it. This reads the row back rather than
+asking ``pg_xact_status`` about a transaction id taken before the COMMIT: that would need an
+explicit transaction (three round trips more per write, where one suffices); it answers "in
+progress" while the cut statement is still running, so it would need polling; and after a
+failover it asks a server that may never have seen that transaction id, whereas the row is
+the fact itself, read where the journal now is. The retries wait with a backoff (doubling
+from 50 ms up to 2 s, with full jitter so that many workers do not come back at once) for as
+long as ``timeout``, and a call that lost its connection on the server more than five times
+gives up sooner. If the store cannot settle a write within that bound, it raises
+JournalUnreachable saying the write may or may not be recorded; the journal then sends
+nothing on that intent, and a receipt it could not write waits for the task's next write
+(see ``TaskCore``).
+
+Each outage is logged on the ``intentlog.journal`` logger as warnings, one line when a call
+first finds the connection lost and one when a call succeeds again ("reconnected after N s"),
+however many calls and threads met it meanwhile.
 """
 
 from __future__ import annotations
@@ -42,6 +61,7 @@ from intentlog._errors import (
     JournalError,
     JournalFull,
     JournalReadOnly,
+    JournalUnreachable,
     SchemaTooNew,
 )
 from intentlog._flow import drive, drive_async
@@ -75,10 +95,18 @@ except ImportError as exc:  # tested with psycopg hidden
         "install them with: pip install 'intentlog[postgres]'"
     ) from exc
 
+# After the check above: it imports psycopg too.
+from intentlog.stores._pg_retry import (
+    LOST_ON_SERVER,
+    ROLLBACKS,
+    Outage,
+    Tries,
+    connection_lost,
+)
+
 __all__ = ["DEFAULT_SCHEMA", "AsyncPostgresStore", "PostgresStore"]
 
 _CLOCK_REFRESH = 30.0  # seconds between clock offset measurements
-_ATTEMPTS = 3  # tries of a statement whose connection died or that was rolled back
 _T = TypeVar("_T")
 
 
@@ -105,6 +133,7 @@ class _Common(Plans):
         self._commits_lock = threading.Lock()
         self._offset = self._measured = 0.0
         self._closed = False
+        self._outage = Outage(self.url)  # logs each outage in two lines
         self._kwargs: dict[str, Any] = {"autocommit": True}  # a statement is a transaction
         if "connect_timeout" not in options:
             self._kwargs["connect_timeout"] = max(2, int(timeout))
@@ -262,26 +291,58 @@ class _Common(Plans):
             with self._commits_lock:
                 self.commits += 1
 
-    def _failed(self, exc: BaseException, *, write: bool, attempt: int) -> None:
-        """Return if the call should be tried again; else raise what the caller sees."""
+    def _failed(self, exc: BaseException, *, write: bool, tries: Tries) -> float:
+        """The seconds to wait before the call's next try; or raise what the caller sees."""
         if isinstance(exc, psycopg.DataError | UnicodeEncodeError):  # e.g. a NUL in a string
             raise InvalidInput(f"the journal cannot store a value: {self._why(exc)}") from exc
         if not isinstance(exc, psycopg.Error):
             raise exc  # ours (LeaseLost, JournalError from a plan): as it is
         answer = self._answer(exc)
         if answer is not None:
+            if tries.ambiguous:  # the answer is about this try, not the one that was cut
+                raise self._unsettled(exc, tries) from exc
             raise answer from exc
-        rolled_back = isinstance(exc, psycopg.errors.TransactionRollback)
-        lost = _connection_lost(exc)
-        if attempt < _ATTEMPTS and (rolled_back or lost):
-            return
-        if write and lost:
-            raise JournalError(
-                f"lost the journal at {self.url} while committing a write, which may or may "
-                f"not be recorded ({self._why(exc)})"
+        no_connection = isinstance(exc, psycopg_pool.PoolTimeout) and tries.lost
+        if connection_lost(exc) or no_connection:
+            self._outage.went_down(self._why(exc))
+            tries.lost = True
+            if not no_connection:
+                tries.lost_on_server += 1
+                tries.ambiguous = tries.ambiguous or write
+            if tries.remaining() > 0 and tries.lost_on_server < LOST_ON_SERVER:
+                return tries.pause()
+            if tries.ambiguous:
+                raise self._unsettled(exc, tries) from exc
+            raise JournalUnreachable(
+                f"lost the journal at {self.url} and could not use it again within "
+                f"{time.monotonic() - tries.started:.1f} s ({self._why(exc)})"
             ) from exc
+        if isinstance(exc, psycopg_pool.PoolTimeout):
+            # No connection at all: the server is away (or every pooled connection stayed
+            # busy meanwhile). Nothing was sent.
+            self._outage.went_down(self._why(exc))
+            raise JournalUnreachable(
+                f"no connection to the journal at {self.url} within {self._timeout:g} s, "
+                f"so nothing was done ({self._why(exc)})"
+            ) from exc
+        if isinstance(exc, psycopg.errors.TransactionRollback) and tries.number < ROLLBACKS:
+            return 0.0
+        if tries.ambiguous:
+            raise self._unsettled(exc, tries) from exc
         what = "write to" if write else "read"
         raise JournalError(f"cannot {what} the journal at {self.url}: {self._why(exc)}") from exc
+
+    def _unsettled(self, exc: BaseException, tries: Tries) -> JournalUnreachable:
+        return JournalUnreachable(
+            f"lost the journal at {self.url} while committing a write, which may or may not "
+            f"be recorded: {tries.number} tries in {time.monotonic() - tries.started:.1f} s "
+            f"could not settle it (the last: {self._why(exc)})"
+        )
+
+    def _connect_timeout(self, tries: Tries) -> float:
+        """How long this try may wait for a pooled connection: the store's timeout at first,
+        then what is left of the call's bound."""
+        return self._timeout if tries.number == 1 else max(0.1, tries.remaining())
 
 
 class PostgresStore(_Common, Store):
@@ -290,7 +351,8 @@ class PostgresStore(_Common, Store):
 
     ``url``: ``postgresql://user[:password]@host[:port]/db[?schema=NAME&pool_max_size=N]``; other
     query parameters go to libpq. ``max_size``: the most pooled connections (``pool_max_size``
-    in the URL wins). ``timeout``: seconds to wait for a connection before JournalError. The
+    in the URL wins). ``timeout``: seconds to wait for a connection before JournalError, and
+    the most a call spends reconnecting after a lost connection (a restart, a failover). The
     schema and its tables are created on first use, an older schema upgraded. With
     ``create=False`` nothing is created or upgraded: only the catalog is read, and a missing
     schema, a schema without the journal's tables, or an older schema raises JournalError
@@ -351,24 +413,27 @@ class PostgresStore(_Common, Store):
 
     def _run(self, plan: Callable[[], Plan[_T]], *, write: bool, tx: bool = False) -> _T:
         """Run a fresh ``plan()`` on a pooled connection (in one transaction if ``tx``), trying
-        again where :meth:`_failed` says so."""
-        attempt = 1
+        again where :meth:`_failed` says so (see the module doc: a lost connection)."""
+        tries = Tries(self._timeout)
         while True:
             try:
                 with (
-                    self._pool.connection() as conn,
+                    self._pool.connection(self._connect_timeout(tries)) as conn,
                     conn.transaction() if tx else contextlib.nullcontext(),
                 ):
                     result = self._drive(conn, plan())
                 self._count(write)
+                self._outage.came_back()
                 return result
             except BaseException as exc:
-                self._failed(exc, write=write, attempt=attempt)
-            attempt += 1
-            # The other idle connections are likely dead too (a restart or failover kills
-            # all): test them before the retry takes one.
-            with contextlib.suppress(psycopg.Error):
-                self._pool.check()
+                pause = self._failed(exc, write=write, tries=tries)
+            tries.number += 1
+            if tries.lost:
+                # The other idle connections are likely dead too (a restart or failover
+                # kills all): test them before the retry takes one.
+                with contextlib.suppress(psycopg.Error):
+                    self._pool.check()
+            time.sleep(pause)
 
     def _drive(self, conn: psycopg.Connection[Any], plan: Plan[_T]) -> _T:
         with conn.cursor(row_factory=dict_row) as cur:
@@ -521,22 +586,25 @@ class AsyncPostgresStore(_Common, AsyncStore):
         """See :meth:`PostgresStore._run`."""
         if not self._opened:
             await self._open()
-        attempt = 1
+        tries = Tries(self._timeout)
         while True:
             try:
-                async with self._pool.connection() as conn:
+                async with self._pool.connection(self._connect_timeout(tries)) as conn:
                     if tx:
                         async with conn.transaction():
                             result = await self._drive(conn, plan())
                     else:
                         result = await self._drive(conn, plan())
                 self._count(write)
+                self._outage.came_back()
                 return result
             except BaseException as exc:
-                self._failed(exc, write=write, attempt=attempt)
-            attempt += 1
-            with contextlib.suppress(psycopg.Error):
-                await self._pool.check()
+                pause = self._failed(exc, write=write, tries=tries)
+            tries.number += 1
+            if tries.lost:
+                with contextlib.suppress(psycopg.Error):
+                    await self._pool.check()
+            await asyncio.sleep(pause)
 
     async def _drive(self, conn: psycopg.AsyncConnection[Any], plan: Plan[_T]) -> _T:
         async with conn.cursor(row_factory=dict_row) as cur:
@@ -641,13 +709,3 @@ def _configure(conn: psycopg.Connection[Any]) -> None:
 
 async def _configure_async(conn: psycopg.AsyncConnection[Any]) -> None:
     await conn.execute(_SYNC_COMMIT)
-
-
-def _connection_lost(exc: psycopg.Error) -> bool:
-    """The connection died or the server is closing it, as opposed to an error the server
-    answered on a live connection, or a pool that ran out of time or was closed."""
-    pool = isinstance(exc, psycopg_pool.PoolTimeout | psycopg_pool.PoolClosed)
-    state = exc.sqlstate or "08"  # no SQLSTATE: the client saw the connection go
-    return (
-        isinstance(exc, psycopg.OperationalError) and not pool and state.startswith(("08", "57P"))
-    )
