@@ -11,7 +11,8 @@ without being listed) runs its blocks in order, in a fresh temporary working dir
   to ``export INTENTLOG_URL=`` (their database, in a block marked not run) runs with
   ``INTENTLOG_URL`` set to a schema of its own on the test PostgreSQL server (127.0.0.1:5432,
   as CI starts it). A file whose blocks connect to NATS at ``nats://127.0.0.1:4222`` needs
-  that server. Without these servers such a file is skipped, with the reason, except where
+  that server; one whose blocks start ``restate-server`` gets tests/restate's (``npm ci``)
+  on ``PATH``. Without these servers such a file is skipped, with the reason, except where
   ``CI=true``: there it fails.
 - ```console blocks are transcripts: ``$ COMMAND`` lines (continued with a trailing ``\\``) run
   in one ``bash`` session, in order, and the lines under each command are what it prints
@@ -353,6 +354,12 @@ def doc_env(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
         from test_nats import need_nats
 
         need_nats()  # skips where no server answers, fails where CI=true
+    if any(b.not_run is None and "restate-server" in b.code for b in blocks(name)):
+        from test_restate import need_restate
+
+        # The Restate server of tests/restate (npm ci); skips without it, fails where CI=true.
+        env["PATH"] = f"{need_restate()}{os.pathsep}{env['PATH']}"
+        monkeypatch.setenv("PATH", env["PATH"])  # python blocks start it from this process
     if _needs_journal_url(name):
         url = request.getfixturevalue("pg_url")  # skips (or fails where CI=true) without one
         env["INTENTLOG_URL"] = url

@@ -439,14 +439,19 @@ def test_frameworks_doc_examples_run(
     sdk_loop: None,
 ) -> None:
     from test_docs import blocks
+    from test_restate import need_restate
 
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", f"{need_restate()}{os.pathsep}{os.environ['PATH']}")
     namespace: dict[str, object] = {"__name__": "__main__"}
     python = [b for b in blocks("docs/frameworks.md") if b.language == "python"]
     runnable = [b for b in python if b.runs]
     assert len(runnable) >= 4 and len(python) - len(runnable) <= 2
     try:
         for block in runnable:
+            if block.file:  # a module the blocks start in a process of its own
+                (tmp_path / block.file).write_text(block.code)
+                continue
             source = "\n" * (block.line - 1) + block.code
             exec(compile(source, str(ROOT / block.path), "exec"), namespace)
     finally:
