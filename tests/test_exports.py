@@ -77,6 +77,7 @@ WALKED = (
     "intentlog.integrations.langgraph",
     "intentlog.integrations.nats",
     "intentlog.integrations.openai_agents",
+    "intentlog.integrations.prefect",
     "intentlog.integrations.restate",
     "intentlog.integrations.smtp",
     "intentlog.metrics",

@@ -437,12 +437,15 @@ def test_frameworks_doc_examples_run(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
     sdk_loop: None,
+    prefect_server: Any,
 ) -> None:
     from test_docs import blocks
     from test_restate import need_restate
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PATH", f"{need_restate()}{os.pathsep}{os.environ['PATH']}")
+    for key, value in prefect_server.settings().items():  # the flow's server (PREFECT_API_URL)
+        monkeypatch.setenv(key, value)
     namespace: dict[str, object] = {"__name__": "__main__"}
     python = [b for b in blocks("docs/frameworks.md") if b.language == "python"]
     runnable = [b for b in python if b.runs]
