@@ -233,3 +233,20 @@ def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait()
         log.close()
+
+
+@pytest.fixture(scope="session")
+def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Prefect's own server (``prefect server start``), one per test session, on a free port of
+    127.0.0.1; its ``settings()`` are the environment a Prefect process needs to use it."""
+    try:
+        import prefect  # noqa: F401
+    except ImportError:
+        if os.environ.get("CI") == "true":
+            pytest.fail("prefect is not installed (CI=true: the Prefect tests must run)")
+        pytest.skip("prefect is not installed: pip install 'intentlog[prefect]'")
+    from engine_servers import PrefectServer
+
+    server = PrefectServer(tmp_path_factory.mktemp("prefect"))
+    yield server
+    server.stop()

@@ -11,10 +11,12 @@ without being listed) runs its blocks in order, in a fresh temporary working dir
   to ``export INTENTLOG_URL=`` (their database, in a block marked not run) runs with
   ``INTENTLOG_URL`` set to a schema of its own on the test PostgreSQL server (127.0.0.1:5432,
   as CI starts it). A file whose blocks connect to NATS at ``nats://127.0.0.1:4222`` needs
-  that server. A file whose blocks read ``TEMPORAL_ADDRESS`` runs with it set to the
-  session's Temporal dev server (the ``temporal_server`` fixture), on the xdist worker of the
-  other Temporal tests. Without these servers such a file is skipped, with the reason, except
-  where ``CI=true``: there it fails.
+  that server; one whose blocks start ``restate-server`` gets tests/restate's (``npm ci``)
+  on ``PATH``; one that tells its reader to ``export PREFECT_API_URL=`` runs with the
+  session's Prefect server (conftest.py ``prefect_server``). A file whose blocks read
+  ``TEMPORAL_ADDRESS`` runs with it set to the session's Temporal dev server (the
+  ``temporal_server`` fixture), on the xdist worker of the other Temporal tests. Without these
+  servers such a file is skipped, with the reason, except where ``CI=true``: there it fails.
 - ```console blocks are transcripts: ``$ COMMAND`` lines (continued with a trailing ``\\``) run
   in one ``bash`` session, in order, and the lines under each command are what it prints
   (stdout and stderr together) and must match. In expected output ``...`` inside a line
@@ -381,6 +383,17 @@ def doc_env(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
         address = request.getfixturevalue("temporal_server")  # skips, or fails where CI=true
         env["TEMPORAL_ADDRESS"] = address
         monkeypatch.setenv("TEMPORAL_ADDRESS", address)
+    if any(b.not_run is None and "restate-server" in b.code for b in blocks(name)):
+        from test_restate import need_restate
+
+        # The Restate server of tests/restate (npm ci); skips without it, fails where CI=true.
+        env["PATH"] = f"{need_restate()}{os.pathsep}{env['PATH']}"
+        monkeypatch.setenv("PATH", env["PATH"])  # python blocks start it from this process
+    if any("export PREFECT_API_URL=" in b.code for b in blocks(name)):
+        # The session's Prefect server (conftest.py), for the reader's own (a block not run).
+        for key, value in request.getfixturevalue("prefect_server").settings().items():
+            env[key] = value
+            monkeypatch.setenv(key, value)
     if _needs_journal_url(name):
         url = request.getfixturevalue("pg_url")  # skips (or fails where CI=true) without one
         env["INTENTLOG_URL"] = url

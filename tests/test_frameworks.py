@@ -438,12 +438,18 @@ def test_frameworks_doc_examples_run(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
     temporal_server: str,
+    sdk_loop: None,
+    prefect_server: Any,
 ) -> None:
     from test_docs import Runner, blocks
+    from test_restate import need_restate
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))  # the modules its "# file:" blocks write
     monkeypatch.setenv("TEMPORAL_ADDRESS", temporal_server)
+    monkeypatch.setenv("PATH", f"{need_restate()}{os.pathsep}{os.environ['PATH']}")
+    for key, value in prefect_server.settings().items():  # the flow's server (PREFECT_API_URL)
+        monkeypatch.setenv(key, value)
     python = [b for b in blocks("docs/frameworks.md") if b.language == "python"]
     runnable = [b for b in python if b.runs]
     assert len(runnable) >= 4 and len(python) - len(runnable) <= 2

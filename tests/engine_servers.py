@@ -1,0 +1,67 @@
+"""Engine servers the tests start once per session: Prefect's own server (``prefect server
+start``) on a free loopback port, with its database in a folder of its own."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class PrefectServer:
+    """``prefect server start`` in a session of its own (stopped with its whole group)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.home = directory
+        self.log = (directory / "server.log").open("w")
+        for _ in range(3):  # the port is free when chosen; another process may take it first
+            port = free_port()
+            self.api_url = f"http://127.0.0.1:{port}/api"
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
+                 "--port", str(port)],
+                env={**os.environ, **self.settings(), "PREFECT_UI_ENABLED": "false"},
+                stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+            )  # fmt: skip
+            if self._wait_until_healthy():
+                return
+        raise RuntimeError(
+            f"prefect server did not start: {(directory / 'server.log').read_text()}"
+        )
+
+    def settings(self) -> dict[str, str]:
+        """The environment a process needs to use this server."""
+        return {"PREFECT_API_URL": self.api_url, "PREFECT_HOME": str(self.home),
+                "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+                "PREFECT_LOGGING_LEVEL": "WARNING"}  # fmt: skip
+
+    def _wait_until_healthy(self) -> bool:
+        while self.process.poll() is None:  # bounded by the test timeout
+            try:
+                with urllib.request.urlopen(self.api_url + "/health", timeout=5) as response:
+                    if response.status == 200:
+                        return True
+            except OSError:
+                time.sleep(0.2)
+        return False
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        self.log.close()
