@@ -24,10 +24,14 @@ from intentlog.stores.sqlite import SQLiteStore
 if TYPE_CHECKING:
     from intentlog.proxy._http import HttpUpstream
 
-__all__ = ["ProxyConfig", "list_tools", "serve"]
+__all__ = ["DEFAULT_IDLE_TIMEOUT", "DEFAULT_MAX_SESSIONS", "ProxyConfig", "list_tools", "serve"]
 
 log = logging.getLogger("intentlog.proxy")
 READY = "intentlog mcp: serving"  # the line printed (to stderr) once an HTTP listener is up
+# --listen: how long a session may sit idle (the MCP SDK's own default for a server's
+# sessions), and how many may be open at once (each may hold a server process of its own).
+DEFAULT_IDLE_TIMEOUT = 1800.0
+DEFAULT_MAX_SESSIONS = 100
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,12 +52,21 @@ class ProxyConfig:
     task: str | None = None
     db: str | None = None
     max_wait: float | None = None
+    #: With ``listen``: a session with no request in flight this long is closed (seconds).
+    session_idle_timeout: float = DEFAULT_IDLE_TIMEOUT
+    #: With ``listen``: at most this many sessions at once (each may hold a server process).
+    max_sessions: int = DEFAULT_MAX_SESSIONS
 
     def __post_init__(self) -> None:
         if bool(self.command) == bool(self.upstream):
             raise InvalidInput(
                 "intentlog mcp needs exactly one upstream: a command after '--', or --upstream URL"
             )
+        timeout = self.session_idle_timeout
+        if not (isinstance(timeout, int | float) and 0 < timeout < float("inf")):
+            raise InvalidInput(f"--session-idle-timeout must be seconds > 0, got {timeout!r}")
+        if not (isinstance(self.max_sessions, int) and self.max_sessions >= 1):
+            raise InvalidInput(f"--max-sessions must be 1 or more, got {self.max_sessions!r}")
 
 
 async def serve(config: ProxyConfig) -> None:
@@ -189,15 +202,20 @@ async def _stdio_session(config: ProxyConfig, journal: AsyncJournal, handles: Ta
 async def _listen(config: ProxyConfig, journal: AsyncJournal, handles: TaskHandles) -> None:
     import uvicorn
 
-    from intentlog.proxy._http import HttpAgent, Listener
+    from intentlog.proxy._listen import Listener
 
     assert config.listen is not None
     host, port = config.listen
 
-    async def run_session(agent: HttpAgent) -> None:
+    async def run_session(agent: End) -> None:
         await _session(config, journal, handles, agent)
 
-    listener = Listener(run_session, host=host, port=port)
+    listener = Listener(
+        run_session,
+        host=host,
+        idle_timeout=config.session_idle_timeout,
+        max_sessions=config.max_sessions,
+    )
     server = uvicorn.Server(
         uvicorn.Config(listener, host=host, port=port, log_level="warning", lifespan="off")
     )
@@ -208,4 +226,7 @@ async def _listen(config: ProxyConfig, journal: AsyncJournal, handles: TaskHandl
         if server.started:
             bound = server.servers[0].sockets[0].getsockname()
             print(f"{READY} http://{host}:{bound[1]}/mcp", file=sys.stderr, flush=True)
-        await serving
+        try:
+            await serving
+        finally:
+            listener.stateless.close()
