@@ -25,8 +25,10 @@ import uuid
 from typing import Any
 
 from intentlog._crash import crashpoint
+from intentlog._errors import InvalidInput
 from intentlog.proxy._wire import (
     INTERNAL_ERROR,
+    INVALID_PARAMS,
     End,
     Incoming,
     Message,
@@ -249,6 +251,10 @@ class Bridge:
         if not _hashable(request_id):
             await self._to_agent(error_reply(None, -32600, "intentlog mcp: invalid request id"))
             return
+        unresolved = _lookup_unresolved(policy, params)
+        if unresolved is not None:  # refused before anything is journaled or sent
+            await self._to_agent(error_reply(request_id, INVALID_PARAMS, unresolved))
+            return
         self._journaled.setdefault(request_id, []).append(incoming)
         token = _progress_token(message)
         if token is not None:
@@ -347,6 +353,25 @@ class Bridge:
             if not cursor:
                 break
         return tools
+
+
+def _lookup_unresolved(policy: Any, params: Any) -> str | None:
+    """Why the lookup of a journaled call could not be written for these arguments (a
+    placeholder they do not resolve), else None: such a call could never be found after a
+    crash, so it is refused before its intent is journaled."""
+    lookup = getattr(policy, "lookup", None)
+    if lookup is None:
+        return None
+    arguments = params.get("arguments") if isinstance(params, dict) else None
+    if not isinstance(arguments, dict):
+        return None  # the journaled call refuses it, saying so
+    key_argument = getattr(policy, "key_argument", None)
+    sent = {k: v for k, v in arguments.items() if k != key_argument}
+    try:
+        lookup.render("key", sent)
+    except InvalidInput as exc:
+        return f"intentlog mcp: {policy.tool!r}: {exc}"
+    return None
 
 
 def _hashable(value: Any) -> bool:

@@ -29,7 +29,15 @@ from intentlog._effect_options import EffectOptions, Spelling, effect_contract, 
 from intentlog._errors import InvalidInput
 from intentlog._service import FOREVER, PROCESS, Retention, Service
 
-__all__ = ["Lookup", "ProxyFile", "ToolPolicy", "default_policy", "load_tools", "parse_tools"]
+__all__ = [
+    "Lookup",
+    "ProxyFile",
+    "ToolPolicy",
+    "default_policy",
+    "load_tools",
+    "lookup_refusals",
+    "parse_tools",
+]
 
 OnError = Literal["failed", "unknown"]
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
@@ -86,12 +94,20 @@ class Lookup:
     """A read tool of the same server that tells whether a call landed.
 
     ``arguments`` are sent to ``tool``; a string value ``"{key}"`` becomes the operation key
-    and ``"{arguments.NAME}"`` the call's argument NAME (a whole-string placeholder keeps the
-    argument's JSON type; inside a longer string it is formatted as text). ``found`` is a
-    dotted path into the lookup's result (its ``structuredContent``, else its first text
-    content read as JSON): present and not null or empty means Found, with the value there
-    as the call's result; absent, null or empty means NotFound. An error result means the
-    lookup could not tell (asked again later), unless its text matches ``not_found_error``.
+    and ``"{arguments.NAME}"`` the call's argument NAME, where NAME is a dotted path that may
+    index into lists (``{arguments.entities.0.name}``); a whole-string placeholder keeps the
+    argument's JSON type, inside a longer string it is formatted as text. A placeholder the
+    call's arguments do not resolve is an error (:meth:`render` raises InvalidInput), never a
+    null sent. ``found`` is a dotted path into the lookup's result (its
+    ``structuredContent``, else its first text content read as JSON): present and not null
+    or empty means Found, with the value there as the call's result; absent, null, ``""``,
+    ``[]`` or ``{}`` means NotFound. An error result means the lookup could not tell (asked
+    again later), unless its text matches ``not_found_error``.
+
+    The tool is called unjournaled during recovery, so it must only read: one the tools
+    file journals is refused when the file is read, and one the file does not mark
+    ``read_only`` must be listed by the server with ``readOnlyHint: true``
+    (:func:`lookup_refusals`), or the proxy does not start.
     """
 
     tool: str
@@ -100,7 +116,8 @@ class Lookup:
     not_found_error: re.Pattern[str] | None = None
 
     def render(self, key: str, call_arguments: Mapping[str, Any]) -> dict[str, Any]:
-        """The lookup's arguments for one call."""
+        """The lookup's arguments for one call; InvalidInput names a placeholder that the
+        call's arguments do not resolve."""
         return {name: _render(value, key, call_arguments) for name, value in self.arguments.items()}
 
 
@@ -178,7 +195,7 @@ def parse_tools(text: str, name: str = "tools.toml") -> ProxyFile:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise InvalidInput(f"{name}: not valid TOML: {exc}") from exc
-    where = _Locator(text, name)
+    where = _Locator(text, name, data)
     unknown = set(data) - {"proxy", "tools"}
     if unknown:
         top = sorted(unknown)[0]
@@ -262,6 +279,15 @@ def _tool(tool: str, entry: Any, where: _Locator, timeout: float | None) -> Tool
     if lookup is not None and lookup.tool == tool:
         raise InvalidInput(
             f"{where.key(table + '.lookup', 'tool')}: a tool cannot be its own lookup"
+        )
+    if lookup is not None and _journaled_in(where, lookup.tool):
+        raise InvalidInput(
+            f"{where.key(table + '.lookup', 'tool')}: the lookup of {tool!r} is "
+            f"{lookup.tool!r}, which this file journals as a tool that changes something; a "
+            "lookup is called unjournaled during recovery, so it must only read. Name a "
+            f"read-only tool, or mark [tools.{lookup.tool}] read_only = true if it only reads",
+            tool=tool,
+            option="lookup",
         )
     lazy = flag("lazy_receipt", False)
     if lazy and not deduplicates and lookup is None:
@@ -392,6 +418,12 @@ def _lookup(entry: Any, where: _Locator, table: str) -> Lookup:
     return Lookup(tool, dict(arguments), path, compiled)
 
 
+def _journaled_in(where: _Locator, tool: str) -> bool:
+    """Whether the file's own entry for ``tool`` journals it (is not ``read_only``)."""
+    entry = where.data.get("tools", {}).get(tool) if isinstance(where.data, dict) else None
+    return isinstance(entry, dict) and entry.get("read_only") is not True
+
+
 def _check_template(value: Any, at: str) -> None:
     if isinstance(value, str):
         for match in re.finditer(r"\{([^{}]*)\}", value):
@@ -426,8 +458,66 @@ def _lookup_value(name: str, key: str, call_arguments: Mapping[str, Any]) -> Any
         return key
     value: Any = call_arguments
     for part in name.split(".")[1:]:
-        value = value.get(part) if isinstance(value, dict) else None
+        if isinstance(value, Mapping) and part in value:
+            value = value[part]
+        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]
+        else:
+            raise InvalidInput(
+                f"the lookup needs {{{name}}}, which this call's arguments do not have "
+                f"({_shape(value, part)}); the call was not sent",
+                option="lookup",
+            )
     return value
+
+
+def _shape(value: Any, part: str) -> str:
+    if isinstance(value, list):
+        return f"the list there has {len(value)} items, no item {part}"
+    if isinstance(value, Mapping):
+        return f"no {part!r} there"
+    return f"{type(value).__name__} there, not an object or a list"
+
+
+def lookup_refusals(file: ProxyFile, listed: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Why each lookup of ``file`` may not be used with a server that lists ``listed`` (its
+    tools by name, as ``tools/list`` gives them); empty when every lookup may.
+
+    A lookup is called unjournaled during recovery: were it a tool that changes something,
+    recovery would apply it unrecorded (a ``write_file`` as the lookup of ``edit_file``
+    clobbers the file, and the lost edit is reported found). So its tool must be marked
+    read-only, by the tools file (``read_only = true``) or by the server
+    (``readOnlyHint: true``), and the server must list it.
+    """
+    refusals = []
+    for name, policy in sorted(file.tools.items()):
+        lookup = policy.lookup
+        if lookup is None:
+            continue
+        configured = file.tools.get(lookup.tool)
+        if configured is not None and not configured.journaled:
+            if lookup.tool not in listed:
+                refusals.append(
+                    f"the lookup of {name!r} is {lookup.tool!r}, which the server does not "
+                    "list: name a read tool the server has (intentlog mcp --list-tools)"
+                )
+            continue
+        definition = listed.get(lookup.tool)
+        if definition is None:
+            refusals.append(
+                f"the lookup of {name!r} is {lookup.tool!r}, which the server does not list: "
+                "name a read tool the server has (intentlog mcp --list-tools)"
+            )
+            continue
+        hints = definition.get("annotations")
+        if not (isinstance(hints, Mapping) and hints.get("readOnlyHint") is True):
+            refusals.append(
+                f"the lookup of {name!r} is {lookup.tool!r}, which the server does not mark "
+                "read-only (readOnlyHint): a lookup is called unjournaled during recovery, so "
+                f"it must only read. Name a read-only tool, or, if {lookup.tool!r} truly only "
+                f"reads, say so in the tools file: [tools.{lookup.tool}] read_only = true"
+            )
+    return refusals
 
 
 def _profile(name: Any, at: str) -> Service:
@@ -496,9 +586,10 @@ class _Locator:
     """Finds the line of a table or a key in the file's text, for error messages (the TOML
     reader keeps no positions)."""
 
-    def __init__(self, text: str, name: str) -> None:
+    def __init__(self, text: str, name: str, data: Any = None) -> None:
         self.lines = text.splitlines()
         self.name = name
+        self.data = data  # the parsed file, for checks across its tables
 
     def _header(self, table: str) -> int | None:
         for number, line in enumerate(self.lines, 1):

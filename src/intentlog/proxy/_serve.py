@@ -16,7 +16,7 @@ from intentlog._errors import InvalidInput
 from intentlog._open import ENV_URL, open_store
 from intentlog.proxy._bridge import Bridge
 from intentlog.proxy._calls import Calls
-from intentlog.proxy._policy import ProxyFile, default_policy
+from intentlog.proxy._policy import ProxyFile, default_policy, lookup_refusals
 from intentlog.proxy._tasks import TaskHandles
 from intentlog.proxy._wire import End, StdioAgent, StdioUpstream
 from intentlog.stores.sqlite import SQLiteStore
@@ -71,6 +71,10 @@ class ProxyConfig:
 
 async def serve(config: ProxyConfig) -> None:
     """Serve until the agent leaves (stdio) or the process is stopped (HTTP)."""
+    if any(policy.lookup is not None for policy in config.tools.tools.values()):
+        # Refused at load, before any agent is served: a lookup that is not a listed,
+        # read-only tool would be called unjournaled during recovery.
+        _check_lookups(config.tools, await _server_tools(config))
     options = {} if config.max_wait is None else {"max_wait": config.max_wait}
     journal = _journal(config, options)
     handles = TaskHandles(journal)
@@ -99,7 +103,29 @@ async def _started_upstream(config: ProxyConfig) -> StdioUpstream | HttpUpstream
 
 async def list_tools(config: ProxyConfig) -> list[tuple[str, str]]:
     """Each tool the upstream lists, with how the proxy will treat its calls (the tools
-    file's entry, else the tool's annotations), plus the file's entries it does not list."""
+    file's entry, else the tool's annotations), plus the file's entries it does not list.
+    InvalidInput when a lookup of the file may not be used with this server."""
+    tools = await _server_tools(config)
+    _check_lookups(config.tools, tools)
+    rows = []
+    for name in sorted(tools):
+        policy = config.tools.tools.get(name) or default_policy(
+            name, tools[name].get("annotations"), timeout=config.tools.timeout
+        )
+        rows.append((name, policy.describe()))
+    for name in sorted(set(config.tools.tools) - set(tools)):
+        rows.append((name, "in the tools file, but the server lists no such tool"))
+    return rows
+
+
+def _check_lookups(file: ProxyFile, tools: dict[str, dict[str, Any]]) -> None:
+    refusals = lookup_refusals(file, tools)
+    if refusals:
+        raise InvalidInput("; and ".join(refusals), option="lookup")
+
+
+async def _server_tools(config: ProxyConfig) -> dict[str, dict[str, Any]]:
+    """The upstream's tools by name, read in a session of their own."""
     upstream = await _started_upstream(config)
     try:
         hello = {
@@ -127,15 +153,7 @@ async def list_tools(config: ProxyConfig) -> list[tuple[str, str]]:
                 break
     finally:
         await upstream.aclose()
-    rows = []
-    for name in sorted(tools):
-        policy = config.tools.tools.get(name) or default_policy(
-            name, tools[name].get("annotations"), timeout=config.tools.timeout
-        )
-        rows.append((name, policy.describe()))
-    for name in sorted(set(config.tools.tools) - set(tools)):
-        rows.append((name, "in the tools file, but the server lists no such tool"))
-    return rows
+    return tools
 
 
 async def _answer(upstream: StdioUpstream | HttpUpstream, request_id: str) -> dict[str, Any]:
