@@ -25,7 +25,7 @@ import uuid
 from typing import Any
 
 from intentlog._crash import crashpoint
-from intentlog._errors import InvalidInput
+from intentlog._errors import InvalidInput, Rejected
 from intentlog.proxy._wire import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -83,14 +83,28 @@ class Bridge:
         self._tools_fetch: asyncio.Future[dict[str, dict[str, Any]]] | None = None
         self.envelope: dict[str, Any] = {}
         self.agent_closed = asyncio.Event()
+        self.heard = False  # whether the upstream has sent anything
+        self.silent_exit = False  # see run()
 
     # -- running ---------------------------------------------------------------------------
 
-    async def run(self) -> None:
-        """Relay until the agent leaves; then let journaled calls in flight finish."""
+    async def run(self, *, end_if_upstream_silent: bool = False) -> None:
+        """Relay until the agent leaves; then let journaled calls in flight finish.
+
+        ``end_if_upstream_silent``: also stop once the upstream has closed without ever
+        sending a message (a server command that exited at once: nothing can be served);
+        :attr:`silent_exit` then says so.
+        """
         upstream = asyncio.create_task(self._from_upstream())
+        agent = asyncio.ensure_future(self._from_agent())
         try:
-            await self._from_agent()
+            if end_if_upstream_silent:
+                await asyncio.wait({agent, upstream}, return_when=asyncio.FIRST_COMPLETED)
+                if not agent.done() and not self.heard:
+                    self.silent_exit = True
+                    agent.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await agent
         finally:
             self.agent_closed.set()
             if self.calls is not None:
@@ -126,6 +140,7 @@ class Bridge:
 
     async def _from_upstream(self) -> None:
         while (incoming := await self.upstream.receive()) is not None:
+            self.heard = True
             message = incoming.message
             if is_response(message):
                 request_id = message.get("id")
@@ -283,9 +298,13 @@ class Bridge:
 
         ``effect``: the request is that effect's send, so the ``after_send`` crash point
         is passed once it is written. Raises UpstreamError for an error answer, UpstreamGone
-        when the upstream closed first, TimeoutError after ``timeout`` seconds.
+        when the upstream closed first, TimeoutError after ``timeout`` seconds; an effect's
+        send to an upstream already known gone raises Rejected: nothing was written, so the
+        call definitely did not apply (it is not a call in flight for a person to settle).
         """
         if self._gone is not None:
+            if effect is not None:
+                raise Rejected(f"not sent: {self._gone}")
             raise UpstreamGone(self._gone)
         request_id = f"intentlog-{self._nonce}-{next(self._ids)}"
         future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()

@@ -1,14 +1,17 @@
 """Which tool calls the proxy journals, and what each tool's server promises.
 
 A :class:`ToolPolicy` comes from the tool's entry in ``tools.toml`` when it has one, else
-from the tool's annotations, else from the safe default. The annotations are hints the
-server gives about itself, so they only ever make a tool *less* trusted than the file says:
+from the safe default, which one annotation can change. Annotations are hints a server gives
+about itself (https://modelcontextprotocol.io/specification/2025-11-25/server/tools#tool-annotations
+says clients must treat them as untrusted), so none of them ever makes the proxy send a call
+again:
 
-- ``readOnlyHint: true``: the call passes through, never journaled;
-- ``idempotentHint: true``: journaled, and may be resent as it is (a second call has the
-  effect of one), once the first request can no longer be running;
-- anything else: journaled as a side effect that can neither deduplicate nor be asked, so a
-  call caught in flight by a crash ends UNRESOLVED, never resent.
+- ``readOnlyHint: true``: the call passes through, never journaled (a read answered from a
+  journal would be stale; the proxy itself never sends a read twice);
+- anything else, ``idempotentHint: true`` included: journaled as a side effect that can
+  neither deduplicate nor be asked, so a call caught in flight by a crash ends UNRESOLVED,
+  never resent. Only the tools file can say a tool may be resent (``idempotent``,
+  ``key_argument``, ``profile``) or looked up.
 
 This module reads files and values only; it imports nothing of the MCP SDK.
 """
@@ -173,9 +176,10 @@ def default_policy(tool: str, annotations: Any, *, timeout: float = DEFAULT_TIME
     if hints.get("readOnlyHint") is True:
         return ToolPolicy(tool, journaled=False, why="annotated readOnlyHint")
     if hints.get("idempotentHint") is True:
-        return ToolPolicy(
-            tool, journaled=True, why="annotated idempotentHint", deduplicates=True, timeout=timeout
-        )
+        # A server's word alone never makes a resend safe: were the hint wrong, the proxy
+        # itself would apply the call twice. The tools file says idempotent = true.
+        why = "annotated idempotentHint, which alone never makes a resend safe"
+        return ToolPolicy(tool, journaled=True, why=why, timeout=timeout)
     return ToolPolicy(tool, journaled=True, why="no annotation says otherwise", timeout=timeout)
 
 

@@ -7,6 +7,7 @@ import concurrent.futures
 import dataclasses
 import logging
 import os
+import shlex
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -17,8 +18,9 @@ from intentlog._open import ENV_URL, open_store
 from intentlog.proxy._bridge import Bridge
 from intentlog.proxy._calls import Calls
 from intentlog.proxy._policy import ProxyFile, default_policy, lookup_refusals
+from intentlog.proxy._stdio import StdioAgent
 from intentlog.proxy._tasks import TaskHandles
-from intentlog.proxy._wire import End, StdioAgent, StdioUpstream
+from intentlog.proxy._wire import End, StdioUpstream
 from intentlog.stores.sqlite import SQLiteStore
 
 if TYPE_CHECKING:
@@ -194,25 +196,46 @@ class _Inline(concurrent.futures.Executor):
 
 
 async def _session(
-    config: ProxyConfig, journal: AsyncJournal, handles: TaskHandles, agent: End
+    config: ProxyConfig,
+    journal: AsyncJournal,
+    handles: TaskHandles,
+    agent: End,
+    *,
+    fail_if_silent: bool = False,
 ) -> None:
-    """One session: start its upstream, bridge it to ``agent`` until the agent leaves."""
+    """One session: start its upstream, bridge it to ``agent`` until the agent leaves.
+
+    ``fail_if_silent``: raise InvalidInput (naming the command) once the upstream closes
+    without ever having sent a message (the agent gets its error answers first)."""
     upstream = await _started_upstream(config)
     try:
         bridge = Bridge(agent, upstream, getattr(upstream, "exit_note", None))
         bridge.calls = Calls(
             journal, bridge, config.tools, handles=handles, task=config.task, db=journal.url
         )
-        await bridge.run()
+        await bridge.run(end_if_upstream_silent=fail_if_silent)
     finally:
         await upstream.aclose()
+    failed = (  # the agent left first, but the server had already failed without a word
+        fail_if_silent
+        and not bridge.heard
+        and isinstance(upstream, StdioUpstream)
+        and upstream.process is not None
+        and (upstream.process.returncode or 0) > 0
+    )
+    if bridge.silent_exit or failed:
+        note = upstream.exit_note() if isinstance(upstream, StdioUpstream) else ""
+        raise InvalidInput(
+            f"the upstream server exited{note} before it answered anything: "
+            f"{shlex.join(config.command) if config.command else config.upstream}"
+        )
 
 
 async def _stdio_session(config: ProxyConfig, journal: AsyncJournal, handles: TaskHandles) -> None:
     agent = StdioAgent()
     await agent.start()
     try:
-        await _session(config, journal, handles, agent)
+        await _session(config, journal, handles, agent, fail_if_silent=True)
     finally:
         await agent.aclose()
 
