@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import sys
 import time
@@ -235,5 +236,51 @@ def test_500_abandoned_sessions_are_reaped_and_a_normal_call_works(tmp_path: Pat
                   f"all reaped {reaped_s:.1f} s after the first; open files {start} -> "
                   f"{open_files(proxy.pid)}")  # fmt: skip
         assert ledger.read_text().count("\n") == 2  # the two normal calls, once each
+
+    asyncio.run(body())
+
+
+def test_clients_without_sessions_using_the_same_ids_each_get_their_own_answers(
+    tmp_path: Path,
+) -> None:
+    """Two 2026-07-28 clients send requests with the same JSON-RPC id and progress token at
+    once through the one shared upstream: each exchange carries its own progress and its
+    own answer, under the id and token its client gave."""
+    ledger = tmp_path / "ledger.db"
+    headers = {"mcp-protocol-version": "2026-07-28", "mcp-method": "tools/call",
+               "mcp-name": "slow"}  # fmt: skip
+
+    def request(steps: int) -> dict[str, Any]:
+        meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {}, "progressToken": "p"}  # fmt: skip
+        params = {"name": "slow", "arguments": {"steps": steps}, "_meta": meta}
+        return {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}
+
+    def messages(response: httpx.Response) -> list[dict[str, Any]]:
+        if response.headers["content-type"].startswith("application/json"):
+            return [response.json()]
+        return [json.loads(line[5:]) for line in response.text.splitlines()
+                if line.startswith("data:")]  # fmt: skip
+
+    async def body() -> None:
+        async with (
+            listening(tmp_path, server_command(ledger)) as (proxy, url),
+            httpx.AsyncClient(timeout=DEADLINE_S) as client,
+        ):
+            two, three = await asyncio.gather(
+                post(client, url, request(2), **headers), post(client, url, request(3), **headers)
+            )
+            for response, steps in ((two, 2), (three, 3)):
+                assert response.status_code == 200, response.text
+                seen = messages(response)
+                progress = [
+                    m["params"] for m in seen if m.get("method") == "notifications/progress"
+                ]
+                assert [p["progressToken"] for p in progress] == ["p"] * steps
+                assert [p["progress"] for p in progress] == list(range(1, steps + 1))
+                answer = seen[-1]
+                assert answer["id"] == 1
+                assert answer["result"]["content"][0]["text"] == f"{steps} steps"
+            assert len(children(proxy.pid)) == 1
 
     asyncio.run(body())
