@@ -284,3 +284,27 @@ def test_clients_without_sessions_using_the_same_ids_each_get_their_own_answers(
             assert len(children(proxy.pid)) == 1
 
     asyncio.run(body())
+
+
+def test_a_request_without_a_session_whose_upstream_cannot_start_gets_an_error(
+    tmp_path: Path,
+) -> None:
+    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {}}  # fmt: skip
+    discover = {"jsonrpc": "2.0", "id": "d1", "method": "server/discover",
+                "params": {"_meta": meta}}  # fmt: skip
+    headers = {"mcp-protocol-version": "2026-07-28", "mcp-method": "server/discover"}
+
+    async def body() -> None:
+        missing = [str(tmp_path / "no-such-server")]
+        async with (
+            listening(tmp_path, missing) as (proxy, url),
+            httpx.AsyncClient(timeout=DEADLINE_S) as client,
+        ):
+            for _ in range(2):  # and the proxy goes on serving
+                answer = (await post(client, url, discover, **headers)).json()
+                assert answer["id"] == "d1"
+                assert "could not be reached" in answer["error"]["message"]
+            assert proxy.returncode is None
+
+    asyncio.run(body())

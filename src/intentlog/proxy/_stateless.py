@@ -127,7 +127,8 @@ class SharedAgent:
         exchanges, self._exchanges = self._exchanges, {}
         for exchange in exchanges.values():
             error = {"code": INTERNAL_ERROR, "message": text}
-            exchange.events.put_nowait(("answer", {"jsonrpc": "2.0", "id": None, "error": error}))
+            reply = {"jsonrpc": "2.0", "id": exchange.request_id, "error": error}
+            exchange.events.put_nowait(("answer", reply))
 
     # -- the bridge's side (an End) --------------------------------------------------------
 
