@@ -49,7 +49,8 @@ def _missing_sdk() -> str | None:
 @click.option("--db", metavar="URL", help="Journal (default: --db before the command, "
               "$INTENTLOG_URL, else ./.intentlog/journal.db; created if missing).")  # fmt: skip
 @click.option("--tools", "tools_file", metavar="FILE", type=click.Path(dir_okay=False),
-              help="Per-tool policies (tools.toml); without it, annotations decide.")  # fmt: skip
+              help="Per-tool policies (tools.toml); without it, each tool is journaled "
+                   "unless the server annotates it readOnlyHint.")  # fmt: skip
 @click.option("--task", metavar="ID", envvar="INTENTLOG_TASK",
               help="Task of calls that do not name one in _meta [env INTENTLOG_TASK].")  # fmt: skip
 @click.option(
