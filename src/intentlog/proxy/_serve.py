@@ -44,7 +44,8 @@ class ProxyConfig:
     (the URL of a streamable-HTTP server). ``listen``: serve agents over streamable HTTP at
     (host, port) instead of over this process's stdio. ``task``: the task of calls that do
     not name one in ``_meta``. ``db``: the journal's URL (None: ``$INTENTLOG_URL``, else
-    ``./.intentlog/journal.db``).
+    ``./.intentlog/journal.db``). With ``listen``, ``session_idle_timeout`` and
+    ``max_sessions`` bound the sessions (see :mod:`intentlog.proxy._listen`).
     """
 
     tools: ProxyFile
