@@ -25,6 +25,8 @@ from mcp.client.streamable_http import streamable_http_client
 from tests.mcp_clients import dump, http_session, operation, server_command
 from tests.mcp_ledger_server import ledger_count
 
+import intentlog
+
 ROOT = Path(__file__).resolve().parent.parent
 TINY = [sys.executable, str(ROOT / "tests" / "mcp_tiny_server.py")]
 ACCEPT = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
@@ -306,5 +308,52 @@ def test_a_request_without_a_session_whose_upstream_cannot_start_gets_an_error(
                 assert answer["id"] == "d1"
                 assert "could not be reached" in answer["error"]["message"]
             assert proxy.returncode is None
+
+    asyncio.run(body())
+
+
+def test_a_session_reaped_while_a_journaled_call_runs_still_records_its_receipt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The agent leaves while its call is inside the server; the session goes idle and is
+    closed, but the call is waited for and its receipt recorded before the server process
+    is ended: the journal says CONFIRMED, not a call in flight for a person."""
+    ledger, hold = tmp_path / "ledger.db", tmp_path / "hold"
+    hold.mkdir()
+    monkeypatch.setenv("LEDGER_HOLD", str(hold))  # the proxy's child gets its environment
+    call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "send_mail", "arguments": {"to": "a@x", "body": "hi"}}}  # fmt: skip
+    initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+
+    async def body() -> None:
+        options = ("--session-idle-timeout", "1")
+        async with (
+            listening(tmp_path, server_command(ledger), *options) as (proxy, url),
+            httpx.AsyncClient(timeout=DEADLINE_S) as client,
+        ):
+            opened = await post(client, url, INIT)
+            session = {"mcp-session-id": opened.headers["mcp-session-id"],
+                       "mcp-protocol-version": "2025-11-25"}  # fmt: skip
+            assert (await post(client, url, initialized, **session)).status_code == 202
+            sent = asyncio.ensure_future(post(client, url, call, **session))
+            await until((hold / "send_mail.entered").exists, "the call reached the server")
+            sent.cancel()  # the agent leaves: its request's stream is closed
+            with contextlib.suppress(asyncio.CancelledError):
+                await sent
+            ping = {"jsonrpc": "2.0", "id": 3, "method": "ping"}
+            deadline = time.monotonic() + DEADLINE_S
+            while True:  # a ping restarts the idle countdown, so polls are spaced past it
+                await asyncio.sleep(3)
+                status = (await post(client, url, ping, **session)).status_code
+                if status == 404:  # closed while the call is still held in the server
+                    break
+                assert status == 200 and time.monotonic() < deadline, status
+            assert not (hold / "send_mail.applied").exists()
+            (hold / "send_mail.release").touch()
+            await until(lambda: children(proxy.pid) == [], "the server process ended")
+        with intentlog.open(tmp_path / "j.db") as journal:
+            states = [op.state for op in journal.operations("t1")]
+        assert states == [intentlog.State.CONFIRMED]
+        assert ledger_count(ledger, "send_mail") == 1
 
     asyncio.run(body())
