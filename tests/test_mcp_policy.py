@@ -57,11 +57,13 @@ def test_a_tools_file_says_what_each_tool_promises() -> None:
     assert "UNRESOLVED" in default_policy("x", None).describe()
 
 
-def test_annotations_can_only_make_a_tool_less_trusted() -> None:
+def test_no_annotation_makes_the_proxy_resend_a_call() -> None:
     assert not default_policy("read", {"readOnlyHint": True}).journaled
+    # idempotentHint is the server's word only: a resend needs the tools file's.
     idempotent = default_policy("put", {"idempotentHint": True})
-    assert idempotent.journaled and idempotent.deduplicates and idempotent.retention is None
-    for hints in (None, {}, {"readOnlyHint": False}, {"readOnlyHint": "yes"}, "junk"):
+    assert "UNRESOLVED for a person" in idempotent.describe()
+    hinted = ({"idempotentHint": True}, {"idempotentHint": True, "destructiveHint": False})
+    for hints in (None, {}, {"readOnlyHint": False}, {"readOnlyHint": "yes"}, "junk", *hinted):
         neither = default_policy("send", hints)
         assert neither.journaled and not neither.deduplicates and neither.lookup is None
 

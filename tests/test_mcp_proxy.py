@@ -394,7 +394,7 @@ def test_list_tools_shows_how_each_tool_will_be_treated(setup: dict[str, Path]) 
     assert "resent with its key in 'idempotency_key' (kept 86400 s)" in lines["charge"]
     assert "looked up with 'find_ticket'" in lines["open_ticket"]
     assert "UNRESOLVED for a person" in lines["send_mail"]
-    assert "resent as it is" in lines["set_flag"]
+    assert "idempotentHint" in lines["set_flag"] and "UNRESOLVED" in lines["set_flag"]
     assert lines["get_balance"] == "passes through (annotated readOnlyHint)"
     assert ledger_count(setup["ledger"]) == 0  # listing calls nothing
 

@@ -25,8 +25,10 @@ import uuid
 from typing import Any
 
 from intentlog._crash import crashpoint
+from intentlog._errors import InvalidInput, Rejected
 from intentlog.proxy._wire import (
     INTERNAL_ERROR,
+    INVALID_PARAMS,
     End,
     Incoming,
     Message,
@@ -81,14 +83,28 @@ class Bridge:
         self._tools_fetch: asyncio.Future[dict[str, dict[str, Any]]] | None = None
         self.envelope: dict[str, Any] = {}
         self.agent_closed = asyncio.Event()
+        self.heard = False  # whether the upstream has sent anything
+        self.silent_exit = False  # see run()
 
     # -- running ---------------------------------------------------------------------------
 
-    async def run(self) -> None:
-        """Relay until the agent leaves; then let journaled calls in flight finish."""
+    async def run(self, *, end_if_upstream_silent: bool = False) -> None:
+        """Relay until the agent leaves; then let journaled calls in flight finish.
+
+        ``end_if_upstream_silent``: also stop once the upstream has closed without ever
+        sending a message (a server command that exited at once: nothing can be served);
+        :attr:`silent_exit` then says so.
+        """
         upstream = asyncio.create_task(self._from_upstream())
+        agent = asyncio.ensure_future(self._from_agent())
         try:
-            await self._from_agent()
+            if end_if_upstream_silent:
+                await asyncio.wait({agent, upstream}, return_when=asyncio.FIRST_COMPLETED)
+                if not agent.done() and not self.heard:
+                    self.silent_exit = True
+                    agent.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await agent
         finally:
             self.agent_closed.set()
             if self.calls is not None:
@@ -124,6 +140,7 @@ class Bridge:
 
     async def _from_upstream(self) -> None:
         while (incoming := await self.upstream.receive()) is not None:
+            self.heard = True
             message = incoming.message
             if is_response(message):
                 request_id = message.get("id")
@@ -253,6 +270,10 @@ class Bridge:
         if not _hashable(request_id):
             await self._to_agent(error_reply(None, -32600, "intentlog mcp: invalid request id"))
             return
+        unresolved = _lookup_unresolved(policy, params)
+        if unresolved is not None:  # refused before anything is journaled or sent
+            await self._to_agent(error_reply(request_id, INVALID_PARAMS, unresolved))
+            return
         self._journaled.setdefault(request_id, []).append(incoming)
         token = _progress_token(message)
         if token is not None:
@@ -281,9 +302,13 @@ class Bridge:
 
         ``effect``: the request is that effect's send, so the ``after_send`` crash point
         is passed once it is written. Raises UpstreamError for an error answer, UpstreamGone
-        when the upstream closed first, TimeoutError after ``timeout`` seconds.
+        when the upstream closed first, TimeoutError after ``timeout`` seconds; an effect's
+        send to an upstream already known gone raises Rejected: nothing was written, so the
+        call definitely did not apply (it is not a call in flight for a person to settle).
         """
         if self._gone is not None:
+            if effect is not None:
+                raise Rejected(f"not sent: {self._gone}")
             raise UpstreamGone(self._gone)
         request_id = f"intentlog-{self._nonce}-{next(self._ids)}"
         future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
@@ -351,6 +376,25 @@ class Bridge:
             if not cursor:
                 break
         return tools
+
+
+def _lookup_unresolved(policy: Any, params: Any) -> str | None:
+    """Why the lookup of a journaled call could not be written for these arguments (a
+    placeholder they do not resolve), else None: such a call could never be found after a
+    crash, so it is refused before its intent is journaled."""
+    lookup = getattr(policy, "lookup", None)
+    if lookup is None:
+        return None
+    arguments = params.get("arguments") if isinstance(params, dict) else None
+    if not isinstance(arguments, dict):
+        return None  # the journaled call refuses it, saying so
+    key_argument = getattr(policy, "key_argument", None)
+    sent = {k: v for k, v in arguments.items() if k != key_argument}
+    try:
+        lookup.render("key", sent)
+    except InvalidInput as exc:
+        return f"intentlog mcp: {policy.tool!r}: {exc}"
+    return None
 
 
 def _hashable(value: Any) -> bool:

@@ -11,6 +11,7 @@ import click
 
 from intentlog._errors import Error
 from intentlog.proxy._policy import ProxyFile, load_tools
+from intentlog.proxy._serve import DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_SESSIONS
 
 __all__ = ["mcp_command"]
 
@@ -27,6 +28,19 @@ def _listen(value: str | None) -> tuple[str, int] | None:
     return host, int(port)
 
 
+def _missing_sdk() -> str | None:
+    """The first module of the ``mcp`` extra that cannot be imported, else None."""
+    import importlib.util
+
+    for module in ("mcp", "mcp_types", "uvicorn", "anyio"):
+        try:
+            if importlib.util.find_spec(module) is None:
+                return module
+        except (ImportError, ValueError):  # ValueError: a module with no spec
+            return module
+    return None
+
+
 @click.command(
     "mcp",
     short_help="Journal an MCP server's tool calls: put it in front of any server.",
@@ -35,7 +49,8 @@ def _listen(value: str | None) -> tuple[str, int] | None:
 @click.option("--db", metavar="URL", help="Journal (default: --db before the command, "
               "$INTENTLOG_URL, else ./.intentlog/journal.db; created if missing).")  # fmt: skip
 @click.option("--tools", "tools_file", metavar="FILE", type=click.Path(dir_okay=False),
-              help="Per-tool policies (tools.toml); without it, annotations decide.")  # fmt: skip
+              help="Per-tool policies (tools.toml); without it, each tool is journaled "
+                   "unless the server annotates it readOnlyHint.")  # fmt: skip
 @click.option("--task", metavar="ID", envvar="INTENTLOG_TASK",
               help="Task of calls that do not name one in _meta [env INTENTLOG_TASK].")  # fmt: skip
 @click.option(
@@ -43,6 +58,12 @@ def _listen(value: str | None) -> tuple[str, int] | None:
 )
 @click.option("--listen", metavar="HOST:PORT",
               help="Serve agents over streamable HTTP (host 127.0.0.1 unless given).")  # fmt: skip
+@click.option("--session-idle-timeout", type=click.FloatRange(min=0, min_open=True),
+              default=DEFAULT_IDLE_TIMEOUT, show_default=True, metavar="SECONDS",
+              help="--listen: close a session idle this long (its server too).")  # fmt: skip
+@click.option("--max-sessions", type=click.IntRange(min=1), default=DEFAULT_MAX_SESSIONS,
+              show_default=True, metavar="N",
+              help="--listen: at most N sessions at once; more are refused (503).")  # fmt: skip
 @click.option("--max-wait", type=float, metavar="SECONDS",
               help="How long a call may wait on a request in flight (default 60).")  # fmt: skip
 @click.option("--list-tools", is_flag=True,
@@ -56,6 +77,8 @@ def mcp_command(
     task: str | None,
     upstream: str | None,
     listen: str | None,
+    session_idle_timeout: float,
+    max_sessions: int,
     max_wait: float | None,
     list_tools: bool,
     command: Sequence[str],
@@ -68,11 +91,14 @@ def mcp_command(
     \b
     The agent talks to this process over stdio (or over HTTP with --listen);
     the server is COMMAND, started as a child over stdio, or --upstream URL.
-    Everything but tools/call passes through unchanged.
+    Everything but tools/call passes through unchanged. COMMAND starts at the
+    first argument that is not an option of this command; a '--' before it is
+    optional (leave it out where a host splits its arguments at '--').
 
     \b
     Examples:
       intentlog mcp --task order-42 -- python payments_server.py
+      intentlog mcp --task order-42 python payments_server.py --port 0
       intentlog mcp --tools tools.toml --db journal.db -- npx some-mcp-server
       intentlog mcp --upstream http://127.0.0.1:8000/mcp --listen 127.0.0.1:7000
       intentlog mcp --tools tools.toml --list-tools -- python payments_server.py
@@ -86,6 +112,16 @@ def mcp_command(
     command = list(command)
     if command and command[0] == "--":
         command = command[1:]
+    if upstream is not None or listen is not None:
+        missing = _missing_sdk()
+        if missing is not None:
+            option = "--listen" if listen is not None else "--upstream"
+            click.echo(
+                f"error: {option} needs the MCP SDK ({missing} is not installed): "
+                "pip install 'intentlog[mcp]'",
+                err=True,
+            )
+            ctx.exit(1)
     try:
         tools = load_tools(tools_file) if tools_file else ProxyFile({})
         config = ProxyConfig(
@@ -96,6 +132,8 @@ def mcp_command(
             task=task or None,
             db=db or (ctx.obj or {}).get("db"),
             max_wait=max_wait,
+            session_idle_timeout=session_idle_timeout,
+            max_sessions=max_sessions,
         )
         if list_tools:
             for name, treatment in asyncio.run(describe_tools(config)):

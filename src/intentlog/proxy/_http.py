@@ -1,8 +1,9 @@
 """The streamable-HTTP ends of a session, on the MCP SDK's own transports.
 
 :class:`HttpUpstream` reaches an upstream server at a URL (``--upstream``);
-:class:`Listener` serves agents over streamable HTTP (``--listen``), one session per
-``Mcp-Session-Id``, each bridged to an upstream of its own. Messages cross these ends as
+:class:`HttpAgent` is one agent's session served over streamable HTTP (``--listen``, one
+per ``Mcp-Session-Id``, see :mod:`intentlog.proxy._listen`), each bridged to an upstream of
+its own. Messages cross these ends as
 the SDK's JSON-RPC envelopes, whose ``params`` and ``result`` are the plain objects that
 were sent, so nothing is lost in the conversion to and from the bridge's dictionaries.
 """
@@ -19,8 +20,6 @@ from typing import Any
 
 import anyio
 from mcp.client.streamable_http import streamable_http_client
-from mcp.server.streamable_http import StreamableHTTPServerTransport
-from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.inbound import (
     MCP_NAME_HEADER,
     NAME_BEARING_METHODS,
@@ -35,13 +34,12 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from intentlog.proxy._wire import Incoming, Message, RequestId
 
-__all__ = ["HttpAgent", "HttpUpstream", "Listener"]
+__all__ = ["HttpAgent", "HttpUpstream"]
 
 log = logging.getLogger("intentlog.proxy")
 _VERSION_HEADER = "mcp-protocol-version"
 _METHOD_HEADER = "mcp-method"
 _VERSION_META = "io.modelcontextprotocol/protocolVersion"
-_SESSION_HEADER = b"mcp-session-id"
 _ENVELOPE = "io.modelcontextprotocol/"
 _HEADER_MISMATCH = -32020
 _INTERNAL_ERROR = -32603
@@ -296,111 +294,3 @@ class HttpAgent(_Streams):
 
     async def aclose(self) -> None:
         pass
-
-
-SessionRunner = Callable[[HttpAgent], Awaitable[None]]
-
-
-class Listener:
-    """An ASGI app serving agents over streamable HTTP, one bridged session per
-    ``Mcp-Session-Id``. Binding a loopback address turns on the SDK's DNS-rebinding check
-    (only loopback ``Host`` and ``Origin`` values are accepted)."""
-
-    def __init__(self, run_session: SessionRunner, *, host: str, port: int) -> None:
-        self._run_session = run_session
-        self._sessions: dict[str, StreamableHTTPServerTransport] = {}
-        self._group: anyio.abc.TaskGroup | None = None
-        loopback = host in ("127.0.0.1", "localhost", "::1")
-        self._security = (
-            TransportSecuritySettings(
-                enable_dns_rebinding_protection=True,
-                allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
-                allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
-            )
-            if loopback
-            else None
-        )
-
-    @contextlib.asynccontextmanager
-    async def running(self) -> Any:
-        async with anyio.create_task_group() as group:
-            self._group = group
-            try:
-                yield self
-            finally:
-                group.cancel_scope.cancel()
-
-    def spawn(self, work: Awaitable[None]) -> None:
-        assert self._group is not None
-        self._group.start_soon(_await, work)
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "lifespan":
-            await _lifespan(receive, send)
-            return
-        if scope["type"] != "http" or scope.get("path", "").rstrip("/") != "/mcp":
-            await _plain(send, 404, b"not found: the MCP endpoint is /mcp")
-            return
-        session_id = next(
-            (v.decode("latin-1") for k, v in scope["headers"] if k == _SESSION_HEADER), None
-        )
-        if session_id is not None:
-            transport = self._sessions.get(session_id)
-            if transport is None:
-                await _plain(send, 404, b"session not found")
-                return
-            await transport.handle_request(scope, receive, send)
-            if transport.is_terminated:
-                self._sessions.pop(session_id, None)
-            return
-        transport = StreamableHTTPServerTransport(
-            mcp_session_id=uuid.uuid4().hex, security_settings=self._security
-        )
-        assert transport.mcp_session_id is not None and self._group is not None
-        self._sessions[transport.mcp_session_id] = transport
-        await self._group.start(self._serve, transport)
-        await transport.handle_request(scope, receive, send)
-
-    async def _serve(
-        self,
-        transport: StreamableHTTPServerTransport,
-        *,
-        task_status: Any = anyio.TASK_STATUS_IGNORED,
-    ) -> None:
-        try:
-            async with transport.connect() as (read, write):
-                task_status.started()
-                await self._run_session(HttpAgent(read, write, self.spawn))
-        except Exception:
-            log.exception("an agent session over HTTP failed")
-        finally:
-            assert transport.mcp_session_id is not None
-            self._sessions.pop(transport.mcp_session_id, None)
-            if not transport.is_terminated:
-                with anyio.CancelScope(shield=True):
-                    await transport.terminate()
-
-
-async def _await(work: Awaitable[None]) -> None:
-    await work
-
-
-async def _plain(send: Any, status: int, body: bytes) -> None:
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [(b"content-type", b"text/plain")],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
-
-
-async def _lifespan(receive: Any, send: Any) -> None:
-    while True:
-        event = await receive()
-        if event["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif event["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return

@@ -1,14 +1,17 @@
 """Which tool calls the proxy journals, and what each tool's server promises.
 
 A :class:`ToolPolicy` comes from the tool's entry in ``tools.toml`` when it has one, else
-from the tool's annotations, else from the safe default. The annotations are hints the
-server gives about itself, so they only ever make a tool *less* trusted than the file says:
+from the safe default, which one annotation can change. Annotations are hints a server gives
+about itself (https://modelcontextprotocol.io/specification/2025-11-25/server/tools#tool-annotations
+says clients must treat them as untrusted), so none of them ever makes the proxy send a call
+again:
 
-- ``readOnlyHint: true``: the call passes through, never journaled;
-- ``idempotentHint: true``: journaled, and may be resent as it is (a second call has the
-  effect of one), once the first request can no longer be running;
-- anything else: journaled as a side effect that can neither deduplicate nor be asked, so a
-  call caught in flight by a crash ends UNRESOLVED, never resent.
+- ``readOnlyHint: true``: the call passes through, never journaled (a read answered from a
+  journal would be stale; the proxy itself never sends a read twice);
+- anything else, ``idempotentHint: true`` included: journaled as a side effect that can
+  neither deduplicate nor be asked, so a call caught in flight by a crash ends UNRESOLVED,
+  never resent. Only the tools file can say a tool may be resent (``idempotent``,
+  ``key_argument``, ``profile``) or looked up.
 
 This module reads files and values only; it imports nothing of the MCP SDK.
 """
@@ -28,13 +31,22 @@ from intentlog import profiles
 from intentlog._effect_options import EffectOptions, Spelling, effect_contract, unstated_retention
 from intentlog._errors import InvalidInput
 from intentlog._service import FOREVER, PROCESS, Retention, Service
+from intentlog.proxy._lookups import PLACEHOLDER as _PLACEHOLDER
+from intentlog.proxy._lookups import Lookup, lookup_refusals
 
-__all__ = ["Lookup", "ProxyFile", "ToolPolicy", "default_policy", "load_tools", "parse_tools"]
+__all__ = [
+    "Lookup",
+    "ProxyFile",
+    "ToolPolicy",
+    "default_policy",
+    "load_tools",
+    "lookup_refusals",
+    "parse_tools",
+]
 
 OnError = Literal["failed", "unknown"]
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
-_PLACEHOLDER = re.compile(r"\{(key|arguments\.[A-Za-z0-9_.-]+)\}")
 _TOOL_FIELDS = frozenset(
     {
         "read_only",
@@ -79,29 +91,6 @@ _FIELDS_OF: dict[str, tuple[str, ...]] = {
     "lookup_lag": ("lookup_lag",),
     "service": ("profile",),
 }
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Lookup:
-    """A read tool of the same server that tells whether a call landed.
-
-    ``arguments`` are sent to ``tool``; a string value ``"{key}"`` becomes the operation key
-    and ``"{arguments.NAME}"`` the call's argument NAME (a whole-string placeholder keeps the
-    argument's JSON type; inside a longer string it is formatted as text). ``found`` is a
-    dotted path into the lookup's result (its ``structuredContent``, else its first text
-    content read as JSON): present and not null or empty means Found, with the value there
-    as the call's result; absent, null or empty means NotFound. An error result means the
-    lookup could not tell (asked again later), unless its text matches ``not_found_error``.
-    """
-
-    tool: str
-    arguments: Mapping[str, Any]
-    found: tuple[str, ...]
-    not_found_error: re.Pattern[str] | None = None
-
-    def render(self, key: str, call_arguments: Mapping[str, Any]) -> dict[str, Any]:
-        """The lookup's arguments for one call."""
-        return {name: _render(value, key, call_arguments) for name, value in self.arguments.items()}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -156,9 +145,10 @@ def default_policy(tool: str, annotations: Any, *, timeout: float = DEFAULT_TIME
     if hints.get("readOnlyHint") is True:
         return ToolPolicy(tool, journaled=False, why="annotated readOnlyHint")
     if hints.get("idempotentHint") is True:
-        return ToolPolicy(
-            tool, journaled=True, why="annotated idempotentHint", deduplicates=True, timeout=timeout
-        )
+        # A server's word alone never makes a resend safe: were the hint wrong, the proxy
+        # itself would apply the call twice. The tools file says idempotent = true.
+        why = "annotated idempotentHint, which alone never makes a resend safe"
+        return ToolPolicy(tool, journaled=True, why=why, timeout=timeout)
     return ToolPolicy(tool, journaled=True, why="no annotation says otherwise", timeout=timeout)
 
 
@@ -178,7 +168,7 @@ def parse_tools(text: str, name: str = "tools.toml") -> ProxyFile:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise InvalidInput(f"{name}: not valid TOML: {exc}") from exc
-    where = _Locator(text, name)
+    where = _Locator(text, name, data)
     unknown = set(data) - {"proxy", "tools"}
     if unknown:
         top = sorted(unknown)[0]
@@ -262,6 +252,15 @@ def _tool(tool: str, entry: Any, where: _Locator, timeout: float | None) -> Tool
     if lookup is not None and lookup.tool == tool:
         raise InvalidInput(
             f"{where.key(table + '.lookup', 'tool')}: a tool cannot be its own lookup"
+        )
+    if lookup is not None and _journaled_in(where, lookup.tool):
+        raise InvalidInput(
+            f"{where.key(table + '.lookup', 'tool')}: the lookup of {tool!r} is "
+            f"{lookup.tool!r}, which this file journals as a tool that changes something; a "
+            "lookup is called unjournaled during recovery, so it must only read. Name a "
+            f"read-only tool, or mark [tools.{lookup.tool}] read_only = true if it only reads",
+            tool=tool,
+            option="lookup",
         )
     lazy = flag("lazy_receipt", False)
     if lazy and not deduplicates and lookup is None:
@@ -392,6 +391,12 @@ def _lookup(entry: Any, where: _Locator, table: str) -> Lookup:
     return Lookup(tool, dict(arguments), path, compiled)
 
 
+def _journaled_in(where: _Locator, tool: str) -> bool:
+    """Whether the file's own entry for ``tool`` journals it (is not ``read_only``)."""
+    entry = where.data.get("tools", {}).get(tool) if isinstance(where.data, dict) else None
+    return isinstance(entry, dict) and entry.get("read_only") is not True
+
+
 def _check_template(value: Any, at: str) -> None:
     if isinstance(value, str):
         for match in re.finditer(r"\{([^{}]*)\}", value):
@@ -406,28 +411,6 @@ def _check_template(value: Any, at: str) -> None:
     elif isinstance(value, list):
         for item in value:
             _check_template(item, at)
-
-
-def _render(value: Any, key: str, call_arguments: Mapping[str, Any]) -> Any:
-    if isinstance(value, dict):
-        return {k: _render(v, key, call_arguments) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_render(v, key, call_arguments) for v in value]
-    if not isinstance(value, str):
-        return value
-    whole = _PLACEHOLDER.fullmatch(value)
-    if whole:
-        return _lookup_value(whole.group(1), key, call_arguments)
-    return _PLACEHOLDER.sub(lambda m: str(_lookup_value(m.group(1), key, call_arguments)), value)
-
-
-def _lookup_value(name: str, key: str, call_arguments: Mapping[str, Any]) -> Any:
-    if name == "key":
-        return key
-    value: Any = call_arguments
-    for part in name.split(".")[1:]:
-        value = value.get(part) if isinstance(value, dict) else None
-    return value
 
 
 def _profile(name: Any, at: str) -> Service:
@@ -496,9 +479,10 @@ class _Locator:
     """Finds the line of a table or a key in the file's text, for error messages (the TOML
     reader keeps no positions)."""
 
-    def __init__(self, text: str, name: str) -> None:
+    def __init__(self, text: str, name: str, data: Any = None) -> None:
         self.lines = text.splitlines()
         self.name = name
+        self.data = data  # the parsed file, for checks across its tables
 
     def _header(self, table: str) -> int | None:
         for number, line in enumerate(self.lines, 1):

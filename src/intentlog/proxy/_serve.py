@@ -7,6 +7,7 @@ import concurrent.futures
 import dataclasses
 import logging
 import os
+import shlex
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -16,18 +17,23 @@ from intentlog._errors import InvalidInput
 from intentlog._open import ENV_URL, open_store
 from intentlog.proxy._bridge import Bridge
 from intentlog.proxy._calls import Calls
-from intentlog.proxy._policy import ProxyFile, default_policy
+from intentlog.proxy._policy import ProxyFile, default_policy, lookup_refusals
+from intentlog.proxy._stdio import StdioAgent
 from intentlog.proxy._tasks import TaskHandles
-from intentlog.proxy._wire import End, StdioAgent, StdioUpstream
+from intentlog.proxy._wire import End, StdioUpstream
 from intentlog.stores.sqlite import SQLiteStore
 
 if TYPE_CHECKING:
     from intentlog.proxy._http import HttpUpstream
 
-__all__ = ["ProxyConfig", "list_tools", "serve"]
+__all__ = ["DEFAULT_IDLE_TIMEOUT", "DEFAULT_MAX_SESSIONS", "ProxyConfig", "list_tools", "serve"]
 
 log = logging.getLogger("intentlog.proxy")
 READY = "intentlog mcp: serving"  # the line printed (to stderr) once an HTTP listener is up
+# --listen: how long a session may sit idle (the MCP SDK's own default for a server's
+# sessions), and how many may be open at once (each may hold a server process of its own).
+DEFAULT_IDLE_TIMEOUT = 1800.0
+DEFAULT_MAX_SESSIONS = 100
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,7 +44,8 @@ class ProxyConfig:
     (the URL of a streamable-HTTP server). ``listen``: serve agents over streamable HTTP at
     (host, port) instead of over this process's stdio. ``task``: the task of calls that do
     not name one in ``_meta``. ``db``: the journal's URL (None: ``$INTENTLOG_URL``, else
-    ``./.intentlog/journal.db``).
+    ``./.intentlog/journal.db``). With ``listen``, ``session_idle_timeout`` and
+    ``max_sessions`` bound the sessions (see :mod:`intentlog.proxy._listen`).
     """
 
     tools: ProxyFile
@@ -48,16 +55,29 @@ class ProxyConfig:
     task: str | None = None
     db: str | None = None
     max_wait: float | None = None
+    #: With ``listen``: a session with no request in flight this long is closed (seconds).
+    session_idle_timeout: float = DEFAULT_IDLE_TIMEOUT
+    #: With ``listen``: at most this many sessions at once (each may hold a server process).
+    max_sessions: int = DEFAULT_MAX_SESSIONS
 
     def __post_init__(self) -> None:
         if bool(self.command) == bool(self.upstream):
             raise InvalidInput(
                 "intentlog mcp needs exactly one upstream: a command after '--', or --upstream URL"
             )
+        timeout = self.session_idle_timeout
+        if not (isinstance(timeout, int | float) and 0 < timeout < float("inf")):
+            raise InvalidInput(f"--session-idle-timeout must be seconds > 0, got {timeout!r}")
+        if not (isinstance(self.max_sessions, int) and self.max_sessions >= 1):
+            raise InvalidInput(f"--max-sessions must be 1 or more, got {self.max_sessions!r}")
 
 
 async def serve(config: ProxyConfig) -> None:
     """Serve until the agent leaves (stdio) or the process is stopped (HTTP)."""
+    if any(policy.lookup is not None for policy in config.tools.tools.values()):
+        # Refused at load, before any agent is served: a lookup that is not a listed,
+        # read-only tool would be called unjournaled during recovery.
+        _check_lookups(config.tools, await _server_tools(config))
     options = {} if config.max_wait is None else {"max_wait": config.max_wait}
     journal = _journal(config, options)
     handles = TaskHandles(journal)
@@ -86,7 +106,29 @@ async def _started_upstream(config: ProxyConfig) -> StdioUpstream | HttpUpstream
 
 async def list_tools(config: ProxyConfig) -> list[tuple[str, str]]:
     """Each tool the upstream lists, with how the proxy will treat its calls (the tools
-    file's entry, else the tool's annotations), plus the file's entries it does not list."""
+    file's entry, else the tool's annotations), plus the file's entries it does not list.
+    InvalidInput when a lookup of the file may not be used with this server."""
+    tools = await _server_tools(config)
+    _check_lookups(config.tools, tools)
+    rows = []
+    for name in sorted(tools):
+        policy = config.tools.tools.get(name) or default_policy(
+            name, tools[name].get("annotations"), timeout=config.tools.timeout
+        )
+        rows.append((name, policy.describe()))
+    for name in sorted(set(config.tools.tools) - set(tools)):
+        rows.append((name, "in the tools file, but the server lists no such tool"))
+    return rows
+
+
+def _check_lookups(file: ProxyFile, tools: dict[str, dict[str, Any]]) -> None:
+    refusals = lookup_refusals(file, tools)
+    if refusals:
+        raise InvalidInput("; and ".join(refusals), option="lookup")
+
+
+async def _server_tools(config: ProxyConfig) -> dict[str, dict[str, Any]]:
+    """The upstream's tools by name, read in a session of their own."""
     upstream = await _started_upstream(config)
     try:
         hello = {
@@ -114,15 +156,7 @@ async def list_tools(config: ProxyConfig) -> list[tuple[str, str]]:
                 break
     finally:
         await upstream.aclose()
-    rows = []
-    for name in sorted(tools):
-        policy = config.tools.tools.get(name) or default_policy(
-            name, tools[name].get("annotations"), timeout=config.tools.timeout
-        )
-        rows.append((name, policy.describe()))
-    for name in sorted(set(config.tools.tools) - set(tools)):
-        rows.append((name, "in the tools file, but the server lists no such tool"))
-    return rows
+    return tools
 
 
 async def _answer(upstream: StdioUpstream | HttpUpstream, request_id: str) -> dict[str, Any]:
@@ -163,25 +197,46 @@ class _Inline(concurrent.futures.Executor):
 
 
 async def _session(
-    config: ProxyConfig, journal: AsyncJournal, handles: TaskHandles, agent: End
+    config: ProxyConfig,
+    journal: AsyncJournal,
+    handles: TaskHandles,
+    agent: End,
+    *,
+    fail_if_silent: bool = False,
 ) -> None:
-    """One session: start its upstream, bridge it to ``agent`` until the agent leaves."""
+    """One session: start its upstream, bridge it to ``agent`` until the agent leaves.
+
+    ``fail_if_silent``: raise InvalidInput (naming the command) once the upstream closes
+    without ever having sent a message (the agent gets its error answers first)."""
     upstream = await _started_upstream(config)
     try:
         bridge = Bridge(agent, upstream, getattr(upstream, "exit_note", None))
         bridge.calls = Calls(
             journal, bridge, config.tools, handles=handles, task=config.task, db=journal.url
         )
-        await bridge.run()
+        await bridge.run(end_if_upstream_silent=fail_if_silent)
     finally:
         await upstream.aclose()
+    failed = (  # the agent left first, but the server had already failed without a word
+        fail_if_silent
+        and not bridge.heard
+        and isinstance(upstream, StdioUpstream)
+        and upstream.process is not None
+        and (upstream.process.returncode or 0) > 0
+    )
+    if bridge.silent_exit or failed:
+        note = upstream.exit_note() if isinstance(upstream, StdioUpstream) else ""
+        raise InvalidInput(
+            f"the upstream server exited{note} before it answered anything: "
+            f"{shlex.join(config.command) if config.command else config.upstream}"
+        )
 
 
 async def _stdio_session(config: ProxyConfig, journal: AsyncJournal, handles: TaskHandles) -> None:
     agent = StdioAgent()
     await agent.start()
     try:
-        await _session(config, journal, handles, agent)
+        await _session(config, journal, handles, agent, fail_if_silent=True)
     finally:
         await agent.aclose()
 
@@ -189,15 +244,20 @@ async def _stdio_session(config: ProxyConfig, journal: AsyncJournal, handles: Ta
 async def _listen(config: ProxyConfig, journal: AsyncJournal, handles: TaskHandles) -> None:
     import uvicorn
 
-    from intentlog.proxy._http import HttpAgent, Listener
+    from intentlog.proxy._listen import Listener
 
     assert config.listen is not None
     host, port = config.listen
 
-    async def run_session(agent: HttpAgent) -> None:
+    async def run_session(agent: End) -> None:
         await _session(config, journal, handles, agent)
 
-    listener = Listener(run_session, host=host, port=port)
+    listener = Listener(
+        run_session,
+        host=host,
+        idle_timeout=config.session_idle_timeout,
+        max_sessions=config.max_sessions,
+    )
     server = uvicorn.Server(
         uvicorn.Config(listener, host=host, port=port, log_level="warning", lifespan="off")
     )
@@ -208,4 +268,7 @@ async def _listen(config: ProxyConfig, journal: AsyncJournal, handles: TaskHandl
         if server.started:
             bound = server.servers[0].sockets[0].getsockname()
             print(f"{READY} http://{host}:{bound[1]}/mcp", file=sys.stderr, flush=True)
-        await serving
+        try:
+            await serving
+        finally:
+            listener.stateless.close()

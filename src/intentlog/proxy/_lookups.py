@@ -1,0 +1,130 @@
+"""Lookups: the read tool of a server that tells whether a call the proxy lost track of
+landed, the arguments it is sent for one call, and which tools may be one."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from intentlog._errors import InvalidInput
+
+if TYPE_CHECKING:
+    from intentlog.proxy._policy import ProxyFile
+
+__all__ = ["PLACEHOLDER", "Lookup", "lookup_refusals"]
+
+PLACEHOLDER = re.compile(r"\{(key|arguments\.[A-Za-z0-9_.-]+)\}")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Lookup:
+    """A read tool of the same server that tells whether a call landed.
+
+    ``arguments`` are sent to ``tool``; a string value ``"{key}"`` becomes the operation key
+    and ``"{arguments.NAME}"`` the call's argument NAME, where NAME is a dotted path that may
+    index into lists (``{arguments.entities.0.name}``); a whole-string placeholder keeps the
+    argument's JSON type, inside a longer string it is formatted as text. A placeholder the
+    call's arguments do not resolve is an error (:meth:`render` raises InvalidInput), never a
+    null sent. ``found`` is a dotted path into the lookup's result (its
+    ``structuredContent``, else its first text content read as JSON): present and not null
+    or empty means Found, with the value there as the call's result; absent, null, ``""``,
+    ``[]`` or ``{}`` means NotFound. An error result means the lookup could not tell (asked
+    again later), unless its text matches ``not_found_error``.
+
+    The tool is called unjournaled during recovery, so it must only read: one the tools
+    file journals is refused when the file is read, and one the file does not mark
+    ``read_only`` must be listed by the server with ``readOnlyHint: true``
+    (:func:`lookup_refusals`), or the proxy does not start.
+    """
+
+    tool: str
+    arguments: Mapping[str, Any]
+    found: tuple[str, ...]
+    not_found_error: re.Pattern[str] | None = None
+
+    def render(self, key: str, call_arguments: Mapping[str, Any]) -> dict[str, Any]:
+        """The lookup's arguments for one call; InvalidInput names a placeholder that the
+        call's arguments do not resolve."""
+        return {name: _render(value, key, call_arguments) for name, value in self.arguments.items()}
+
+
+def _render(value: Any, key: str, call_arguments: Mapping[str, Any]) -> Any:
+    if isinstance(value, dict):
+        return {k: _render(v, key, call_arguments) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_render(v, key, call_arguments) for v in value]
+    if not isinstance(value, str):
+        return value
+    whole = PLACEHOLDER.fullmatch(value)
+    if whole:
+        return _lookup_value(whole.group(1), key, call_arguments)
+    return PLACEHOLDER.sub(lambda m: str(_lookup_value(m.group(1), key, call_arguments)), value)
+
+
+def _lookup_value(name: str, key: str, call_arguments: Mapping[str, Any]) -> Any:
+    if name == "key":
+        return key
+    value: Any = call_arguments
+    for part in name.split(".")[1:]:
+        if isinstance(value, Mapping) and part in value:
+            value = value[part]
+        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]
+        else:
+            raise InvalidInput(
+                f"the lookup needs {{{name}}}, which this call's arguments do not have "
+                f"({_shape(value, part)}); the call was not sent",
+                option="lookup",
+            )
+    return value
+
+
+def _shape(value: Any, part: str) -> str:
+    if isinstance(value, list):
+        return f"the list there has {len(value)} items, no item {part}"
+    if isinstance(value, Mapping):
+        return f"no {part!r} there"
+    return f"{type(value).__name__} there, not an object or a list"
+
+
+def lookup_refusals(file: ProxyFile, listed: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Why each lookup of ``file`` may not be used with a server that lists ``listed`` (its
+    tools by name, as ``tools/list`` gives them); empty when every lookup may.
+
+    A lookup is called unjournaled during recovery: were it a tool that changes something,
+    recovery would apply it unrecorded (a ``write_file`` as the lookup of ``edit_file``
+    clobbers the file, and the lost edit is reported found). So its tool must be marked
+    read-only, by the tools file (``read_only = true``) or by the server
+    (``readOnlyHint: true``), and the server must list it.
+    """
+    refusals = []
+    for name, policy in sorted(file.tools.items()):
+        lookup = policy.lookup
+        if lookup is None:
+            continue
+        configured = file.tools.get(lookup.tool)
+        if configured is not None and not configured.journaled:
+            if lookup.tool not in listed:
+                refusals.append(
+                    f"the lookup of {name!r} is {lookup.tool!r}, which the server does not "
+                    "list: name a read tool the server has (intentlog mcp --list-tools)"
+                )
+            continue
+        definition = listed.get(lookup.tool)
+        if definition is None:
+            refusals.append(
+                f"the lookup of {name!r} is {lookup.tool!r}, which the server does not list: "
+                "name a read tool the server has (intentlog mcp --list-tools)"
+            )
+            continue
+        hints = definition.get("annotations")
+        if not (isinstance(hints, Mapping) and hints.get("readOnlyHint") is True):
+            refusals.append(
+                f"the lookup of {name!r} is {lookup.tool!r}, which the server does not mark "
+                "read-only (readOnlyHint): a lookup is called unjournaled during recovery, so "
+                f"it must only read. Name a read-only tool, or, if {lookup.tool!r} truly only "
+                f"reads, say so in the tools file: [tools.{lookup.tool}] read_only = true"
+            )
+    return refusals
