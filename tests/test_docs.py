@@ -361,8 +361,12 @@ def _needs_temporal(name: str) -> bool:
 
 
 def _doc_param(name: str) -> object:
+    # A doc runs whole workflows (testing.md its crash matrix, frameworks.md five engines):
+    # minutes on a loaded machine, more than the suite's 120 s per test.
+    marks = [pytest.mark.timeout(600)]
     # The Temporal tests share one dev server per xdist worker: run them all on one.
-    marks = [pytest.mark.xdist_group("temporal")] if _needs_temporal(name) else []
+    if _needs_temporal(name):
+        marks.append(pytest.mark.xdist_group("temporal"))
     return pytest.param(name, marks=marks, id=name)
 
 
