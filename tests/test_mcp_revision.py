@@ -599,3 +599,55 @@ def test_an_error_the_http_client_made_up_for_an_unreadable_answer_is_not_a_refu
         assert upstream._read_answer(7, made_up)["error"]["code"] not in REFUSED_CODES
     refused = {"jsonrpc": "2.0", "id": 8, "error": {"code": -32020, "message": "mismatch"}}
     assert upstream._read_answer(8, refused)["error"]["code"] == -32020
+
+
+# -- both faces on 2026-07-28 ----------------------------------------------------------------
+
+
+def test_a_2026_agent_over_listen_to_a_2026_http_upstream_is_journaled_once_and_replayed(
+    paths: dict[str, Path],
+) -> None:
+    """The whole HTTP path on the current revision: the SDK 2.3 client (no session) talks to
+    ``intentlog mcp --listen``, which forwards to the SDK's 2026-07-28 server over
+    ``--upstream``. The marked call reaches the server once with its headers and is
+    CONFIRMED; the same call again is the replay, valid for the client (``resultType``)."""
+    import re
+
+    from mcp.client.streamable_http import streamable_http_client
+
+    async def body(upstream: str) -> None:
+        command = [sys.executable, "-m", "intentlog.cli", "mcp", "--db", str(paths["db"]),
+                   "--task", "t1", "--listen", "127.0.0.1:0", "--upstream", upstream]  # fmt: skip
+        proxy = await asyncio.create_subprocess_exec(
+            *command, stdin=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
+        )
+        assert proxy.stderr is not None
+        try:
+            seen: list[str] = []
+            while not (seen and seen[-1].startswith("intentlog mcp: serving ")):
+                line = (await asyncio.wait_for(proxy.stderr.readline(), DEADLINE_S)).decode()
+                assert line, f"the proxy exited before it listened: {seen}"
+                seen.append(line)
+            url = seen[-1].split()[-1]
+            assert re.match(r"^http://127\.0\.0\.1:\d+/", url), url
+            async with (
+                streamable_http_client(url) as (read, write),
+                WireSession(read, write) as session,
+            ):
+                await session.discover()
+                assert session._negotiated_version == MODERN
+                arguments = {"amount": 40, "account": "Zürich 7"}
+                first = dump(await session.call_tool("wire", arguments))
+                again = dump(await session.call_tool("wire", arguments))
+            assert first.get("isError") is not True, first
+            assert operation(first)["state"] == "CONFIRMED"
+            assert operation(again)["replay"] is True
+            assert again["structuredContent"] == first["structuredContent"]
+        finally:
+            proxy.terminate()
+            await asyncio.wait_for(proxy.wait(), DEADLINE_S)
+
+    with _revision_http(paths["ledger"]) as upstream:
+        asyncio.run(body(upstream))
+    assert len(ledger_rows(paths["ledger"], "wire")) == 1
+    assert [state for _, state in _ops(paths["db"], "wire")] == [intentlog.State.CONFIRMED]
