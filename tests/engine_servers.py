@@ -3,6 +3,7 @@ start``) on a free loopback port, with its database in a folder of its own."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -45,6 +46,18 @@ class PrefectServer:
         return {"PREFECT_API_URL": self.api_url, "PREFECT_HOME": str(self.home),
                 "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
                 "PREFECT_LOGGING_LEVEL": "WARNING"}  # fmt: skip
+
+    def mark_crashed(self, flow_run: str) -> None:
+        """Set flow run ``flow_run`` Crashed, as Prefect's worker does when the process running
+        it died (a flow run killed by SIGKILL stays Running otherwise, and cannot be retried)."""
+        state = {"state": {"type": "CRASHED", "name": "Crashed", "message": "process killed"},
+                 "force": True}  # fmt: skip
+        request = urllib.request.Request(
+            f"{self.api_url}/flow_runs/{flow_run}/set_state", json.dumps(state).encode(),
+            headers={"Content-Type": "application/json"}, method="POST",
+        )  # fmt: skip
+        with urllib.request.urlopen(request, timeout=30) as response:
+            assert response.status in (200, 201)
 
     def _wait_until_healthy(self) -> bool:
         while self.process.poll() is None:  # bounded by the test timeout

@@ -14,7 +14,9 @@ is ``journaled`` (the tool goes through intentlog, journal at ``INTENTLOG_URL``)
 - ``temporal``: each run in a workflow of tests/pydantic_ai_temporal.py, the workflows and the
   agents' activities on a worker in this process (server ``INTENTLOG_TEST_TEMPORAL``, queue
   ``INTENTLOG_TEST_TEMPORAL_QUEUE``); a second process is the new worker on which Temporal
-  retries the tool's activity.
+  retries the tool's activity;
+- ``prefect``: all the runs in one flow run of tests/pydantic_ai_prefect.py (server
+  ``PREFECT_API_URL``); after the kill, ``prefect flow-run retry`` runs that flow run again.
 
 The model is Pydantic AI's ``FunctionModel``: it asks for one payment of 500 to bob, then
 answers with what the tool returned. The process prints one JSON line: for each run id, what
@@ -257,6 +259,11 @@ def run_temporal(tools: list[Any], runs: list[dict[str, str]]) -> dict[str, Any]
 def main() -> int:
     backend, runs_json = sys.argv[1:3]
     runs: list[dict[str, str]] = json.loads(runs_json)
+    if backend == "prefect":  # the flow builds its agents: a retried flow run does so anew
+        from pydantic_ai_prefect import pay_orders
+
+        print(json.dumps(pay_orders(runs)), flush=True)
+        return 0
     dying = Dying(len(runs))
     with intentlog.open(os.environ["INTENTLOG_URL"], max_wait=2) as journal:
         tools = [

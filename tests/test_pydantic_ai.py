@@ -1,17 +1,18 @@
 """Pydantic AI agents killed with SIGKILL while a tool's payment is in flight, then run again.
 
-One child process (tests/pydantic_ai_agents.py, Pydantic AI's ``FunctionModel``) makes six
-agent runs at once, each paying a service of its own: for a service that deduplicates on the key,
-one that can be asked by key and one that can do neither, one run whose tool goes through
-intentlog and one whose plain tool does not. It is killed once all six services applied their
-payment and before any tool's answer was recorded. The runs are then made again: without a
-durable backend by running the same ``run_id`` again, as a user would; under DBOS (on
-PostgreSQL) by a new process whose ``DBOS.launch()`` recovers the workflows, as DBOS does; under
-Temporal (the session's dev server) by a new worker process, on which Temporal retries the tool's
-activity once the dead worker's heartbeats stopped and replays the workflow. Every
-count comes from the ReferenceService's own record of what it applied. The ``plain`` runs are
-the control: killed at the same moment, the same agents with a tool that does not go through
-intentlog pay twice, whatever the service can do.
+One child process (tests/pydantic_ai_agents.py, Pydantic AI's ``FunctionModel``) makes six agent
+runs at once, each paying a service of its own: for a service that deduplicates on the key, one
+that can be asked by key and one that can do neither, one run whose tool goes through intentlog and
+one whose plain tool does not. It is killed once all six services applied their payment and before
+any tool's answer was recorded. The runs are then made again: without a durable backend by running
+the same ``run_id`` again, as a user would; under DBOS (on PostgreSQL) by a new process whose
+``DBOS.launch()`` recovers the workflows, as DBOS does; under Temporal (the session's dev server)
+by a new worker process, on which Temporal retries the tool's activity once the dead worker's
+heartbeats stopped and replays the workflow; under Prefect (the session's server) all six runs are
+one flow run, which is marked Crashed, as Prefect's worker does for a dead process, and run again
+by ``prefect flow-run retry``. Every count comes from the ReferenceService's own record of what it
+applied. The ``plain`` runs are the control: killed at the same moment, the same agents with a tool
+that does not go through intentlog pay twice, whatever the service can do.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from intentlog.testing import ReferenceService
 
 HERE = Path(__file__).parent
 AGENT = HERE / "pydantic_ai_agents.py"
+PREFECT_FLOW = f"{HERE / 'pydantic_ai_prefect.py'}:pay_orders"
 MODES = ("dedupe", "lookup", "neither")
 
 
@@ -51,11 +53,14 @@ class Orders:
         backend: str,
         services: dict[tuple[str, str], ReferenceService],
         env: dict[str, str],
+        prefect: Any = None,
     ) -> None:
         self.backend = backend
         self.services = services
         self.env = env
         self.tag = uuid.uuid4().hex[:8]  # workflow ids of their own on the shared Temporal server
+        self.prefect = prefect  # the Prefect server (engine_servers.PrefectServer)
+        self.crashed: str | None = None  # the Prefect flow run that was killed
 
     def runs(self, variants: tuple[str, ...], workflow_suffix: str) -> list[dict[str, str]]:
         return [
@@ -70,17 +75,24 @@ class Orders:
     ) -> Any:
         env = {**self.env, "PAY_THEN_DIE": "1" if die else "0"}
         runs = json.dumps(self.runs(variants, workflow_suffix))
-        done = subprocess.run(
-            [sys.executable, str(AGENT), self.backend, runs],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        command = [sys.executable, str(AGENT), self.backend, runs]
+        if self.crashed is not None:  # Prefect runs the killed flow run again, under its id
+            command = [sys.executable, "-m", "prefect", "flow-run", "retry", self.crashed,
+                       "--entrypoint", PREFECT_FLOW]  # fmt: skip
+            self.crashed = None
+        flow_dir = Path(self.env.get("INTENTLOG_TEST_PREFECT_DIR", ""))  # the Prefect flow's files
+        if self.backend == "prefect":
+            (flow_dir / "answers.json").unlink(missing_ok=True)  # none left from a run before
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
         if die:
             assert done.returncode == -signal.SIGKILL, done.stderr
+            if self.backend == "prefect":
+                self.crashed = (flow_dir / "flow_run").read_text()
+                self.prefect.mark_crashed(self.crashed)
             return None
-        assert done.returncode == 0, done.stderr
+        assert done.returncode == 0, done.stderr + done.stdout
+        if self.backend == "prefect":  # the flow's answers (the retry's CLI prints its own lines)
+            return json.loads((flow_dir / "answers.json").read_text())
         return json.loads(done.stdout.strip().splitlines()[-1])
 
     def killed_then_rerun(self) -> dict[str, Any]:
@@ -107,9 +119,15 @@ class Orders:
             return op
 
 
-# The Temporal tests share the session's one Temporal server on one xdist worker (test_temporal.py).
+# The Temporal tests share the session's one Temporal server on one xdist worker (test_temporal.py),
+# the Prefect tests the session's one Prefect server (test_prefect.py).
 @pytest.fixture(
-    params=["none", "dbos", pytest.param("temporal", marks=pytest.mark.xdist_group("temporal"))]
+    params=[
+        "none",
+        "dbos",
+        pytest.param("temporal", marks=pytest.mark.xdist_group("temporal")),
+        pytest.param("prefect", marks=pytest.mark.xdist_group("prefect")),
+    ]
 )
 def orders(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Orders]:
     # The children import this tree's intentlog and the agents module beside this file.
@@ -130,6 +148,12 @@ def orders(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Orders]:
                 env["INTENTLOG_TEST_TEMPORAL"] = request.getfixturevalue("temporal_server")
                 env["INTENTLOG_TEST_TEMPORAL_QUEUE"] = f"payers-{uuid.uuid4().hex[:8]}"
             yield Orders(request.param, services, env)
+            return
+        if request.param == "prefect":
+            server = request.getfixturevalue("prefect_server")
+            env.update(server.settings())
+            env["INTENTLOG_TEST_PREFECT_DIR"] = str(tmp_path)
+            yield Orders("prefect", services, env, prefect=server)
             return
         # DBOS's system tables and the journal in schemas of their own on the test server.
         need_postgres()

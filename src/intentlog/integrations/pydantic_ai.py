@@ -40,12 +40,14 @@ blocked, and concurrent calls of one task share one leased handle and take turns
 Why the durable backends need this: DBOS does not wrap function tools in steps at all, so a
 recovered workflow runs the tool again (https://ai.pydantic.dev/durable_execution/dbos/); Temporal
 runs them as activities, which restart from the beginning when they fail part-way
-(https://ai.pydantic.dev/durable_execution/temporal/). Under Temporal the tool runs in an
-activity, which Pydantic AI heartbeats in the background (``heartbeating`` in
-``pydantic_ai/durable_exec/temporal/_toolset.py``), so the journal's wait in a worker thread
-keeps the activity alive; give it a ``heartbeat_timeout`` and a ``start_to_close_timeout`` above
-the journal's ``max_wait`` plus the request timeout. Pydantic AI's default run id under Temporal
-is derived from the workflow's run id, which a reset or continue-as-new changes: pass the run id
+(https://ai.pydantic.dev/durable_execution/temporal/); Prefect runs them as tasks whose result is
+persisted when they finish, so a retried flow run replays the model's tool call and runs a tool
+that never finished again (https://ai.pydantic.dev/durable_execution/prefect/). Under Temporal the
+tool runs in an activity, which Pydantic AI heartbeats in the background (``heartbeating`` in
+``pydantic_ai/durable_exec/temporal/_toolset.py``), so the journal's wait in a worker thread keeps
+the activity alive; give it a ``heartbeat_timeout`` and a ``start_to_close_timeout`` above the
+journal's ``max_wait`` plus the request timeout. Pydantic AI's default run id under Temporal is
+derived from the workflow's run id, which a reset or continue-as-new changes: pass the run id
 yourself where a later run must find the same task.
 """
 
