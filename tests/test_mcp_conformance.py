@@ -70,7 +70,26 @@ STATELESS_LISTENER = pytest.mark.xfail(
     reason="--listen does not yet serve stateless 2026-07-28 clients (issue 21, items 1-4, 7)",
 )
 
+#: Scenarios that repeat, with the same arguments, a call an earlier scenario of the run made
+#: to completion. Through the proxy that is the same call made again in the same task, and it
+#: is answered from the journal (a replay), as it must be for a client that re-issues a call
+#: whose answer it lost; the bare server runs it again. Such a scenario may fail through the
+#: proxy only on checks whose answer was a replay.
+REPEATS = {
+    # Round 1 of test_input_required_result_elicitation, which
+    # input-required-result-basic-elicitation completed (round 2) before it.
+    "input-required-result-result-type",
+}
+
 _RESULT_DIR = re.compile(r"^server-(?P<scenario>.+)-\d{4}-\d\d-\d\dT[\d-]+Z$")
+
+
+def _replayed(check: dict[str, Any]) -> bool:
+    """Whether the answer a check judged was the proxy's replay from its journal."""
+    result = (check.get("details") or {}).get("result") or {}
+    meta = result.get("_meta") if isinstance(result, dict) else None
+    operation = (meta or {}).get("intentlog/operation") or {}
+    return isinstance(operation, dict) and operation.get("replay") is True
 
 
 def run_suite(url: str, version: str, out: Path) -> dict[str, list[str]]:
@@ -94,6 +113,7 @@ def run_suite(url: str, version: str, out: Path) -> dict[str, list[str]]:
         checks = json.loads((entry / "checks.json").read_text())
         results[match["scenario"]] = [
             f"{check.get('id')}: {(check.get('errorMessage') or '')[:300]}"
+            + (" [a replay]" if _replayed(check) else "")
             for check in checks
             if check.get("status") == "FAILURE"
         ]
@@ -230,7 +250,10 @@ def test_every_scenario_the_bare_server_passes_passes_through_the_proxy(
 
     proxied = asyncio.run(body())
     lost = {
-        s: proxied.get(s, ["not run through the proxy"]) for s in passed if proxied.get(s) != []
+        scenario: proxied.get(scenario, ["not run through the proxy"])
+        for scenario in passed
+        if proxied.get(scenario) != []
+        and not (scenario in REPEATS and all(f.endswith("[a replay]") for f in proxied[scenario]))
     }
     assert not lost, json.dumps(lost, indent=1)[:20_000]
     # The calls went through the journal, not around it: the proxy journaled the tools.
