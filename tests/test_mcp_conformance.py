@@ -92,11 +92,14 @@ def _replayed(check: dict[str, Any]) -> bool:
     return isinstance(operation, dict) and operation.get("replay") is True
 
 
-def run_suite(url: str, version: str, out: Path) -> dict[str, list[str]]:
-    """Every server scenario of ``version`` against ``url`` in one suite process: for each
-    scenario, its failed checks (id and message; empty: passed)."""
+def run_suite(
+    url: str, version: str, out: Path, scenario: str | None = None
+) -> dict[str, list[str]]:
+    """Every server scenario of ``version`` (or only ``scenario``) against ``url`` in one suite
+    process: for each scenario, its failed checks (id and message; empty: passed)."""
     out.mkdir(parents=True)
-    suite = [str(NODE), str(CONFORMANCE), "server", "--url", url, "--suite", "all"]
+    suite = [str(NODE), str(CONFORMANCE), "server", "--url", url]
+    suite += ["--suite", "all"] if scenario is None else ["--scenario", scenario]
     done = subprocess.run(
         [*suite, "--spec-version", version, "--output-dir", str(out)],
         capture_output=True,
@@ -153,7 +156,16 @@ def bare(everything: str, tmp_path_factory: pytest.TempPathFactory) -> Any:
 
     @functools.cache
     def results(version: str) -> dict[str, list[str]]:
-        return run_suite(everything, version, tmp_path_factory.mktemp("bare") / version)
+        found = run_suite(everything, version, tmp_path_factory.mktemp("bare") / version)
+        # The reference server is the yardstick, not what is tested: a scenario it did not
+        # finish in the suite's time (the SDK's server now and then leaves a sampling round
+        # trip hanging on a loaded machine) is run once more on its own, so that a stall of
+        # the yardstick neither fails the core check nor drops the scenario from the comparison.
+        for scenario, failed in list(found.items()):
+            if any(f.startswith("scenario-timeout") for f in failed):
+                again = tmp_path_factory.mktemp("bare-again") / version
+                found[scenario] = run_suite(everything, version, again, scenario)[scenario]
+        return found
 
     return results
 
