@@ -63,11 +63,10 @@ CORE = {
 }  # fmt: skip
 
 #: The listener answers a stateless (2026-07-28) request without a session "Missing session
-#: ID" on this revision of the proxy (issue 21, item 7); the multi-round and header items
-#: (1-4) follow once it serves them. Strict: the day the proxy passes, this marker must go.
+#: ID" on this revision of the proxy, and an HTTP upstream's multi-round and header-bearing
+#: calls fail through it. Strict: the day the proxy passes, this marker must go.
 STATELESS_LISTENER = pytest.mark.xfail(
-    strict=True,
-    reason="--listen does not yet serve stateless 2026-07-28 clients (issue 21, items 1-4, 7)",
+    strict=True, reason="--listen does not yet serve stateless 2026-07-28 clients"
 )
 
 #: Scenarios that repeat, with the same arguments, a call an earlier scenario of the run made

@@ -4,7 +4,7 @@ the client of the MCP Inspector and of most TypeScript hosts), which checks a to
 (https://github.com/modelcontextprotocol/typescript-sdk, ``Client.callTool``). The proxy's own
 answers, UNRESOLVED and still in flight, must reach such a host as results it can read (the
 do-not-retry text), not be rejected with "Structured content does not match the tool's output
-schema" (issue 21, item 6).
+schema".
 
 The host is ``tests/node/ts_client.mjs`` on the SDK from ``tests/node``; the server is the
 ledger server, whose tools declared ``-> str`` or a TypedDict have an ``outputSchema``.
