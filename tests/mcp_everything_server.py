@@ -39,6 +39,31 @@ IMAGE = (
 AUDIO = "UklGRiYAAABXQVZFZm10IBAAAAABAAEAQB8AAAB9AAACABAAZGF0YQIAAAA="
 
 
+JSON_SCHEMA_2020_12: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "$defs": {
+        "address": {
+            "$anchor": "addressDef",
+            "type": "object",
+            "properties": {"street": {"type": "string"}, "city": {"type": "string"}},
+        }
+    },
+    "properties": {
+        "name": {"type": "string"},
+        "address": {"$ref": "#/$defs/address"},
+        "contactMethod": {"type": "string", "enum": ["phone", "email"]},
+        "phone": {"type": "string"},
+        "email": {"type": "string"},
+    },
+    "allOf": [{"anyOf": [{"required": ["phone"]}, {"required": ["email"]}]}],
+    "if": {"properties": {"contactMethod": {"const": "phone"}}, "required": ["contactMethod"]},
+    "then": {"required": ["phone"]},
+    "else": {"required": ["email"]},
+    "additionalProperties": False,
+}
+
+
 class _Reply(BaseModel):
     response: str = Field(description="User's response")
 
@@ -199,6 +224,14 @@ def build() -> MCPServer[Any]:
         )
         content = result.data.model_dump_json() if result.action == "accept" else "{}"
         return f"Elicitation completed: action={result.action}, content={content}"
+
+    @app.tool(description="Tool with JSON Schema 2020-12 features")
+    def json_schema_2020_12_tool(name: str = "", address: dict[str, Any] | None = None) -> str:
+        return f"received {name!r}"
+
+    # Its listed inputSchema as the suite gives it, keywords a proxy must not strip (SEP-1613,
+    # SEP-2106); the SDK would derive a plainer one from the signature.
+    app._tool_manager.get_tool("json_schema_2020_12_tool").parameters = JSON_SCHEMA_2020_12
 
     # 2026-07-28 multi-round tools (SEP-2322): the first round answers input_required with
     # the requests the client must fulfil; the retry carries inputResponses (and requestState).

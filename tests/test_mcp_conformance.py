@@ -54,11 +54,13 @@ CORE = {
         "server-initialize", "tools-list", "tools-call-simple-text", "tools-call-error",
         "tools-call-with-progress", "tools-call-sampling", "tools-call-elicitation",
         "resources-read-text", "prompts-get-with-args", "completion-complete",
+        "json-schema-2020-12",
     },
     "2026-07-28": {
         "tools-list", "tools-call-simple-text", "tools-call-error",
         "resources-read-text", "prompts-get-with-args", "caching", "sep-2164-resource-not-found",
         "input-required-result-basic-elicitation", "input-required-result-multi-round",
+        "json-schema-2020-12",
     },
 }  # fmt: skip
 
