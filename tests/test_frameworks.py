@@ -438,7 +438,6 @@ def test_frameworks_doc_examples_run(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
     temporal_server: str,
-    sdk_loop: None,
     prefect_server: Any,
 ) -> None:
     from test_docs import Runner, blocks
