@@ -426,6 +426,10 @@ def test_workers_ride_out_server_restarts(tmp_path: Path, mode: str) -> None:
         text = log.read_text(errors="replace")
         lines = [line for line in text.splitlines() if "intentlog check:" not in line]
         assert re.fullmatch(r"intentlog worker \d+: started .*", lines[0]), text
+        # A worker still opening its journal when a restart began waits for the server: one
+        # line per try, before any outage of an open journal.
+        while len(lines) > 1 and OPENING.fullmatch(lines[1]):
+            del lines[1]
         events = ["lost" if LOST.fullmatch(line) else "back" for line in lines[1:]]
         assert all(LOST.fullmatch(line) or BACK.fullmatch(line) for line in lines[1:]), text
         # Lost, reconnected, in turn: at least once (two restarts; a worker's connections
@@ -433,6 +437,10 @@ def test_workers_ride_out_server_restarts(tmp_path: Path, mode: str) -> None:
         assert events and events == ["lost", "back"] * (len(events) // 2), text
 
 
+OPENING = re.compile(
+    r"intentlog worker \d+: cannot open the journal at \S+: its server cannot be reached "
+    r"\(.*\); trying again in [\d.]+ s"
+)
 LOST = re.compile(r"journal \S+: connection lost \(\w+: .*\); reconnecting")
 BACK = re.compile(r"journal \S+: reconnected after \d+\.\d\d s")
 
@@ -474,3 +482,49 @@ def test_a_worker_waits_out_a_server_away_longer_than_its_store_waits(
                 worker.stop()
                 thread.join()
         assert list(service.truth().values()) == [1]
+
+
+def test_a_worker_started_while_the_server_is_away_waits_for_it(tmp_path: Path) -> None:
+    """``intentlog worker`` started while the journal's server is down (a restart, a
+    failover) does not exit: it says so once per try and opens the journal once the server is
+    back, then runs the task once. Before, it ended with "cannot open the journal"."""
+    need_clusters()
+    with (
+        Clusters() as pg,
+        ReferenceService("lookup", db_path=tmp_path / "service.db") as service,
+    ):
+        primary = pg.primary()
+        url = primary.url("postgres", schema="journal")
+        with intentlog.open(url) as journal:
+            journal.start("order", "order-1", {"amount": 100})
+        primary.stop("fast")
+        source = Path(intentlog.__file__).parents[1]
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), str(source)]),
+            "INTENTLOG_URL": url,
+            "INTENTLOG_TEST_SERVICE": service.url,
+            "INTENTLOG_TEST_MODE": "lookup",
+            "INTENTLOG_TEST_MARKER": str(tmp_path / "marker"),
+        }
+        env.pop("INTENTLOG_CRASH", None)
+        log = tmp_path / "worker.log"
+        proc = spawn_worker(env, log)
+        try:
+
+            def tries() -> int:
+                text = log.read_text(errors="replace")
+                return sum(bool(OPENING.fullmatch(line)) for line in text.splitlines())
+
+            wait_for(tries, 2, "the worker's tries to open")
+            assert proc.poll() is None, log.read_text(errors="replace")
+            primary.start()
+            with intentlog.open(url) as watcher:
+                wait_for(lambda: sum(t.completed for t in watcher.tasks()), 1, "the task run")
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=120) == 0, log.read_text(errors="replace")
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert set(service.truth().values()) == {1} and len(service.truth()) == 3

@@ -885,28 +885,27 @@ def worker(
         pool_log.setLevel(logging.ERROR)
     try:
         registry = load_registry(app)
-        with (
-            intentlog.open(ctx.obj["db"], lease_ttl=lease_ttl) as journal,
-            _serving_metrics(journal, registry, metrics_at),
-        ):
-            workers.extend(
-                intentlog.Worker(journal, registry, poll=poll) for _ in range(concurrency)
-            )
-            if stopping.is_set():
-                request_stop()
-            threads = [
-                threading.Thread(target=w.run, kwargs={"exit_when_idle": exit_when_idle})
-                for w in workers[1:]
-            ]
-            for thread in threads:
-                thread.start()
-            try:
-                workers[0].run(exit_when_idle=exit_when_idle)
-            finally:
-                for w in workers:
-                    w.stop()
+        opened = _open_when_reachable(ctx.obj["db"], lease_ttl, stopping)
+        if opened is not None:  # None: stopped while the server was away, nothing claimed
+            with opened as journal, _serving_metrics(journal, registry, metrics_at):
+                workers.extend(
+                    intentlog.Worker(journal, registry, poll=poll) for _ in range(concurrency)
+                )
+                if stopping.is_set():
+                    request_stop()
+                threads = [
+                    threading.Thread(target=w.run, kwargs={"exit_when_idle": exit_when_idle})
+                    for w in workers[1:]
+                ]
                 for thread in threads:
-                    thread.join()
+                    thread.start()
+                try:
+                    workers[0].run(exit_when_idle=exit_when_idle)
+                finally:
+                    for w in workers:
+                        w.stop()
+                    for thread in threads:
+                        thread.join()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -919,6 +918,25 @@ def worker(
         _emit(totals)
     else:
         click.echo(", ".join(f"{n} {what}" for what, n in totals.items()))
+
+
+def _open_when_reachable(
+    db: str, lease_ttl: float, stopping: threading.Event
+) -> intentlog.Journal | None:
+    """The journal, opened once its server can be reached: a worker started while the server
+    restarts or fails over waits for it (one line per try, the pause doubling up to 30 s)
+    instead of exiting; None if stopped meanwhile. Any other error ends the worker."""
+    pause = 0.5
+    while True:
+        try:
+            return intentlog.open(db, lease_ttl=lease_ttl)
+        except intentlog.JournalUnreachable as exc:
+            why = " ".join(str(exc).split())  # one line: libpq's messages span several
+            click.echo(f"intentlog worker {os.getpid()}: {why}; trying again in {pause:g} s",
+                       err=True)  # fmt: skip
+            if stopping.wait(pause):
+                return None
+            pause = min(pause * 2, 30.0)
 
 
 @contextlib.contextmanager

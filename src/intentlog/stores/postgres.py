@@ -169,6 +169,15 @@ class _Common(Plans):
                 f"no journal at {self.url}: database {name!r} does not exist on that server; "
                 f"intentlog never creates a database: check the URL, or create it ({why})"
             )
+        if isinstance(exc, psycopg.OperationalError) and (
+            (exc.sqlstate or "").startswith("57P") or any(sign in why for sign in _AWAY)
+        ):
+            # No connection could be made (refused, timed out, cut) or the server is starting
+            # or shutting down (57P01-57P03): the server is away, not the URL or the role
+            # refused, and a later try may succeed (a worker waits and tries again).
+            return JournalUnreachable(
+                f"cannot open the journal at {self.url}: its server cannot be reached ({why})"
+            )
         return self._answer(exc) or JournalError(f"cannot open the journal at {self.url}: {why}")
 
     def _check_exists(self, conn: psycopg.Connection[Any]) -> None:
@@ -692,6 +701,17 @@ _SYNC_COMMIT = (
 
 # pg_stat_replication shows sync_state only to roles with pg_read_all_stats (superusers
 # have it): https://www.postgresql.org/docs/15/monitoring-stats.html#MONITORING-PG-STAT-REPLICATION-VIEW
+# What libpq says (it gives no SQLSTATE at connect time) when the server is away rather than
+# refusing this URL or role: a later try may find it back.
+_AWAY = (
+    "Connection refused",
+    "timeout expired",
+    "Connection timed out",
+    "server closed the connection",
+    "Connection reset",
+    "No route to host",
+    "the database system is",
+)
 _REPLICATION = (
     "SELECT current_setting('synchronous_commit') AS synchronous_commit,"
     " current_setting('synchronous_standby_names') AS synchronous_standby_names,"
