@@ -428,13 +428,18 @@ def test_workers_ride_out_server_restarts(tmp_path: Path, mode: str) -> None:
         assert re.fullmatch(r"intentlog worker \d+: started .*", lines[0]), text
         # A worker still opening its journal when a restart began waits for the server: one
         # line per try, before any outage of an open journal.
+        opened_late = False
         while len(lines) > 1 and OPENING.fullmatch(lines[1]):
             del lines[1]
+            opened_late = True
         events = ["lost" if LOST.fullmatch(line) else "back" for line in lines[1:]]
         assert all(LOST.fullmatch(line) or BACK.fullmatch(line) for line in lines[1:]), text
-        # Lost, reconnected, in turn: at least once (two restarts; a worker's connections
-        # in use by another thread may be found dead after it reconnected, a second pair).
-        assert events and events == ["lost", "back"] * (len(events) // 2), text
+        # Lost, reconnected, in turn (a worker's connections in use by another thread may be
+        # found dead after it reconnected: a second pair); at least once for a worker that
+        # was running at the first restart (one that opened after it may have had no call in
+        # flight at the second, its pool replacing the dead connections unseen).
+        assert events == ["lost", "back"] * (len(events) // 2), text
+        assert events or opened_late, text
 
 
 OPENING = re.compile(
