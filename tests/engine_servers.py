@@ -1,5 +1,6 @@
-"""Engine servers the tests start once per session: Prefect's own server (``prefect server
-start``) on a free loopback port, with its database in a folder of its own."""
+"""Servers the tests start: a free loopback port for any of them, and Prefect's own server
+(``prefect server start``, once per session) with its database in a folder of its own; and
+the person who settles an engine's UNRESOLVED call with ``intentlog resolve``."""
 
 from __future__ import annotations
 
@@ -12,12 +13,30 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 
 def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (the server binds it next; a
+    start that loses the port to someone else is retried on another)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def resolve_confirmed(directory: Path, key: str, receipt: dict[str, Any]) -> None:
+    """``intentlog resolve KEY --confirmed`` on ``directory/journal.db``, as a person would
+    type it; tried again while it is refused because the lost request could still land."""
+    command = [sys.executable, "-m", "intentlog.cli", "resolve", key, "--confirmed",
+               "--receipt", json.dumps(receipt), "--note", "seen in the payments dashboard",
+               "--db", str(directory / "journal.db")]  # fmt: skip
+    while True:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+        if done.returncode == 0:
+            return
+        # Refused only while the lost request could still land (its timeout, 2 s, from send).
+        assert "may still land" in done.stdout + done.stderr, done.stdout + done.stderr
+        time.sleep(0.1)
 
 
 class PrefectServer:

@@ -27,7 +27,6 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -35,6 +34,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
+
+from engine_servers import free_port
 
 #: How long a wait may take before it fails with the server's log: a bound on a hang, far above
 #: what any step takes even on a slow, loaded machine.
@@ -100,14 +101,6 @@ def need_clusters() -> None:
     if os.environ.get("CI") == "true":
         pytest.fail(f"{why} (CI=true: these tests must run, not skip)", pytrace=False)
     pytest.skip(why)
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now (the server binds it next; a
-    start that loses the port to someone else is retried on another)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Cluster:

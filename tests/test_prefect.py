@@ -14,7 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from typing import Any
 import pytest
 
 import intentlog
+from engine_servers import resolve_confirmed
 from intentlog.testing import ReferenceService
 
 HERE = Path(__file__).parent
@@ -107,7 +107,7 @@ def test_prefect_with_intentlog_pays_once(
             (op,) = journal.operations(task_id)
         assert op.state is intentlog.State.UNRESOLVED
         (payment_id,) = service.applied()[op.key]
-        resolve(tmp_path, op.key, {"id": payment_id, "key": op.key, "status": "succeeded",
+        resolve_confirmed(tmp_path, op.key, {"id": payment_id, "key": op.key, "status": "succeeded",
                                    "amount": 500})  # fmt: skip
         retried = order.retry(flow_run)  # the person retries the flow run: no send
     assert retried.returncode == 0, retried.stdout + retried.stderr
@@ -117,20 +117,6 @@ def test_prefect_with_intentlog_pays_once(
     with intentlog.open(tmp_path / "journal.db") as journal:
         (op,) = journal.operations(task_id)
     assert op.key == key and op.state is intentlog.State.CONFIRMED
-
-
-def resolve(directory: Path, key: str, receipt: dict[str, Any]) -> None:
-    """``intentlog resolve KEY --confirmed``, as a person would type it."""
-    command = [sys.executable, "-m", "intentlog.cli", "resolve", key, "--confirmed",
-               "--receipt", json.dumps(receipt), "--note", "seen in the payments dashboard",
-               "--db", str(directory / "journal.db")]  # fmt: skip
-    while True:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=60)
-        if done.returncode == 0:
-            return
-        # Refused only while the lost request could still land (its timeout, 2 s, from send).
-        assert "may still land" in done.stdout + done.stderr, done.stdout + done.stderr
-        time.sleep(0.1)
 
 
 def test_retry_condition_stops_what_another_attempt_cannot_change() -> None:

@@ -32,6 +32,7 @@ from typing import Any
 import pytest
 
 import intentlog
+from engine_servers import resolve_confirmed
 from intentlog.testing import ReferenceService
 
 HERE = Path(__file__).parent
@@ -261,7 +262,7 @@ def test_restate_with_intentlog_pays_once(
         assert payments(service) == 1  # nothing was sent while it waits for a person
         (payment_id,) = service.applied()[key]
         receipt = {"id": payment_id, "key": key, "status": "succeeded", "amount": 500}
-        resolve(tmp_path, key, receipt)
+        resolve_confirmed(tmp_path, key, receipt)
     status, result = restate_server.attach(invocation)
     assert status == 200, result
     (key,) = service.applied()  # the key the service saw is the journal's key
@@ -280,20 +281,6 @@ def wait_for_unresolved(journal_path: Path, task_id: str) -> str:
         if ops and ops[0].state is intentlog.State.UNRESOLVED:
             return ops[0].key
         time.sleep(0.05)
-
-
-def resolve(directory: Path, key: str, receipt: dict[str, Any]) -> None:
-    """``intentlog resolve KEY --confirmed``, as a person would type it."""
-    command = [sys.executable, "-m", "intentlog.cli", "resolve", key, "--confirmed",
-               "--receipt", json.dumps(receipt), "--note", "seen in the payments dashboard",
-               "--db", str(directory / "journal.db")]  # fmt: skip
-    while True:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=60)
-        if done.returncode == 0:
-            return
-        # Refused only while the lost request could still land (its timeout, 2 s, from send).
-        assert "may still land" in done.stdout + done.stderr, done.stdout + done.stderr
-        time.sleep(0.1)
 
 
 def test_rejected_is_a_terminal_error(

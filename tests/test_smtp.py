@@ -13,7 +13,6 @@ import email.policy
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -24,6 +23,7 @@ from typing import Any
 import pytest
 
 import intentlog
+from engine_servers import free_port
 from intentlog import profiles
 
 HERE = Path(__file__).parent
@@ -85,12 +85,6 @@ class Server:
     recorder: Recorder
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture
 def smtp_server() -> Iterator[Server]:
     try:
@@ -109,7 +103,7 @@ def smtp_server() -> Iterator[Server]:
     controller = Controller(
         recorder,
         hostname="127.0.0.1",
-        port=_free_port(),
+        port=free_port(),
         authenticator=authenticate,
         auth_require_tls=False,
     )
@@ -215,7 +209,7 @@ def test_refusals_before_and_after_the_data(tmp_path: Path, smtp_server: Server)
 def test_nothing_listening_is_refused_not_unknown(tmp_path: Path) -> None:
     from intentlog.integrations.smtp import smtp_effect
 
-    effect = smtp_effect("127.0.0.1", _free_port(), name="mail", sender="s@example.com")
+    effect = smtp_effect("127.0.0.1", free_port(), name="mail", sender="s@example.com")
     with pytest.raises(intentlog.Rejected, match=r"refused the session .*nothing was sent"):
         send(tmp_path / "j.db", effect, to="a@example.org", subject="s", text="t")
 
