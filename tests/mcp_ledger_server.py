@@ -46,6 +46,7 @@ import socket
 import sqlite3
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -436,8 +437,14 @@ async def _serve_http(app: MCPServer[Any], host: str, port: int, ready_file: str
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(
+    argv: list[str] | None = None,
+    build: Callable[[str], MCPServer[Any]] = build,
+    description: str | None = __doc__,
+) -> int:
+    """Serve ``build(ledger)`` over stdio, or over HTTP with ``--http`` (the test servers'
+    shared command line)."""
+    parser = argparse.ArgumentParser(description=(description or "").split("\n\n")[0])
     parser.add_argument("--ledger", required=True, help="the SQLite ledger file")
     parser.add_argument("--http", default=None, help="HOST:PORT (port 0: any free one)")
     parser.add_argument("--ready-file", default=None, help="HTTP: where the URL is written")

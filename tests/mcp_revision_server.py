@@ -23,9 +23,6 @@ a restarted proxy) accepts the state an earlier one minted.
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import contextlib
 import json
 import secrets
 import sys
@@ -41,7 +38,7 @@ from pydantic import BaseModel, Field
 from typing_extensions import TypedDict  # pydantic needs it on Python < 3.12
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from mcp_ledger_server import _connect, _serve_http
+from mcp_ledger_server import _connect, main
 
 #: Seals requestState across server processes (a test key: the state holds nothing secret).
 STATE_KEY = b"intentlog-tests-request-state-k!"
@@ -145,21 +142,5 @@ def build(ledger: str) -> MCPServer[Any]:
     return app
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--ledger", required=True, help="the SQLite ledger file")
-    parser.add_argument("--http", default=None, help="HOST:PORT (port 0: any free one)")
-    parser.add_argument("--ready-file", default=None, help="HTTP: where the URL is written")
-    args = parser.parse_args(argv)
-    app = build(args.ledger)
-    if args.http is None:
-        app.run()
-        return 0
-    host, _, port = args.http.rpartition(":")
-    with contextlib.suppress(KeyboardInterrupt):
-        return asyncio.run(_serve_http(app, host.strip("[]"), int(port), args.ready_file))
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(build=build, description=__doc__))
