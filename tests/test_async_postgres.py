@@ -54,22 +54,10 @@ def test_one_round_trip_per_write(pg_url: str, asynchronous: bool) -> None:
     statements: list[str] = []
     seen: list[str] = []
     store = AsyncPostgresStore(pg_url) if asynchronous else PostgresStore(pg_url)
-    original = store._drive  # every statement of every primitive passes through here
-
-    def plan_spy(plan: Any) -> Any:
-        result = None
-        while True:
-            try:
-                query = plan.send(result)
-            except StopIteration as stop:
-                return stop.value
-            statements.append(query.sql.split()[0])
-            result = yield query
+    # every statement of every primitive passes through the executor's trace
+    store.executor.trace = lambda query: statements.append(query.sql.split()[0])
 
     if asynchronous:
-
-        async def drive(conn: Any, plan: Any) -> Any:
-            return await original(conn, plan_spy(plan))
 
         async def main() -> None:
             async with intentlog.AsyncJournal(store) as journal, journal.task("t") as task:
@@ -79,10 +67,8 @@ def test_one_round_trip_per_write(pg_url: str, asynchronous: bool) -> None:
                 await task.run(charge, amount=3)
                 seen.extend(statements)
 
-        store._drive = drive  # type: ignore[method-assign]
         asyncio.run(main())
     else:
-        store._drive = lambda conn, plan: original(conn, plan_spy(plan))  # type: ignore[method-assign]
         with intentlog.Journal(store) as journal, journal.task("t") as task:  # type: ignore[arg-type]
             task.run(charge, amount=1)
             statements.clear()

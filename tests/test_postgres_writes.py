@@ -84,10 +84,10 @@ def takeover(store: Any) -> Iterator[Callable[[int], Any]]:
     conns: list[Any] = []
 
     def begin(epoch: int) -> Any:
-        conn = psycopg.connect(store._conninfo)  # a transaction, not autocommit
+        conn = psycopg.connect(store.executor._conninfo)  # a transaction, not autocommit
         conns.append(conn)
-        query = next(store.plan_claim_task("t1", "elsewhere:9:9:beef", TTL, epoch))
-        rows = conn.execute(store.sql(query.sql), query.params).fetchall()
+        query = next(store.plans.plan_claim_task("t1", "elsewhere:9:9:beef", TTL, epoch))
+        rows = conn.execute(store.executor.sql(query.sql), query.params).fetchall()
         assert len(rows) == 1  # the claim holds the task row's lock, uncommitted
         return conn
 
@@ -145,10 +145,10 @@ def test_a_takeover_waits_for_an_operation_write_holding_the_fence(
     import psycopg
 
     assert store.claim_task("t1", "me:1:1:abcd", TTL, None) is not None
-    with psycopg.connect(store._conninfo) as writer:
+    with psycopg.connect(store.executor._conninfo) as writer:
         # The fence of the write, as the store's statement takes it, left uncommitted.
-        query = next(store.plan_insert_op(make_op(store, "k1"), 1, TTL, ()))
-        assert writer.execute(store.sql(query.sql), query.params).fetchall()
+        query = next(store.plans.plan_insert_op(make_op(store, "k1"), 1, TTL, ()))
+        assert writer.execute(store.executor.sql(query.sql), query.params).fetchall()
         thread, out = started(lambda: store.claim_task("t1", "elsewhere:9:9:beef", TTL, 1))
         wait_until_blocked(pg_admin, pg_schema)
         assert thread.is_alive() and out == []

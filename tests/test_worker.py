@@ -316,8 +316,8 @@ def test_the_claim_seeks_its_kinds_in_an_index_on_both_stores(
 
     postgres = PostgresStore(pg_url)
     try:
-        query = next(postgres.plan_claim_next("w", 30.0, ["a", "b"]))
-        statement = postgres.sql(query.sql)
+        query = next(postgres.plans.plan_claim_next("w", 30.0, ["a", "b"]))
+        statement = postgres.executor.sql(query.sql)
     finally:
         postgres.close()
     with pg_admin.transaction():

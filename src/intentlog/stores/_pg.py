@@ -1,9 +1,10 @@
 """What the synchronous and asynchronous PostgreSQL stores share: the schema, the URL rules,
 and every primitive written once as a *plan*.
 
-A plan is a generator that yields the statements of one primitive (:class:`Q`) and receives
-each one's :class:`Result`; the stores in :mod:`intentlog.stores.postgres` drive plans on a
-psycopg connection, blocking or awaited. So the SQL and the logic around it exist once.
+A plan is a generator that yields the statements of one primitive (``Q``) and receives each
+one's ``Result`` (see :mod:`intentlog.stores._plan`); the executors in
+:mod:`intentlog.stores.postgres` drive plans on a psycopg connection, blocking or awaited. So
+the SQL and the logic around it exist once.
 
 One round trip per write. Every fenced write is a single statement: the fence is a CTE that
 finds the task's row on its epoch and locks it (``write_task``: an UPDATE of that row, which
@@ -25,10 +26,9 @@ that task leased to an owner that will not run it, until its lease expires.
 
 from __future__ import annotations
 
-import dataclasses
 import re
-from collections.abc import Collection, Generator, Iterable, Sequence
-from typing import Any, NamedTuple, TypeVar
+from collections.abc import Callable, Collection, Iterable, Sequence
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from intentlog._errors import InvalidInput, JournalError
@@ -46,15 +46,15 @@ from intentlog.stores._base import (
     task_from_row,
     task_resolution_from_row,
 )
+from intentlog.stores._plan import TRANSACTION, Ops, Plan, Q, runs
 
-__all__ = ["DEFAULT_SCHEMA", "SCHEMA_VERSION", "Plans", "Q", "Result", "parse_url"]
+__all__ = ["DEFAULT_SCHEMA", "SCHEMA_VERSION", "PostgresPlans", "parse_url"]
 
 SCHEMA_VERSION = 6
 DEFAULT_SCHEMA = "intentlog"
 LOCK_KEY = 0x494C4F47  # "ILOG": with the schema name's hash, the migration advisory lock
 URL_OPTIONS = ("schema", "pool_max_size")  # ours: stripped before libpq sees the URL
 SCHEMA_RE = re.compile(r"^(?!pg_)[a-z_][a-z0-9_]{0,62}$")
-_T = TypeVar("_T")
 
 # Each entry migrates from version index to index + 1. Append only; never edit a released one.
 # "{s}" stands for the quoted schema; ";" only ever ends a statement. Times are epoch seconds
@@ -217,27 +217,12 @@ _SETTLED = (  # a completed task gc may remove ("t" is the task row)
 )
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Q:
-    """One statement of a plan; ``{s}`` in ``sql`` names the journal's schema."""
+class PostgresPlans:
+    """Every store primitive as a plan; ``{s}`` in a statement names the journal's schema.
+    ``now``: the store's clock (the server's, as the executor measures it)."""
 
-    sql: str
-    params: Sequence[Any] = ()
-
-
-class Result(NamedTuple):
-    rowcount: int
-    rows: list[dict[str, Any]]
-
-
-Plan = Generator[Q, Result, _T]
-
-
-class Plans:
-    """Every store primitive as a plan. ``now`` is the store's clock, supplied by the store."""
-
-    def now(self) -> float:
-        raise NotImplementedError
+    def __init__(self, now: Callable[[], float]) -> None:
+        self.now = now
 
     # -- tasks ------------------------------------------------------------------------------
 
@@ -274,7 +259,7 @@ class Plans:
         return task_from_row(rows[0])
 
     def plan_write_task(
-        self, task_id: str, epoch: int, ttl: float, update: TaskUpdate, also: Sequence[Operation]
+        self, task_id: str, epoch: int, ttl: float, update: TaskUpdate, also: Ops
     ) -> Plan[TaskRecord]:
         now = self.now()
         # The fence and the change are one UPDATE, which matches no row if the epoch moved on.
@@ -339,8 +324,8 @@ class Plans:
         rows = (yield Q(f"SELECT * FROM {{s}}.tasks{where} ORDER BY seq")).rows
         return [task_from_row(r) for r in rows]
 
+    @runs(TRANSACTION)
     def plan_delete_completed(self, before: float) -> Plan[int]:
-        """Runs in a transaction of several statements (see the stores)."""
         # Lock the tasks first, in a fixed order, as fenced writes do (the task row, then
         # its operations): no deadlock with them, and no operation is added meanwhile.
         locking = f"SELECT task_id FROM {{s}}.tasks t WHERE {_SETTLED} ORDER BY 1 FOR UPDATE"
@@ -361,7 +346,7 @@ class Plans:
         return op_from_row(rows[0]) if rows else None
 
     def plan_insert_op(
-        self, op: Operation, epoch: int, ttl: float, also: Sequence[Operation]
+        self, op: Operation, epoch: int, ttl: float, also: Ops
     ) -> Plan[tuple[Operation, bool]]:
         row = _op_values(op, version=1)
         ctes, also_params = _also(also)
@@ -383,12 +368,7 @@ class Plans:
         return op_from_row(stored[0]), False
 
     def plan_update_op(
-        self,
-        op: Operation,
-        epoch: int | None,
-        ttl: float,
-        resolution: Resolution | None,
-        also: Sequence[Operation],
+        self, op: Operation, epoch: int | None, ttl: float, resolution: Resolution | None, also: Ops
     ) -> Plan[Operation | None]:
         row = _op_values(op, version=op.version + 1)
         where = (op.key, op.version)

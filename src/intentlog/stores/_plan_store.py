@@ -1,0 +1,94 @@
+"""The one synchronous store: any backend's plans on that backend's executor.
+
+Every primitive of :class:`~intentlog.stores.Store` is forwarded here, once, to
+``executor.run`` with the backend's plan method for it: a backend writes plans and an
+executor, never a store class of its own (its public class may subclass this one to keep a
+constructor of its own). The asyncio twin is :class:`~intentlog.stores.AsyncPlanStore`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+
+from intentlog._model import Operation, State, TaskRecord
+from intentlog.stores._base import Resolution, Store, TaskResolution, TaskUpdate
+from intentlog.stores._plan import Executor, Ops, Plans
+
+__all__ = ["PlanStore"]
+
+
+class PlanStore(Store):
+    """A :class:`Store` whose primitives are ``plans``' plan methods run by ``executor``.
+    Its guarantees are the executor's (atomic, durable on return) and the plans' (fences,
+    compare-and-sets); thread-safe if the executor is."""
+
+    def __init__(self, plans: Plans, executor: Executor) -> None:
+        self.plans = plans
+        self.executor = executor
+        self.url = executor.url
+        self._run = executor.run
+
+    @property
+    def commits(self) -> int:  # type: ignore[override]
+        return self.executor.commits
+
+    def now(self) -> float:
+        return self.executor.now()
+
+    def close(self) -> None:
+        self.executor.close()
+
+    def get_task(self, task_id: str) -> TaskRecord | None:
+        return self._run(self.plans.plan_get_task, (task_id,), False)
+
+    def claim_task(
+        self, task_id: str, owner: str, ttl: float, expect_epoch: int | None
+    ) -> TaskRecord | None:
+        return self._run(self.plans.plan_claim_task, (task_id, owner, ttl, expect_epoch), True)
+
+    def write_task(
+        self, task_id: str, epoch: int, ttl: float, update: TaskUpdate, also: Ops = ()
+    ) -> TaskRecord:
+        return self._run(self.plans.plan_write_task, (task_id, epoch, ttl, update, also), True)
+
+    def create_task(self, task_id: str, kind: str, input_json: str) -> TaskRecord | None:
+        return self._run(self.plans.plan_create_task, (task_id, kind, input_json), True)
+
+    def claim_next(self, owner: str, ttl: float, kinds: Collection[str]) -> TaskRecord | None:
+        if not kinds:
+            return None
+        return self._run(self.plans.plan_claim_next, (owner, ttl, kinds), True)
+
+    def list_tasks(self, *, include_completed: bool = True) -> list[TaskRecord]:
+        return self._run(self.plans.plan_list_tasks, (include_completed,), False)
+
+    def delete_completed(self, before: float) -> int:
+        return self._run(self.plans.plan_delete_completed, (before,), True)
+
+    def get_op(self, key: str) -> Operation | None:
+        return self._run(self.plans.plan_get_op, (key,), False)
+
+    def insert_op(
+        self, op: Operation, epoch: int, ttl: float, also: Ops = ()
+    ) -> tuple[Operation, bool]:
+        return self._run(self.plans.plan_insert_op, (op, epoch, ttl, also), True)
+
+    # fmt: off
+    def update_op(self, op: Operation, epoch: int | None, ttl: float,
+                  resolution: Resolution | None = None, also: Ops = ()) -> Operation | None:
+        return self._run(self.plans.plan_update_op, (op, epoch, ttl, resolution, also), True)
+    # fmt: on
+
+    def list_ops(
+        self, *, task_id: str | None = None, states: Iterable[State] | None = None
+    ) -> list[Operation]:
+        return self._run(self.plans.plan_list_ops, (task_id, states), False)
+
+    def count_ops(self) -> dict[State, int]:
+        return self._run(self.plans.plan_count_ops, (), False)
+
+    def resolutions(self, key: str | None = None) -> list[Resolution]:
+        return self._run(self.plans.plan_resolutions, (key,), False)
+
+    def task_resolutions(self, task_id: str) -> list[TaskResolution]:
+        return self._run(self.plans.plan_task_resolutions, (task_id,), False)
