@@ -55,7 +55,7 @@ def test_one_round_trip_per_write(pg_url: str, asynchronous: bool) -> None:
     seen: list[str] = []
     store = AsyncPostgresStore(pg_url) if asynchronous else PostgresStore(pg_url)
     # every statement of every primitive passes through the executor's trace
-    store.executor.trace = lambda query: statements.append(query.sql.split()[0])
+    store.executor.trace = lambda _, __, query: statements.append(query.sql.split()[0])
 
     if asynchronous:
 

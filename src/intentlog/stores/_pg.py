@@ -194,11 +194,14 @@ _INSERT_OP = (
 )
 _OPEN = frozenset(s.value for s in State if s not in (State.CONFIRMED, State.FAILED))
 _LISTED = (  # listed operations with their rows, whose state decides (see migration 5)
-    "SELECT {what} FROM {s}.open_operations p JOIN {s}.operations o ON o.key = p.key WHERE "
+    "SELECT {what} FROM {s}.open_operations p JOIN {s}.operations o"
+    " ON o.key = p.key AND o.task_id = p.task_id WHERE "
 )
+# The task id in every write's WHERE clause, though the key alone finds the row: so each write
+# names the one task it touches, as a database sharded by task id needs (docs/deploy.md).
 _CAS_OP = (
-    "UPDATE {s}.operations o SET " + _SET_OP + "{source} WHERE o.key = %s AND o.version = %s"
-    " RETURNING o.key, o.task_id, o.state"
+    "UPDATE {s}.operations o SET " + _SET_OP + "{source}"
+    " WHERE o.key = %s AND o.version = %s AND o.task_id = %s RETURNING o.key, o.task_id, o.state"
 )
 _INSERT_RESOLUTION = (
     "INSERT INTO {s}.resolutions (key, task_id, at, from_state, to_state, note, receipt, actor)"
@@ -209,6 +212,12 @@ _FIND_RESOLUTION = (
     " AND from_state = %s AND to_state = %s"
 )
 _GET_OP = "SELECT * FROM {s}.operations WHERE key = %s"
+_DELETE_TASK = (  # a collected task with everything it holds
+    "WITH r AS (DELETE FROM {s}.resolutions WHERE task_id = %s),"
+    " p AS (DELETE FROM {s}.open_operations WHERE task_id = %s),"
+    " o AS (DELETE FROM {s}.operations WHERE task_id = %s)"
+    " DELETE FROM {s}.tasks WHERE task_id = %s"
+)
 _GET_TASK = "SELECT * FROM {s}.tasks WHERE task_id = %s"
 _SETTLED = (  # a completed task gc may remove ("t" is the task row)
     "completed AND updated_at < %s AND NOT EXISTS ("
@@ -334,9 +343,10 @@ class PostgresPlans:
         again = f"SELECT task_id FROM {{s}}.tasks t WHERE task_id = ANY(%s) AND {_SETTLED}"
         doomed = [r["task_id"] for r in (yield Q(again, (locked, before))).rows]
         # The audit log goes with its task: a later task with the same id derives the
-        # same keys, and must not inherit another run's resolutions.
-        for table in ("resolutions", "open_operations", "operations", "tasks"):
-            yield Q(f"DELETE FROM {{s}}.{table} WHERE task_id = ANY(%s)", (doomed,))
+        # same keys, and must not inherit another run's resolutions. One statement per task,
+        # naming it, as every write does (a database sharded by task id runs it on one shard).
+        for task_id in doomed:
+            yield Q(_DELETE_TASK, (task_id,) * 4)
         return len(doomed)
 
     # -- operations -------------------------------------------------------------------------
@@ -371,7 +381,7 @@ class PostgresPlans:
         self, op: Operation, epoch: int | None, ttl: float, resolution: Resolution | None, also: Ops
     ) -> Plan[Operation | None]:
         row = _op_values(op, version=op.version + 1)
-        where = (op.key, op.version)
+        where = (op.key, op.version, op.task_id)
         listed = _track("cas", op.state)
         if epoch is not None:
             ctes, also_params = _also(also)
@@ -461,7 +471,7 @@ def _also(also: Sequence[Operation]) -> tuple[list[str], list[Any]]:
     for number, op in enumerate(also):
         ctes.append(f"also{number} AS ({_CAS_OP.replace('{source}', ' FROM fence')})")
         ctes.append(_track(f"also{number}", op.state))
-        params += [*_op_values(op, op.version + 1)[1:], op.key, op.version]
+        params += [*_op_values(op, op.version + 1)[1:], op.key, op.version, op.task_id]
     return ctes, params
 
 

@@ -86,8 +86,9 @@ __all__ = [
 ]
 
 _T = TypeVar("_T")
-#: Called with every statement an executor sends, before it is sent (see ``trace``).
-Tracer = Callable[[Q], None]
+#: Called with the plan method, its arguments and each statement of it, before the statement
+#: is sent (an executor's ``trace``: for tests and diagnostics; unset, it costs nothing).
+Tracer = Callable[[PlanMethod[Any], tuple[Any, ...], Q], None]
 
 
 class PostgresExecutor(PgBase):
@@ -147,7 +148,7 @@ class PostgresExecutor(PgBase):
                     self._pool.connection(self._connect_timeout(tries)) as conn,
                     conn.transaction() if tx else contextlib.nullcontext(),
                 ):
-                    result = self._drive(conn, method(*args))
+                    result = self._drive(conn, method, args)
                 self._count(write)
                 self._outage.came_back()
                 return result
@@ -161,17 +162,19 @@ class PostgresExecutor(PgBase):
                     self._pool.check()
             time.sleep(pause)
 
-    def _drive(self, conn: psycopg.Connection[Any], plan: Plan[_T]) -> _T:
+    def _drive(
+        self, conn: psycopg.Connection[Any], method: PlanMethod[_T], args: tuple[Any, ...]
+    ) -> _T:
         trace = self.trace
         with conn.cursor(row_factory=dict_row) as cur:
 
             def perform(query: Q) -> Result:
                 if trace is not None:
-                    trace(query)
+                    trace(method, args, query)
                 cur.execute(self.sql(query.sql), query.params)
                 return Result(cur.rowcount, cur.fetchall() if cur.description is not None else [])
 
-            return drive(plan, perform)
+            return drive(method(*args), perform)
 
 
 class AsyncPostgresExecutor(PgBase):
@@ -253,9 +256,9 @@ class AsyncPostgresExecutor(PgBase):
                 async with self._pool.connection(self._connect_timeout(tries)) as conn:
                     if tx:
                         async with conn.transaction():
-                            result = await self._drive(conn, method(*args))
+                            result = await self._drive(conn, method, args)
                     else:
-                        result = await self._drive(conn, method(*args))
+                        result = await self._drive(conn, method, args)
                 self._count(write)
                 self._outage.came_back()
                 return result
@@ -267,18 +270,20 @@ class AsyncPostgresExecutor(PgBase):
                     await self._pool.check()
             await asyncio.sleep(pause)
 
-    async def _drive(self, conn: psycopg.AsyncConnection[Any], plan: Plan[_T]) -> _T:
+    async def _drive(
+        self, conn: psycopg.AsyncConnection[Any], method: PlanMethod[_T], args: tuple[Any, ...]
+    ) -> _T:
         trace = self.trace
         async with conn.cursor(row_factory=dict_row) as cur:
 
             async def perform(query: Q) -> Result:
                 if trace is not None:
-                    trace(query)
+                    trace(method, args, query)
                 await cur.execute(self.sql(query.sql), query.params)
                 rows = await cur.fetchall() if cur.description is not None else []
                 return Result(cur.rowcount, rows)
 
-            return await drive_async(plan, perform)
+            return await drive_async(method(*args), perform)
 
 
 class PostgresStore(PlanStore):
