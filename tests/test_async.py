@@ -257,8 +257,8 @@ def test_journal_io_needs_neither_the_loop_nor_the_pool(journal_url: str) -> Non
     async def main() -> Any:
         async with intentlog.open_async(journal_url, workers=1) as journal:
             assert isinstance(journal.store, AsyncStore)
-            inner = getattr(journal.store, "_store", None)
-            for conn in (getattr(inner, "_conn", None), getattr(inner, "_reader", None)):
+            inner = getattr(journal.store.executor, "sync", None)  # SQLite's, not PostgreSQL's
+            for conn in (getattr(inner, "conn", None), getattr(inner, "reader", None)):
                 if conn is not None:  # SQLite: record the thread of every statement
                     trace = lambda _: statement_threads.add(threading.current_thread().name)  # noqa: E731
                     conn.set_trace_callback(trace)

@@ -35,7 +35,7 @@ import pytest
 import intentlog
 from conftest import with_query
 from intentlog.stores._base import TaskUpdate
-from intentlog.stores._group_commit import WriteRequest
+from intentlog.stores._group_commit import PlanWrite, WriteRequest
 from intentlog.stores.sqlite import SQLiteStore
 from intentlog.stores.sqlite_async import AsyncSQLiteStore
 
@@ -196,8 +196,9 @@ def test_every_store_primitive_on_a_damaged_journal_is_journal_corrupt(damaged: 
 def test_a_group_commit_on_a_damaged_journal_fails_each_write_clearly(damaged: Path) -> None:
     store = SQLiteStore(damaged)
     try:
-        batch = [WriteRequest(store.tx_claim_task(f"new-{n}", "me", 30, None)) for n in range(4)]
-        batch.append(WriteRequest(store.tx_create_task("other", "kind", "null")))
+        claim, create = store.plans.plan_claim_task, store.plans.plan_create_task
+        batch = [WriteRequest(PlanWrite(claim(f"new-{n}", "me", 30, None))) for n in range(4)]
+        batch.append(WriteRequest(PlanWrite(create("other", "kind", "null"))))
         store.run_batch(batch)
         for request in batch:
             assert isinstance(request.error, intentlog.JournalCorrupt), request.error
@@ -508,10 +509,10 @@ def test_a_full_disk_refuses_writes_and_loses_nothing(tmp_path: Path) -> None:
     assert results["states"] == ["CONFIRMED"] and all(results["receipts"]), results
 
 
-def limit_pages(store: SQLiteStore, extra: int) -> None:
+def limit_pages(conn: sqlite3.Connection, extra: int) -> None:
     """Let the journal grow by at most ``extra`` pages: SQLite then answers SQLITE_FULL, as
-    for a full disk (``max_page_count`` holds for the write connection that runs every write)."""
-    conn = store._conn
+    for a full disk (``max_page_count`` holds for ``conn``, the write connection that runs
+    every write)."""
     pages = conn.execute("PRAGMA page_count").fetchone()[0]
     conn.execute(f"PRAGMA max_page_count = {pages + extra}")
 
@@ -522,7 +523,7 @@ def test_sqlite_full_refuses_the_write_and_keeps_everything_before(tmp_path: Pat
     path = tmp_path / "journal.db"
     with intentlog.open(path) as journal:
         assert isinstance(journal.store, SQLiteStore)
-        limit_pages(journal.store, 4)
+        limit_pages(journal.store._conn, 4)
         done = 0
 
         def fill() -> None:
@@ -542,7 +543,7 @@ def test_sqlite_full_refuses_the_write_and_keeps_everything_before(tmp_path: Pat
         for n in range(done):  # everything recorded before is intact
             record = journal.task_info(f"t-{n}").record
             assert record.next_step == "done" and record.state == {"n": n}
-        limit_pages(journal.store, 1000)  # room again: the same task goes on where it was
+        limit_pages(journal.store._conn, 1000)  # room again: the same task goes on where it was
         with journal.task(f"t-{done}", wait=30) as task:
             task.run(charge, n=done, memo="x" * 1000)
     with intentlog.open(path) as journal:
@@ -565,7 +566,7 @@ def test_sqlite_full_in_a_group_commit_fails_only_what_it_did_not_record(tmp_pat
         async with intentlog.open_async(path) as journal:
             store = journal.store
             assert isinstance(store, AsyncSQLiteStore)
-            limit_pages(store._store, 6)
+            limit_pages(store.executor.sync.conn, 6)
 
             async def one(n: int) -> str:
                 await journal.start("kind", f"t-{n}", {"pad": "x" * 2000})

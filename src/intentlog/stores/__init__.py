@@ -12,8 +12,9 @@ Writing a backend. A backend is three things, and no store class:
 1. Its plans: one class with a plan method per primitive (the :class:`Plans` protocol). A plan
    is a generator that yields the backend's statements (:class:`Q`) and receives each one's
    :class:`Result`, then returns the primitive's value; it does no I/O, so one plan serves
-   the blocking and the asyncio store. A write's first statement may say ``alone=True``, a
-   plan method may be marked with :func:`runs` (see :mod:`intentlog.stores._plan` for both).
+   the blocking and the asyncio store. A write's plan method may return an :class:`Alone`
+   (one statement that is usually the whole write), and a plan method may be marked with
+   :func:`runs` (see :mod:`intentlog.stores._plan` for both).
    Every write plan should recognise its own earlier attempt, so that an executor may retry
    it after a lost connection (see ``intentlog.stores._pg`` for how PostgreSQL does).
 2. Its executor: what runs a plan on its connections (:class:`Executor`, and
@@ -33,6 +34,7 @@ from intentlog.stores._plan import (
     POINT,
     SNAPSHOT,
     TRANSACTION,
+    Alone,
     AsyncExecutor,
     Executor,
     Mode,
@@ -50,6 +52,7 @@ __all__ = [
     "POINT",
     "SNAPSHOT",
     "TRANSACTION",
+    "Alone",
     "AsyncExecutor",
     "AsyncPlanStore",
     "AsyncStore",

@@ -1,9 +1,8 @@
-"""The one asyncio store: any backend's plans on that backend's executor.
+"""The one asyncio store: any backend's plans on that backend's asyncio executor.
 
-Every primitive of :class:`~intentlog.stores.Store` is forwarded here, once, to
-``executor.run`` with the backend's plan method for it: a backend writes plans and an
-executor, never a store class of its own (its public class may subclass this one to keep a
-constructor of its own). The asyncio twin is :class:`~intentlog.stores.AsyncPlanStore`.
+Every primitive of :class:`~intentlog.stores.AsyncStore` is forwarded here, once, and
+awaited, to ``executor.read`` or ``executor.write`` with the backend's plan method for it
+(see :class:`~intentlog.stores.PlanStore`, its synchronous twin).
 """
 
 from __future__ import annotations
@@ -26,13 +25,15 @@ class AsyncPlanStore(AsyncStore):
         self.plans = plans
         self.executor = executor
         self.url = executor.url
-        self._run = executor.run
+        self._read, self._write = executor.read, executor.write
+        # Read several times per effect: the executor's own method, not a call through this.
+        self.now = executor.now  # type: ignore[method-assign]
 
     @property
     def commits(self) -> int:  # type: ignore[override]
         return self.executor.commits
 
-    def now(self) -> float:
+    def now(self) -> float:  # replaced by the executor's in __init__
         return self.executor.now()
 
     async def aclose(self) -> None:
@@ -42,60 +43,56 @@ class AsyncPlanStore(AsyncStore):
         return self.executor.sync_store()
 
     async def get_task(self, task_id: str) -> TaskRecord | None:
-        return await self._run(self.plans.plan_get_task, (task_id,), False)
+        return await self._read(self.plans.plan_get_task, (task_id,))
 
     async def claim_task(
         self, task_id: str, owner: str, ttl: float, expect_epoch: int | None
     ) -> TaskRecord | None:
-        return await self._run(
-            self.plans.plan_claim_task, (task_id, owner, ttl, expect_epoch), True
-        )
+        return await self._write(self.plans.plan_claim_task, (task_id, owner, ttl, expect_epoch))
 
     async def write_task(
         self, task_id: str, epoch: int, ttl: float, update: TaskUpdate, also: Ops = ()
     ) -> TaskRecord:
-        return await self._run(
-            self.plans.plan_write_task, (task_id, epoch, ttl, update, also), True
-        )
+        return await self._write(self.plans.plan_write_task, (task_id, epoch, ttl, update, also))
 
     async def create_task(self, task_id: str, kind: str, input_json: str) -> TaskRecord | None:
-        return await self._run(self.plans.plan_create_task, (task_id, kind, input_json), True)
+        return await self._write(self.plans.plan_create_task, (task_id, kind, input_json))
 
     async def claim_next(self, owner: str, ttl: float, kinds: Collection[str]) -> TaskRecord | None:
         if not kinds:
             return None
-        return await self._run(self.plans.plan_claim_next, (owner, ttl, kinds), True)
+        return await self._write(self.plans.plan_claim_next, (owner, ttl, kinds))
 
     async def list_tasks(self, *, include_completed: bool = True) -> list[TaskRecord]:
-        return await self._run(self.plans.plan_list_tasks, (include_completed,), False)
+        return await self._read(self.plans.plan_list_tasks, (include_completed,))
 
     async def delete_completed(self, before: float) -> int:
-        return await self._run(self.plans.plan_delete_completed, (before,), True)
+        return await self._write(self.plans.plan_delete_completed, (before,))
 
     async def get_op(self, key: str) -> Operation | None:
-        return await self._run(self.plans.plan_get_op, (key,), False)
+        return await self._read(self.plans.plan_get_op, (key,))
 
     async def insert_op(
         self, op: Operation, epoch: int, ttl: float, also: Ops = ()
     ) -> tuple[Operation, bool]:
-        return await self._run(self.plans.plan_insert_op, (op, epoch, ttl, also), True)
+        return await self._write(self.plans.plan_insert_op, (op, epoch, ttl, also))
 
     # fmt: off
     async def update_op(self, op: Operation, epoch: int | None, ttl: float,
                         resolution: Resolution | None = None, also: Ops = ()) -> Operation | None:
-        return await self._run(self.plans.plan_update_op, (op, epoch, ttl, resolution, also), True)
+        return await self._write(self.plans.plan_update_op, (op, epoch, ttl, resolution, also))
     # fmt: on
 
     async def list_ops(
         self, *, task_id: str | None = None, states: Iterable[State] | None = None
     ) -> list[Operation]:
-        return await self._run(self.plans.plan_list_ops, (task_id, states), False)
+        return await self._read(self.plans.plan_list_ops, (task_id, states))
 
     async def count_ops(self) -> dict[State, int]:
-        return await self._run(self.plans.plan_count_ops, (), False)
+        return await self._read(self.plans.plan_count_ops, ())
 
     async def resolutions(self, key: str | None = None) -> list[Resolution]:
-        return await self._run(self.plans.plan_resolutions, (key,), False)
+        return await self._read(self.plans.plan_resolutions, (key,))
 
     async def task_resolutions(self, task_id: str) -> list[TaskResolution]:
-        return await self._run(self.plans.plan_task_resolutions, (task_id,), False)
+        return await self._read(self.plans.plan_task_resolutions, (task_id,))

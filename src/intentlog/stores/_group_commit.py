@@ -4,8 +4,10 @@ Writers that arrive while a commit is in progress queue up; the next one to get 
 commits every queued write in one transaction, each inside its own savepoint. Every writer
 still returns only after the commit that holds its write: they share the fsync, not the risk.
 
-A lone writer whose write is a :class:`OneStatement` runs that statement without BEGIN and
-COMMIT (SQLite autocommits it); every other write, and every batch, is an explicit transaction.
+A write is a callable taking the connection: a :class:`PlanWrite` (a store primitive's plan),
+an :class:`~intentlog.stores._plan.Alone`, or any other. A lone writer whose write is an
+``Alone`` runs its statement without BEGIN and COMMIT (SQLite autocommits it); every other
+write, and every batch, is an explicit transaction.
 
 A driver error (in BEGIN, COMMIT, or a write's own statements) reaches its caller as the
 store's own error (``describe``), never raw; a writer's own exceptions (LeaseLost, a lost
@@ -22,9 +24,10 @@ from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 from intentlog._errors import Error, JournalError
+from intentlog.stores._plan import Alone, Plan, PlanMethod, Q, Result
 from intentlog.stores._sqlite_errors import DRIVER_ERRORS as _DRIVER_ERRORS
 
-__all__ = ["GroupCommit", "OneStatement", "WriteRequest"]
+__all__ = ["GroupCommit", "PlanWrite", "WriteRequest", "drive_on"]
 
 _T = TypeVar("_T")
 
@@ -33,51 +36,62 @@ def _write_failed(exc: BaseException) -> Error:
     return JournalError(f"journal write failed: {exc}")
 
 
-class OneStatement(Generic[_T]):
-    """A write transaction whose usual outcome is its first statement changing exactly one
-    row, with nothing left to do: ``sql`` with ``params``, then ``result``. Callable as the
-    whole ``transaction``, which every batch runs and every other outcome falls back to.
+def drive_on(conn: sqlite3.Connection, plan: Plan[_T], first: Q | None = None) -> _T:
+    """Run ``plan`` on ``conn`` to its end (``first``: its first statement, already taken
+    from it); its value. Driver errors propagate, and are not shown to the plan."""
+    execute = conn.execute
+    try:
+        query = next(plan) if first is None else first
+        while True:
+            cur = execute(query.sql, query.params)
+            query = plan.send(Result(cur.rowcount, cur.fetchall()))
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
 
-    A lone writer runs ``sql`` alone in autocommit mode, without BEGIN IMMEDIATE and COMMIT
-    (two statements fewer per write). Nothing is weaker for it:
 
-    - Atomic and durable: SQLite commits the statement when it ends, as a COMMIT would, and
-      ``synchronous=FULL`` syncs the WAL at that commit; the statement returns only then. A
-      statement that fails (a full disk at the commit included) is rolled back whole.
-    - Locking: a writing statement opens its transaction as a write transaction up front, as
-      BEGIN IMMEDIATE does, and the busy handler waits for another process's writer the same
-      way (SQLite retries a stale snapshot as SQLITE_BUSY when no transaction was open).
-    - Checks: the fence, the insert-if-absent and the compare-and-set are in ``sql`` itself,
-      evaluated inside the write lock, exactly as in the transaction.
-    - Any other outcome: a statement that changed no row wrote nothing, so running the whole
-      ``transaction`` afterwards is the same as if it alone had run. The outcome (a key
-      already taken, a fence or a version that moved on) is then decided there, its reads in
-      the same transaction as its write. No argument about what may have changed between the
-      statement and a later read is needed: nothing of the first statement stands.
+#: A write: what runs its statements on the connection, or an Alone.
+Body = Callable[[sqlite3.Connection], _T] | Alone[_T]
 
-    Why not just read after the autocommitted statement? For the fence that would hold
-    (epochs only rise, so an epoch that still matches matched then), but a key may belong to
-    another task, which may complete and be collected between the two: the read would find
-    no row for a key that refused the insert. The whole transaction costs more statements
-    only on those rare outcomes.
-    """
 
-    __slots__ = ("params", "result", "sql", "transaction")
+class PlanWrite(Generic[_T]):
+    """A store primitive's write as a body: runs ``plan`` on the connection it is given."""
 
-    def __init__(
-        self,
-        sql: str,
-        params: tuple[Any, ...],
-        result: _T,
-        transaction: Callable[[sqlite3.Connection], _T],
-    ) -> None:
-        self.sql = sql
-        self.params = params
-        self.result = result
-        self.transaction = transaction
+    __slots__ = ("plan",)
+
+    def __init__(self, plan: Plan[_T]) -> None:
+        self.plan = plan
 
     def __call__(self, conn: sqlite3.Connection) -> _T:
-        return self.transaction(conn)
+        return drive_on(conn, self.plan)
+
+
+def _apply(body: Body[_T], conn: sqlite3.Connection) -> _T:
+    """Run one write's statements on ``conn`` (inside the caller's transaction)."""
+    if type(body) is Alone:
+        return drive_on(conn, body.plan())
+    return body(conn)  # type: ignore[operator]
+
+
+# Why a lone Alone may be its statement autocommitted, without BEGIN IMMEDIATE and COMMIT (two
+# statements fewer per write), and nothing is weaker for it:
+# - Atomic and durable: SQLite commits the statement when it ends, as a COMMIT would, and
+#   synchronous=FULL syncs the WAL at that commit; the statement returns only then. A
+#   statement that fails (a full disk at the commit included) is rolled back whole.
+# - Locking: a writing statement opens its transaction as a write transaction up front, as
+#   BEGIN IMMEDIATE does, and the busy handler waits for another process's writer the same
+#   way (SQLite retries a stale snapshot as SQLITE_BUSY when no transaction was open).
+# - Checks: the fence, the insert-if-absent and the compare-and-set are in the statement
+#   itself, evaluated inside the write lock, exactly as in the transaction.
+# - Any other outcome: a statement that changed no row wrote nothing, so running the plan in
+#   a transaction afterwards is the same as if it alone had run. The outcome (a key already
+#   taken, a fence or a version that moved on) is then decided there, its reads in the same
+#   transaction as its write. No argument about what may have changed between the statement
+#   and a later read is needed: nothing of the first statement stands.
+# Why not just read after the autocommitted statement? For the fence that would hold (epochs
+# only rise, so an epoch that still matches matched then), but a key may belong to another
+# task, which may complete and be collected between the two: the read would find no row for
+# a key that refused the insert. The whole transaction costs more statements only on those
+# rare outcomes.
 
 
 class WriteRequest:
@@ -85,7 +99,7 @@ class WriteRequest:
 
     __slots__ = ("body", "done", "error", "result")
 
-    def __init__(self, body: Callable[[sqlite3.Connection], Any]) -> None:
+    def __init__(self, body: Body[Any]) -> None:
         self.body = body
         self.done = False
         self.result: Any = None
@@ -113,7 +127,7 @@ class GroupCommit:
         self._queue: list[WriteRequest] = []
         self.commits = 0  # durable write transactions made on this connection
 
-    def commit(self, body: Callable[[sqlite3.Connection], _T]) -> _T:
+    def commit(self, body: Body[_T]) -> _T:
         """Run ``body`` in a write transaction that is durable when this returns.
 
         Group commit: writers that arrive while a commit is in progress queue up; the next one
@@ -124,7 +138,7 @@ class GroupCommit:
         for every caller; concurrent threads just share the fsync.
 
         A lone writer (nobody queued, the connection free) commits its body directly, without
-        the queue (a :class:`OneStatement` in autocommit mode); a writer that queues meanwhile
+        the queue (an ``Alone``'s statement in autocommit mode); a writer that queues meanwhile
         waits for the connection and leads its own batch, as it would behind any other batch.
         """
         if not self._queue and self.lock.acquire(blocking=False):
@@ -132,6 +146,22 @@ class GroupCommit:
                 return self._run_alone(body)
             finally:
                 self.lock.release()
+        return self._queued(body)
+
+    def write(self, method: PlanMethod[_T], args: tuple[Any, ...]) -> _T:
+        """:meth:`commit` of the write ``method(*args)`` makes (a plan, or an Alone), as a
+        store's executor does it (the same steps, one call fewer on every write)."""
+        body: Body[_T] = method(*args)  # type: ignore[assignment]
+        if type(body) is not Alone:
+            body = PlanWrite(body)  # type: ignore[arg-type]
+        if not self._queue and self.lock.acquire(blocking=False):
+            try:
+                return self._run_alone(body)
+            finally:
+                self.lock.release()
+        return self._queued(body)
+
+    def _queued(self, body: Body[_T]) -> _T:
         request = WriteRequest(body)
         with self._queue_lock:
             self._queue.append(request)
@@ -144,29 +174,29 @@ class GroupCommit:
             raise request.error
         return request.result  # type: ignore[no-any-return]
 
-    def _run_alone(self, body: Callable[[sqlite3.Connection], _T]) -> _T:
+    def _run_alone(self, body: Body[_T]) -> _T:
         """One body in its own transaction; the same outcomes as a batch of one: the body's
         own exception propagates (after a rollback), a driver error anywhere (BEGIN, the
-        body's statements, COMMIT, ROLLBACK) as ``describe`` says. A :class:`OneStatement`
-        first tries its statement alone (see there)."""
+        body's statements, COMMIT, ROLLBACK) as ``describe`` says. An ``Alone`` first tries
+        its statement alone (see above)."""
         conn = self.conn
         # in_transaction: never autocommit into a transaction left open by a failed ROLLBACK
         # (the statement would join it and commit nothing); BEGIN below then fails clearly.
-        if isinstance(body, OneStatement) and not conn.in_transaction:
+        if type(body) is Alone and not conn.in_transaction:
             try:
                 changed = conn.execute(body.sql, body.params).rowcount
             except _DRIVER_ERRORS as exc:
                 raise self._abort(exc) from exc
             if changed == 1:
                 self.commits += 1
-                return body.result  # type: ignore[no-any-return]
-            body = body.transaction  # it wrote nothing: the whole write decides
+                return body.result
+            # it wrote nothing: its plan decides, in a transaction
         try:
             conn.execute("BEGIN IMMEDIATE")
         except _DRIVER_ERRORS as exc:
             raise self._abort(exc) from exc
         try:
-            result = body(conn)
+            result = _apply(body, conn)
         except _DRIVER_ERRORS as exc:
             raise self._abort(exc) from exc
         except BaseException:
@@ -199,7 +229,7 @@ class GroupCommit:
             self._run_batch(batch)
 
     def _run_batch(self, batch: list[WriteRequest]) -> None:
-        if len(batch) == 1:  # the same outcomes as below, and a OneStatement may autocommit
+        if len(batch) == 1:  # the same outcomes as below, and an Alone may autocommit
             request = batch[0]
             try:
                 request.result = self._run_alone(request.body)
@@ -214,7 +244,7 @@ class GroupCommit:
             for request in batch:
                 conn.execute("SAVEPOINT one")
                 try:
-                    request.result = request.body(conn)
+                    request.result = _apply(request.body, conn)
                 except BaseException as exc:
                     if isinstance(exc, _DRIVER_ERRORS) and not conn.in_transaction:
                         # SQLite rolled the whole transaction back itself (a full disk, an

@@ -10,26 +10,27 @@ only code that turns a contract call into "this plan on that executor".
 
 How a plan asks for more than "run my statements":
 
-- ``Q(..., alone=True)`` on a write's first statement: "if this statement changes exactly one
-  row, it is the whole write". An executor may then run it on its own in autocommit mode (no
-  BEGIN and COMMIT) when nothing else is queued; the plan must then end without another
-  statement. If it changes no row, the executor throws the attempt away (nothing was written)
-  and runs a fresh plan in a transaction, where the same statement runs first again.
+- A write's plan method may return an :class:`Alone` instead of a plan: "this statement is
+  the whole write, with this value, if it changes exactly one row; else run this plan". An
+  executor may then run the statement on its own in autocommit mode (no BEGIN and COMMIT)
+  when nothing else is queued. If it changes no row, nothing was written, and the executor
+  runs the plan in a transaction (where the same statement runs first again); an executor
+  that does not care runs the plan straight away.
 - :func:`runs` on a plan method: ``POINT`` (one statement reading one row by its key: an
   executor may run it where it is cheapest), ``SNAPSHOT`` (a read of several statements that
   must see one state), ``TRANSACTION`` (a write of several statements that must commit
   together, where the backend would otherwise run each statement as its own transaction).
 
 Every plan may be run more than once for one call (a retry after a lost connection, the
-fallback of ``alone``), so the executor takes the plan method and its arguments and makes a
-fresh plan for each attempt.
+fallback of an ``Alone``), so the executor takes the plan method and its arguments and makes
+a fresh plan for each attempt.
 """
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Collection, Generator, Iterable, Sequence
-from typing import Any, NamedTuple, Protocol, TypeVar
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 from intentlog._model import Operation, State, TaskRecord
 from intentlog.stores._base import Resolution, Store, TaskResolution, TaskUpdate
@@ -38,6 +39,7 @@ __all__ = [
     "POINT",
     "SNAPSHOT",
     "TRANSACTION",
+    "Alone",
     "AsyncExecutor",
     "Executor",
     "Mode",
@@ -48,6 +50,7 @@ __all__ = [
     "Q",
     "Result",
     "mode_of",
+    "plan_of",
     "runs",
 ]
 
@@ -60,7 +63,6 @@ class Q(NamedTuple):
 
     sql: str
     params: Sequence[Any] = ()
-    alone: bool = False  # a whole write if it changes exactly one row (see the module doc)
 
 
 class Result(NamedTuple):
@@ -75,8 +77,43 @@ class Result(NamedTuple):
 Ops = Sequence[Operation]
 #: A plan returning ``_T``.
 Plan = Generator[Q, Result, _T]
-#: A plan method: called with the primitive's arguments, it makes a fresh plan.
-PlanMethod = Callable[..., Plan[_T]]
+
+
+class Alone(Generic[_T]):
+    """A write that is usually one statement: ``sql`` with ``params``, which, if it changes
+    exactly one row, is the whole write and its value is ``result``; in every other case (and
+    wherever the executor prefers) ``method(*args)``, a plan whose first statement is that
+    statement again, decides. A plain object rather than a started plan: the usual case costs
+    no generator (this is every intent's and every receipt's write)."""
+
+    __slots__ = ("args", "method", "params", "result", "sql")
+
+    def __init__(
+        self,
+        sql: str,
+        params: Sequence[Any],
+        result: _T,
+        method: Callable[..., Plan[_T]],
+        args: tuple[Any, ...],
+    ) -> None:
+        self.sql = sql
+        self.params = params
+        self.result = result
+        self.method = method
+        self.args = args
+
+    def plan(self) -> Plan[_T]:
+        return self.method(*self.args)
+
+
+#: A plan method: called with the primitive's arguments, it makes a fresh plan (or, for a
+#: write, an :class:`Alone`).
+PlanMethod = Callable[..., Plan[_T] | Alone[_T]]
+
+
+def plan_of(work: Plan[_T] | Alone[_T]) -> Plan[_T]:
+    """What a plan method made, as a plan (an :class:`Alone`'s plan)."""
+    return work.plan() if type(work) is Alone else work  # type: ignore[return-value]
 
 
 class Mode(enum.Enum):
@@ -127,10 +164,10 @@ class Plans(Protocol):
     def plan_get_op(self, key: str) -> Plan[Operation | None]: ...
     def plan_insert_op(
         self, op: Operation, epoch: int, ttl: float, also: Ops
-    ) -> Plan[tuple[Operation, bool]]: ...
+    ) -> Plan[tuple[Operation, bool]] | Alone[tuple[Operation, bool]]: ...
     def plan_update_op(
         self, op: Operation, epoch: int | None, ttl: float, resolution: Resolution | None, also: Ops
-    ) -> Plan[Operation | None]: ...
+    ) -> Plan[Operation | None] | Alone[Operation | None]: ...
     def plan_list_ops(
         self, task_id: str | None, states: Iterable[State] | None
     ) -> Plan[list[Operation]]: ...
@@ -140,8 +177,8 @@ class Plans(Protocol):
 
 
 class Executor(Protocol):
-    """Runs one backend's plans, blocking. ``run`` makes ``method(*args)`` and drives it to
-    its end, atomically and durably for a write (``write``: the primitive writes), mapping
+    """Runs one backend's plans, blocking. ``read`` and ``write`` make ``method(*args)`` and
+    drive it to its end (``write``: a primitive that writes, atomically and durably), mapping
     driver errors to intentlog's; a plan's own exceptions (LeaseLost) reach the caller as
     they are. Thread-safe."""
 
@@ -152,12 +189,13 @@ class Executor(Protocol):
         """Durable write transactions committed through this executor."""
 
     def now(self) -> float: ...
-    def run(self, method: PlanMethod[_T], args: tuple[Any, ...], write: bool) -> _T: ...
+    def read(self, method: PlanMethod[_T], args: tuple[Any, ...]) -> _T: ...
+    def write(self, method: PlanMethod[_T], args: tuple[Any, ...]) -> _T: ...
     def close(self) -> None: ...
 
 
 class AsyncExecutor(Protocol):
-    """:class:`Executor` for asyncio: ``run`` is awaited and never blocks the event loop;
+    """:class:`Executor` for asyncio: ``read`` and ``write`` are awaited and never block the loop;
     ``now`` never blocks. ``sync_store`` opens a blocking store on the same journal."""
 
     url: str
@@ -166,6 +204,7 @@ class AsyncExecutor(Protocol):
     def commits(self) -> int: ...
 
     def now(self) -> float: ...
-    async def run(self, method: PlanMethod[_T], args: tuple[Any, ...], write: bool) -> _T: ...
+    async def read(self, method: PlanMethod[_T], args: tuple[Any, ...]) -> _T: ...
+    async def write(self, method: PlanMethod[_T], args: tuple[Any, ...]) -> _T: ...
     async def aclose(self) -> None: ...
     def sync_store(self) -> Store: ...

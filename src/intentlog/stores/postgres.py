@@ -59,7 +59,7 @@ from intentlog._flow import drive, drive_async
 from intentlog._replication import Replication
 from intentlog.stores._async_plan_store import AsyncPlanStore
 from intentlog.stores._pg import CLOCK, DEFAULT_SCHEMA, SCHEMA_VERSION, PostgresPlans
-from intentlog.stores._plan import TRANSACTION, Plan, PlanMethod, Q, Result, mode_of
+from intentlog.stores._plan import TRANSACTION, Plan, PlanMethod, Q, Result, mode_of, plan_of
 from intentlog.stores._plan_store import PlanStore
 
 try:
@@ -136,6 +136,12 @@ class PostgresExecutor(PgBase):
             self._closed = True
             self._pool.close()
 
+    def read(self, method: PlanMethod[_T], args: tuple[Any, ...]) -> _T:
+        return self.run(method, args, False)
+
+    def write(self, method: PlanMethod[_T], args: tuple[Any, ...]) -> _T:
+        return self.run(method, args, True)
+
     def run(self, method: PlanMethod[_T], args: tuple[Any, ...], write: bool) -> _T:
         """Run a fresh ``method(*args)`` on a pooled connection (in one transaction if it runs
         as a TRANSACTION), trying again where ``_failed`` says so (see the module doc: a lost
@@ -174,7 +180,7 @@ class PostgresExecutor(PgBase):
                 cur.execute(self.sql(query.sql), query.params)
                 return Result(cur.rowcount, cur.fetchall() if cur.description is not None else [])
 
-            return drive(method(*args), perform)
+            return drive(plan_of(method(*args)), perform)
 
 
 class AsyncPostgresExecutor(PgBase):
@@ -245,6 +251,12 @@ class AsyncPostgresExecutor(PgBase):
                 raise self._cannot_open(exc) from exc
             self._opened = True
 
+    async def read(self, method: PlanMethod[_T], args: tuple[Any, ...]) -> _T:
+        return await self.run(method, args, False)
+
+    async def write(self, method: PlanMethod[_T], args: tuple[Any, ...]) -> _T:
+        return await self.run(method, args, True)
+
     async def run(self, method: PlanMethod[_T], args: tuple[Any, ...], write: bool) -> _T:
         """See :meth:`PostgresExecutor.run`."""
         tx = mode_of(method) is TRANSACTION
@@ -283,7 +295,7 @@ class AsyncPostgresExecutor(PgBase):
                 rows = await cur.fetchall() if cur.description is not None else []
                 return Result(cur.rowcount, rows)
 
-            return await drive_async(method(*args), perform)
+            return await drive_async(plan_of(method(*args)), perform)
 
 
 class PostgresStore(PlanStore):
@@ -315,7 +327,7 @@ class PostgresStore(PlanStore):
     def replication(self) -> Replication:
         """How the server this store writes to replicates a commit, as the store's sessions
         see it (for the failover warning of ``intentlog check`` and a worker's start)."""
-        return self.executor.run(_plan_replication, (), False)
+        return self.executor.read(_plan_replication, ())
 
 
 class AsyncPostgresStore(AsyncPlanStore):

@@ -6,10 +6,11 @@ intent). Writes open with ``BEGIN IMMEDIATE`` so two processes never deadlock up
 lock; a busy timeout makes them queue instead of failing. Several processes may share one file.
 A lone intent or receipt whose write is one statement (the fenced insert-if-absent, the fenced
 compare-and-set) is autocommitted instead, with the same locking, atomicity and durability
-and two statements fewer (``_group_commit.OneStatement`` says why nothing is weaker).
+and two statements fewer (``_group_commit.PlanWrite`` says why nothing is weaker).
 
-The ``tx_*`` methods build each primitive's write transaction without running it, so that
-two committers run the same statements: this store's group commit, and the writer thread of
+Every primitive is written once, as a plan of :class:`SQLitePlans`; two executors run the
+same plans: :class:`~intentlog.stores._sqlite_exec.SQLiteExecutor` (group commit on the
+calling threads) for this store, and the writer thread of
 :class:`~intentlog.stores.sqlite_async.AsyncSQLiteStore`.
 
 Errors. Every call (opening, each read, each write transaction) turns a driver error into ours
@@ -20,23 +21,16 @@ what to do.
 
 from __future__ import annotations
 
-import contextlib
 import operator
 import os
-import sqlite3
-import threading
-import time
-from collections.abc import Callable, Collection, Iterable, Sequence
-from pathlib import Path
-from typing import Any, TypeVar
+from collections.abc import Callable, Collection, Iterable
+from typing import Any
 
-from intentlog._errors import Error, JournalCorrupt, JournalError, SchemaTooNew
 from intentlog._model import Operation, State, TaskRecord
 from intentlog.stores._base import (
     OP_COLUMNS,
     TASK_AUDIT_KEY,
     Resolution,
-    Store,
     TaskResolution,
     TaskUpdate,
     lease_lost,
@@ -46,15 +40,13 @@ from intentlog.stores._base import (
     task_from_row,
     task_resolution_from_row,
 )
-from intentlog.stores._group_commit import GroupCommit, OneStatement
-from intentlog.stores._sqlite_errors import DRIVER_ERRORS, describe, describe_os_error
+from intentlog.stores._plan import POINT, SNAPSHOT, Alone, Ops, Plan, Q, runs
+from intentlog.stores._plan_store import PlanStore
+from intentlog.stores._sqlite_exec import APPLICATION_ID, SQLiteExecutor
 
-__all__ = ["SQLiteStore", "VersionMoved"]
+__all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "SQLitePlans", "SQLiteStore"]
 
-APPLICATION_ID = 0x494C4F47  # "ILOG": tells our files from other SQLite databases
 SCHEMA_VERSION = 6
-_HEADER = b"SQLite format 3\x00"
-
 # Each entry migrates from version index to index + 1. Append only; never edit a released one.
 _MIGRATIONS: tuple[str, ...] = (
     """
@@ -144,14 +136,7 @@ _MIGRATIONS: tuple[str, ...] = (
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 
 
-_T = TypeVar("_T")
-
-
-class VersionMoved(Exception):
-    """Internal: a compare-and-set lost; rolls the write transaction back."""
-
-
-class SQLiteStore(Store):
+class SQLiteStore(PlanStore):
     """A journal in one SQLite file, created with mode 0600.
 
     Thread-safe: one write connection (with group commit) and one read connection.
@@ -165,405 +150,191 @@ class SQLiteStore(Store):
     (SQLite's ``mode=rw``, so not even a racing delete leaves an empty file behind).
     """
 
+    executor: SQLiteExecutor
+    plans: SQLitePlans
+
     def __init__(
         self, path: str | os.PathLike[str], *, busy_timeout: float = 30.0, create: bool = True
     ) -> None:
-        self.path = Path(path)
-        self.url = f"sqlite://{self.path.resolve()}"
-        self._create = create
-        self._read_lock = threading.Lock()
-        self._closed = False
-        _check_header(self.path)
-        if not self.path.exists():
-            if not create:
-                raise JournalError(
-                    f"no journal at {self.path.resolve()}: the file does not exist; opened "
-                    "without creating, so nothing was created"
-                )
-            _create_private(self.path)
-        # Without create, mode=rw: SQLite opens the file only if it is there.
-        target = str(self.path) if create else f"{self.path.resolve().as_uri()}?mode=rw"
-        try:
-            # isolation_level=None: we issue BEGIN IMMEDIATE / COMMIT ourselves.
-            self._conn = sqlite3.connect(
-                target, timeout=busy_timeout, isolation_level=None, check_same_thread=False,
-                uri=not create,
-            )  # fmt: skip
-        except DRIVER_ERRORS as exc:
-            raise self.error(exc) from exc
-        self._conn.row_factory = sqlite3.Row
-        # The write connection, shared by concurrent writers through group commit.
-        self._writer = GroupCommit(self._conn, self.error)
-        self._lock = self._writer.lock
-        self._commit = self._writer.commit
-        self.run_batch = self._writer.run_batch
-        try:
-            self._prepare(busy_timeout)
-            self._reader = sqlite3.connect(
-                target, timeout=busy_timeout, isolation_level=None, check_same_thread=False,
-                uri=not create,
-            )  # fmt: skip
-        except BaseException as exc:
-            self._conn.close()
-            if isinstance(exc, DRIVER_ERRORS):
-                raise self.error(exc) from exc
-            raise
-        self._reader.row_factory = sqlite3.Row
+        executor = SQLiteExecutor(
+            path, busy_timeout=busy_timeout, create=create, migrations=_MIGRATIONS
+        )
+        super().__init__(SQLitePlans(executor.now), executor)
+        self.path = executor.path
+        # The executor's parts under this store's names of old (tests and benchmarks use them).
+        self._conn, self._reader = executor.conn, executor.reader
+        self._commit = executor.writer.commit
+        self.run_batch = executor.writer.run_batch
+        self.error = executor.error
 
-    def error(self, exc: BaseException) -> Error:
-        """The intentlog error for a driver error raised on this journal (see the module
-        docstring): the one place this store maps them."""
-        return describe(exc, self.path, closed=self._closed)
 
-    def _prepare(self, busy_timeout: float) -> None:
-        # A damaged file shows here as SQLITE_CORRUPT or SQLITE_NOTADB (JournalCorrupt), a
-        # read-only place as SQLITE_CANTOPEN or SQLITE_READONLY: the caller maps them.
-        version = self._conn.execute("PRAGMA user_version").fetchone()[0]
-        app_id = self._conn.execute("PRAGMA application_id").fetchone()[0]
-        tables = self._conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
-        if app_id not in (0, APPLICATION_ID) or (app_id == 0 and tables):
-            raise JournalCorrupt(f"{self.path} is a SQLite database but not an intentlog journal")
-        if version > SCHEMA_VERSION:
-            raise SchemaTooNew(
-                f"{self.path} has journal schema {version}; this intentlog understands up to "
-                f"{SCHEMA_VERSION}. Upgrade intentlog to open it."
-            )
-        if not self._create and version < SCHEMA_VERSION:
-            if version == 0:  # an empty file: no journal was ever made in it
-                raise JournalError(
-                    f"no journal at {self.path.resolve()}: the file is empty; opened without "
-                    "creating, so nothing was created"
-                )
-            raise JournalError(
-                f"the journal at {self.path.resolve()} has schema {version}; this intentlog "
-                f"needs {SCHEMA_VERSION}, and opening without creating does not upgrade it. "
-                "Upgrade it by opening it once with a writer (intentlog.open), with older "
-                "workers stopped first"
-            )
-        self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
-        self._conn.execute("PRAGMA journal_mode = WAL")
-        self._conn.execute("PRAGMA synchronous = FULL")
-        if version < SCHEMA_VERSION:
-            self._migrate()
+class SQLitePlans:
+    """Every store primitive as a plan on the SQLite schema; ``now``: the store's clock."""
 
-    def _migrate(self) -> None:
-        def body(conn: sqlite3.Connection) -> None:
-            # Re-read inside the write lock: another process may have migrated meanwhile.
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            for step in _MIGRATIONS[version:]:
-                for statement in step.split(";"):
-                    if statement.strip():
-                        conn.execute(statement)
-            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-
-        self._commit(body)
-
-    @property
-    def commits(self) -> int:  # type: ignore[override]
-        """Durable write transactions made through this store object."""
-        return self._writer.commits
-
-    def _read(self, sql: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]:
-        # A connection of its own, so reads never wait behind a commit (WAL readers see
-        # every transaction committed before they start).
-        with self._read_lock:
-            try:
-                return self._reader.execute(sql, tuple(params)).fetchall()
-            except DRIVER_ERRORS as exc:
-                raise self.error(exc) from exc
-
-    def _read_one(self, sql: str, params: tuple[Any, ...]) -> sqlite3.Row | None:
-        """A point read: on the write connection when no write holds it, else as ``_read``.
-
-        SQLite drops a connection's page cache whenever another connection has committed
-        since its last read, so the reader starts every read after a commit from a cold
-        cache, while the write connection keeps its own after its own commits: a point read
-        there costs about half. It never waits for a write in progress; long reads stay on
-        the reader, so they never hold up writers.
-        """
-        # fetchall: the statement runs to its end, so no read transaction stays open on the
-        # write connection after this returns.
-        try:
-            if self._lock.acquire(blocking=False):
-                try:
-                    rows = self._conn.execute(sql, params).fetchall()
-                finally:
-                    self._lock.release()
-            else:
-                with self._read_lock:
-                    rows = self._reader.execute(sql, params).fetchall()
-        except DRIVER_ERRORS as exc:
-            raise self.error(exc) from exc
-        return rows[0] if rows else None
-
-    def now(self) -> float:
-        return time.time()
-
-    def close(self) -> None:
-        with self._lock, self._read_lock:
-            self._closed = True
-            self._reader.close()
-            self._conn.close()
+    def __init__(self, now: Callable[[], float]) -> None:
+        self.now = now
 
     # -- tasks ------------------------------------------------------------------------------
 
-    def get_task(self, task_id: str) -> TaskRecord | None:
-        row = self._read_one("SELECT * FROM tasks WHERE task_id = ?", (task_id,))
-        return None if row is None else task_from_row(row)
+    @runs(POINT)
+    def plan_get_task(self, task_id: str) -> Plan[TaskRecord | None]:
+        rows = (yield Q(_GET_TASK, (task_id,))).rows
+        return task_from_row(rows[0]) if rows else None
 
-    def claim_task(
+    def plan_claim_task(
         self, task_id: str, owner: str, ttl: float, expect_epoch: int | None
-    ) -> TaskRecord | None:
-        return self._commit(self.tx_claim_task(task_id, owner, ttl, expect_epoch))
-
-    def tx_claim_task(
-        self, task_id: str, owner: str, ttl: float, expect_epoch: int | None
-    ) -> Callable[[sqlite3.Connection], TaskRecord | None]:
-        """The write transaction of :meth:`claim_task`, for a committer to run."""
+    ) -> Plan[TaskRecord | None]:
         now = self.now()
+        if expect_epoch is None:
+            claim = Q(
+                "INSERT INTO tasks (task_id, epoch, owner, lease_expires, state, created_at,"
+                " updated_at) VALUES (?, 1, ?, ?, 'null', ?, ?) ON CONFLICT DO NOTHING",
+                (task_id, owner, now + ttl, now, now),
+            )
+        else:
+            claim = Q(
+                "UPDATE tasks SET epoch = epoch + 1, owner = ?, lease_expires = ?,"
+                " updated_at = ? WHERE task_id = ? AND epoch = ?",
+                (owner, now + ttl, now, task_id, expect_epoch),
+            )
+        if (yield claim).rowcount != 1:
+            return None
+        return task_from_row((yield Q(_GET_TASK, (task_id,))).rows[0])
 
-        def body(conn: sqlite3.Connection) -> TaskRecord | None:
-            if expect_epoch is None:
-                cur = conn.execute(
-                    "INSERT INTO tasks (task_id, epoch, owner, lease_expires, state, created_at,"
-                    " updated_at) VALUES (?, 1, ?, ?, 'null', ?, ?) ON CONFLICT DO NOTHING",
-                    (task_id, owner, now + ttl, now, now),
-                )
-            else:
-                cur = conn.execute(
-                    "UPDATE tasks SET epoch = epoch + 1, owner = ?, lease_expires = ?,"
-                    " updated_at = ? WHERE task_id = ? AND epoch = ?",
-                    (owner, now + ttl, now, task_id, expect_epoch),
-                )
-            if cur.rowcount != 1:
-                return None
-            row = conn.execute("SELECT * FROM tasks WHERE task_id = ?", (task_id,)).fetchone()
-            return task_from_row(row)
-
-        return body
-
-    @staticmethod
-    def _check_fence(conn: sqlite3.Connection, task_id: str, epoch: int) -> None:
-        row = conn.execute("SELECT epoch FROM tasks WHERE task_id = ?", (task_id,)).fetchone()
-        if row is None or row[0] != epoch:
-            raise lease_lost(task_id, epoch)
-
-    @staticmethod
-    def _fence(conn: sqlite3.Connection, task_id: str, epoch: int, ttl: float, now: float) -> None:
-        cur = conn.execute(
+    def plan_write_task(
+        self, task_id: str, epoch: int, ttl: float, update: TaskUpdate, also: Ops
+    ) -> Plan[TaskRecord]:
+        now = self.now()
+        fence = Q(
             "UPDATE tasks SET lease_expires = ?, updated_at = ? WHERE task_id = ? AND epoch = ?",
             (now + ttl, now, task_id, epoch),
         )
-        if cur.rowcount != 1:
+        if (yield fence).rowcount != 1:
             raise lease_lost(task_id, epoch)
+        yield from _store_also(also)
+        if update.audit is not None:
+            yield Q(_INSERT_AUDIT, update.audit.audit_values())
+        sets, params = update.assignments("?")
+        if update.release:
+            sets.append("lease_expires = 0")  # after the fence extended it
+        if sets:
+            yield Q(f"UPDATE tasks SET {', '.join(sets)} WHERE task_id = ?", (*params, task_id))
+        return task_from_row((yield Q(_GET_TASK, (task_id,))).rows[0])
 
-    def write_task(
-        self,
-        task_id: str,
-        epoch: int,
-        ttl: float,
-        update: TaskUpdate,
-        also: Sequence[Operation] = (),
-    ) -> TaskRecord:
-        return self._commit(self.tx_write_task(task_id, epoch, ttl, update, also))
-
-    def tx_write_task(
-        self,
-        task_id: str,
-        epoch: int,
-        ttl: float,
-        update: TaskUpdate,
-        also: Sequence[Operation] = (),
-    ) -> Callable[[sqlite3.Connection], TaskRecord]:
-        """The write transaction of :meth:`write_task`, for a committer to run."""
+    def plan_create_task(self, task_id: str, kind: str, input_json: str) -> Plan[TaskRecord | None]:
         now = self.now()
-
-        def body(conn: sqlite3.Connection) -> TaskRecord:
-            self._fence(conn, task_id, epoch, ttl, now)
-            _store_also(conn, also)
-            if update.audit is not None:
-                conn.execute(_INSERT_AUDIT, update.audit.audit_values())
-            sets, params = update.assignments("?")
-            if update.release:
-                sets.append("lease_expires = 0")  # after the fence extended it
-            if sets:
-                conn.execute(
-                    f"UPDATE tasks SET {', '.join(sets)} WHERE task_id = ?", (*params, task_id)
-                )
-            row = conn.execute("SELECT * FROM tasks WHERE task_id = ?", (task_id,)).fetchone()
-            return task_from_row(row)
-
-        return body
-
-    def create_task(self, task_id: str, kind: str, input_json: str) -> TaskRecord | None:
-        return self._commit(self.tx_create_task(task_id, kind, input_json))
-
-    def tx_create_task(
-        self, task_id: str, kind: str, input_json: str
-    ) -> Callable[[sqlite3.Connection], TaskRecord | None]:
-        """The write transaction of :meth:`create_task`, for a committer to run."""
-        now = self.now()
-
-        def body(conn: sqlite3.Connection) -> TaskRecord | None:
-            cur = conn.execute(
-                "INSERT INTO tasks (task_id, epoch, owner, lease_expires, state, created_at,"
-                " updated_at, kind, input) VALUES (?, 0, NULL, 0, 'null', ?, ?, ?, ?)"
-                " ON CONFLICT DO NOTHING",
-                (task_id, now, now, kind, input_json),
-            )
-            if cur.rowcount != 1:
-                return None
-            row = conn.execute("SELECT * FROM tasks WHERE task_id = ?", (task_id,)).fetchone()
-            return task_from_row(row)
-
-        return body
-
-    def claim_next(self, owner: str, ttl: float, kinds: Collection[str]) -> TaskRecord | None:
-        if not kinds:
+        create = Q(
+            "INSERT INTO tasks (task_id, epoch, owner, lease_expires, state, created_at,"
+            " updated_at, kind, input) VALUES (?, 0, NULL, 0, 'null', ?, ?, ?, ?)"
+            " ON CONFLICT DO NOTHING",
+            (task_id, now, now, kind, input_json),
+        )
+        if (yield create).rowcount != 1:
             return None
-        return self._commit(self.tx_claim_next(owner, ttl, kinds))
+        return task_from_row((yield Q(_GET_TASK, (task_id,))).rows[0])
 
-    def tx_claim_next(
+    def plan_claim_next(
         self, owner: str, ttl: float, kinds: Collection[str]
-    ) -> Callable[[sqlite3.Connection], TaskRecord | None]:
-        """The write transaction of :meth:`claim_next`, for a committer to run."""
+    ) -> Plan[TaskRecord | None]:
         now = self.now()
-        wanted = sorted(set(kinds))
+        # One writer at a time (BEGIN IMMEDIATE): the read and the claim are atomic, so
+        # no two workers get one task; SQLite needs no SKIP LOCKED. Each kind's first
+        # runnable task is one seek in tasks_claim; the one due first of those wins.
+        candidates = []
+        for kind in sorted(set(kinds)):
+            candidates += (yield Q(_RUNNABLE, (kind, now, now))).rows
+        if not candidates:
+            return None
+        row = min(candidates, key=lambda r: (r["not_before"], r["rowid"]))
+        yield Q(
+            "UPDATE tasks SET epoch = epoch + 1, owner = ?, lease_expires = ?, updated_at = ?"
+            " WHERE task_id = ? AND epoch = ?",
+            (owner, now + ttl, now, row["task_id"], row["epoch"]),
+        )
+        return task_from_row((yield Q(_GET_TASK, (row["task_id"],))).rows[0])
 
-        def body(conn: sqlite3.Connection) -> TaskRecord | None:
-            # One writer at a time (BEGIN IMMEDIATE): the read and the claim are atomic, so
-            # no two workers get one task; SQLite needs no SKIP LOCKED. Each kind's first
-            # runnable task is one seek in tasks_claim; the one due first of those wins.
-            found = [conn.execute(_RUNNABLE, (kind, now, now)).fetchone() for kind in wanted]
-            candidates = [r for r in found if r is not None]
-            if not candidates:
-                return None
-            row = min(candidates, key=lambda r: (r["not_before"], r["rowid"]))
-            conn.execute(
-                "UPDATE tasks SET epoch = epoch + 1, owner = ?, lease_expires = ?, updated_at = ?"
-                " WHERE task_id = ? AND epoch = ?",
-                (owner, now + ttl, now, row["task_id"], row["epoch"]),
-            )
-            claimed = conn.execute("SELECT * FROM tasks WHERE task_id = ?", (row["task_id"],))
-            return task_from_row(claimed.fetchone())
-
-        return body
-
-    def list_tasks(self, *, include_completed: bool = True) -> list[TaskRecord]:
+    def plan_list_tasks(self, include_completed: bool) -> Plan[list[TaskRecord]]:
         where = "" if include_completed else " WHERE completed = 0"
-        return [task_from_row(r) for r in self._read(f"SELECT * FROM tasks{where} ORDER BY rowid")]
+        rows = (yield Q(f"SELECT * FROM tasks{where} ORDER BY rowid")).rows
+        return [task_from_row(r) for r in rows]
 
-    def delete_completed(self, before: float) -> int:
-        return self._commit(self.tx_delete_completed(before))
-
-    def tx_delete_completed(self, before: float) -> Callable[[sqlite3.Connection], int]:
-        """The write transaction of :meth:`delete_completed`, for a committer to run."""
-
-        def body(conn: sqlite3.Connection) -> int:
-            doomed = (
-                "SELECT task_id FROM tasks t WHERE completed = 1 AND updated_at < ? AND NOT EXISTS"
-                " (SELECT 1 FROM operations o WHERE o.task_id = t.task_id"
-                "  AND o.state NOT IN ('CONFIRMED', 'FAILED'))"
-            )
-            # The audit log goes with its task: a later task with the same id derives the
-            # same keys, and must not inherit another run's resolutions.
-            conn.execute(f"DELETE FROM resolutions WHERE task_id IN ({doomed})", (before,))
-            conn.execute(f"DELETE FROM operations WHERE task_id IN ({doomed})", (before,))
-            cur = conn.execute(f"DELETE FROM tasks WHERE task_id IN ({doomed})", (before,))
-            return cur.rowcount
-
-        return body
+    def plan_delete_completed(self, before: float) -> Plan[int]:
+        doomed = (
+            "SELECT task_id FROM tasks t WHERE completed = 1 AND updated_at < ? AND NOT EXISTS"
+            " (SELECT 1 FROM operations o WHERE o.task_id = t.task_id"
+            "  AND o.state NOT IN ('CONFIRMED', 'FAILED'))"
+        )
+        # The audit log goes with its task: a later task with the same id derives the
+        # same keys, and must not inherit another run's resolutions.
+        yield Q(f"DELETE FROM resolutions WHERE task_id IN ({doomed})", (before,))
+        yield Q(f"DELETE FROM operations WHERE task_id IN ({doomed})", (before,))
+        return (yield Q(f"DELETE FROM tasks WHERE task_id IN ({doomed})", (before,))).rowcount
 
     # -- operations -------------------------------------------------------------------------
 
-    def get_op(self, key: str) -> Operation | None:
-        row = self._read_one("SELECT * FROM operations WHERE key = ?", (key,))
-        return None if row is None else op_from_row(row)
+    @runs(POINT)
+    def plan_get_op(self, key: str) -> Plan[Operation | None]:
+        rows = (yield Q(_GET_OP, (key,))).rows
+        return op_from_row(rows[0]) if rows else None
 
-    def insert_op(
-        self, op: Operation, epoch: int, ttl: float, also: Sequence[Operation] = ()
-    ) -> tuple[Operation, bool]:
-        return self._commit(self.tx_insert_op(op, epoch, ttl, also))
-
-    def tx_insert_op(
-        self, op: Operation, epoch: int, ttl: float, also: Sequence[Operation] = ()
-    ) -> Callable[[sqlite3.Connection], tuple[Operation, bool]]:
-        """The write transaction of :meth:`insert_op`, for a committer to run; without
-        ``also``, one statement when the key is free and the fence holds."""
+    def plan_insert_op(
+        self, op: Operation, epoch: int, ttl: float, also: Ops
+    ) -> Alone[tuple[Operation, bool]] | Plan[tuple[Operation, bool]]:
+        # One statement claims the key (the primary key: two workers racing for one key
+        # cannot both win) and checks the fence (the task's epoch) at the same time; without
+        # ``also``, it is the whole write when it inserts.
         values = (*op_values(op, 1), op.task_id, epoch)
-
-        def transaction(conn: sqlite3.Connection) -> tuple[Operation, bool]:
-            # One statement claims the key (the primary key: two workers racing for one key
-            # cannot both win) and checks the fence (the task's epoch) at the same time.
-            if conn.execute(_INSERT_OP_FENCED, values).rowcount == 1:
-                _store_also(conn, also)
-                return op.replace(version=1), True
-            self._check_fence(conn, op.task_id, epoch)
-            _store_also(conn, also)
-            stored = conn.execute("SELECT * FROM operations WHERE key = ?", (op.key,)).fetchone()
-            return op_from_row(stored), False
-
         if also:
-            return transaction
-        return OneStatement(_INSERT_OP_FENCED, values, (op.replace(version=1), True), transaction)
+            return self._insert_op(values, op, epoch, also)
+        inserted = (op.replace(version=1), True)
+        return Alone(_INSERT_OP_FENCED, values, inserted, self._insert_op, (values, op, epoch))
 
-    def update_op(
-        self,
-        op: Operation,
-        epoch: int | None,
-        ttl: float,
-        resolution: Resolution | None = None,
-        also: Sequence[Operation] = (),
-    ) -> Operation | None:
-        try:
-            return self._commit(self.tx_update_op(op, epoch, ttl, resolution, also))
-        except VersionMoved:
-            return None  # the version moved on; this write was rolled back
+    def _insert_op(
+        self, values: tuple[Any, ...], op: Operation, epoch: int, also: Ops = ()
+    ) -> Plan[tuple[Operation, bool]]:
+        if (yield Q(_INSERT_OP_FENCED, values)).rowcount == 1:
+            yield from _store_also(also)
+            return op.replace(version=1), True
+        yield from _check_fence(op.task_id, epoch)
+        yield from _store_also(also)
+        return op_from_row((yield Q(_GET_OP, (op.key,))).rows[0]), False
 
-    def tx_update_op(
-        self,
-        op: Operation,
-        epoch: int | None,
-        ttl: float,
-        resolution: Resolution | None = None,
-        also: Sequence[Operation] = (),
-    ) -> Callable[[sqlite3.Connection], Operation]:
-        """The write transaction of :meth:`update_op`, for a committer to run; without
-        ``resolution`` or ``also``, one statement when the version and the fence hold."""
+    def plan_update_op(
+        self, op: Operation, epoch: int | None, ttl: float, resolution: Resolution | None, also: Ops
+    ) -> Alone[Operation | None] | Plan[Operation | None]:
+        # Without ``resolution`` or ``also``, the compare-and-set is the whole write when
+        # the version and the fence hold.
         values = op_values(op, op.version + 1)
         sql, params = _update_op_statement(op, epoch, values)
-
-        def transaction(conn: sqlite3.Connection) -> Operation:
-            if conn.execute(sql, params).rowcount != 1:
-                if epoch is not None:
-                    self._check_fence(conn, op.task_id, epoch)
-                raise VersionMoved
-            _store_also(conn, also)
-            if resolution is not None:
-                conn.execute(
-                    "INSERT INTO resolutions (key, task_id, at, from_state, to_state, note,"
-                    " receipt, actor) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        resolution.key,
-                        resolution.task_id,
-                        resolution.at,
-                        resolution.from_state.value,
-                        resolution.to_state.value,
-                        resolution.note,
-                        values[_RECEIPT],
-                        resolution.actor,
-                    ),
-                )
-            return op.replace(version=op.version + 1)
-
         if also or resolution is not None:
-            return transaction
-        return OneStatement(sql, params, op.replace(version=op.version + 1), transaction)
+            return self._update_op(sql, params, op, epoch, values[_RECEIPT], resolution, also)
+        done = op.replace(version=op.version + 1)
+        return Alone(sql, params, done, self._update_op, (sql, params, op, epoch))
 
-    def list_ops(
-        self, *, task_id: str | None = None, states: Iterable[State] | None = None
-    ) -> list[Operation]:
+    def _update_op(
+        self,
+        sql: str,
+        params: tuple[Any, ...],
+        op: Operation,
+        epoch: int | None,
+        receipt: str | None = None,
+        resolution: Resolution | None = None,
+        also: Ops = (),
+    ) -> Plan[Operation | None]:
+        if (yield Q(sql, params)).rowcount != 1:
+            if epoch is not None:
+                yield from _check_fence(op.task_id, epoch)
+            return None  # the version moved on: nothing was written
+        yield from _store_also(also)
+        if resolution is not None:
+            r = resolution
+            audit = (r.key, r.task_id, r.at, r.from_state.value, r.to_state.value, r.note)
+            yield Q(_INSERT_AUDIT, (*audit, receipt, r.actor))  # the op's receipt, as stored
+        return op.replace(version=op.version + 1)
+
+    def plan_list_ops(
+        self, task_id: str | None, states: Iterable[State] | None
+    ) -> Plan[list[Operation]]:
         clauses, params = [], []
         if task_id is not None:
             clauses.append("task_id = ?")
@@ -578,49 +349,54 @@ class SQLiteStore(Store):
                 clauses.append(f"state IN ({', '.join('?' for _ in wanted)})")
                 params.extend(sorted(w.value for w in wanted))
         where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
-        rows = self._read(f"SELECT * FROM operations{where} ORDER BY created_at, rowid", params)
-        return [op_from_row(r) for r in rows]
+        sql = f"SELECT * FROM operations{where} ORDER BY created_at, rowid"
+        return [op_from_row(r) for r in (yield Q(sql, params)).rows]
 
-    def count_ops(self) -> dict[State, int]:
+    @runs(SNAPSHOT)
+    def plan_count_ops(self) -> Plan[dict[State, int]]:
         # GROUP BY state would read every row (a 1M-operation journal: ~0.5 s). Instead, in
         # one read transaction: the total from the smallest index, the open states and
         # FAILED through their partial indexes, and CONFIRMED as what is left.
-        with self._read_lock:
-            reader = self._reader
-            try:
-                reader.execute("BEGIN")
-                try:
-                    total = reader.execute("SELECT count(*) FROM operations").fetchone()[0]
-                    open_rows = reader.execute(
-                        "SELECT state, count(*) FROM operations"
-                        " WHERE state NOT IN ('CONFIRMED', 'FAILED') GROUP BY state"
-                    ).fetchall()
-                    failed = reader.execute(
-                        "SELECT count(*) FROM operations WHERE state = 'FAILED'"
-                    ).fetchone()[0]
-                finally:
-                    if reader.in_transaction:
-                        reader.execute("COMMIT")
-            except DRIVER_ERRORS as exc:
-                raise self.error(exc) from exc
+        total = (yield Q("SELECT count(*) FROM operations")).rows[0][0]
+        open_rows = (
+            yield Q(
+                "SELECT state, count(*) FROM operations"
+                " WHERE state NOT IN ('CONFIRMED', 'FAILED') GROUP BY state"
+            )
+        ).rows
+        failed = (yield Q("SELECT count(*) FROM operations WHERE state = 'FAILED'")).rows[0][0]
         counts = dict.fromkeys(State, 0)
         counts.update({State(r[0]): r[1] for r in open_rows})
         counts[State.FAILED] = failed
         counts[State.CONFIRMED] = total - failed - sum(r[1] for r in open_rows)
         return counts
 
-    def resolutions(self, key: str | None = None) -> list[Resolution]:
-        # key <> '': the task-level rows share the table (see task_resolutions).
+    def plan_resolutions(self, key: str | None) -> Plan[list[Resolution]]:
+        # key <> '': the task-level rows share the table (see plan_task_resolutions).
         where, params = (" WHERE key = ?", (key,)) if key is not None else (" WHERE key <> ''", ())
-        rows = self._read(f"SELECT * FROM resolutions{where} ORDER BY id", params)
+        rows = (yield Q(f"SELECT * FROM resolutions{where} ORDER BY id", params)).rows
         return [resolution_from_row(r) for r in rows]
 
-    def task_resolutions(self, task_id: str) -> list[TaskResolution]:
+    def plan_task_resolutions(self, task_id: str) -> Plan[list[TaskResolution]]:
         sql = "SELECT * FROM resolutions WHERE key = ? AND task_id = ? ORDER BY id"
-        rows = self._read(sql, (TASK_AUDIT_KEY, task_id))
+        rows = (yield Q(sql, (TASK_AUDIT_KEY, task_id))).rows
         return [task_resolution_from_row(r) for r in rows]
 
 
+def _check_fence(task_id: str, epoch: int) -> Plan[None]:
+    rows = (yield Q("SELECT epoch FROM tasks WHERE task_id = ?", (task_id,))).rows
+    if not rows or rows[0][0] != epoch:
+        raise lease_lost(task_id, epoch)
+
+
+def _store_also(also: Ops) -> Plan[None]:
+    for op in also:
+        # A version that moved on means a newer state: it stands.
+        yield Q(*_update_op_statement(op))
+
+
+_GET_TASK = "SELECT * FROM tasks WHERE task_id = ?"
+_GET_OP = "SELECT * FROM operations WHERE key = ?"
 _OPEN = frozenset(State) - {State.CONFIRMED, State.FAILED}
 _INSERT_AUDIT = (
     "INSERT INTO resolutions (key, task_id, at, from_state, to_state, note, receipt, actor)"
@@ -665,37 +441,6 @@ def _update_op_statement(
     id, effect, fingerprint, creation time) are the stored ones."""
     if row is None:
         row = op_values(op, op.version + 1)
-    values = (*_update_values(row), op.key, op.version)
     if epoch is None:
-        return _UPDATE_OP, values
-    return _UPDATE_OP_FENCED, (*values, op.task_id, epoch)
-
-
-def _store_also(conn: sqlite3.Connection, also: Sequence[Operation]) -> None:
-    for op in also:
-        # A version that moved on means a newer state: it stands.
-        conn.execute(*_update_op_statement(op))
-
-
-def _check_header(path: Path) -> None:
-    """Refuse a non-empty file that is not SQLite before SQLite can touch it."""
-    try:
-        with path.open("rb") as fh:
-            head = fh.read(len(_HEADER))
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        raise describe_os_error(exc, path, "read") from exc
-    if head and head != _HEADER:
-        raise JournalCorrupt(f"{path} is not a SQLite file, so not an intentlog journal")
-
-
-def _create_private(path: Path) -> None:
-    """Create the journal file with mode 0600 (SQLite gives its -wal and -shm the same)."""
-    try:
-        if not path.parent.exists():
-            path.parent.mkdir(parents=True, mode=0o700, exist_ok=True)
-        with contextlib.suppress(FileExistsError):  # another process won the race: fine
-            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
-    except OSError as exc:  # a read-only filesystem, a denied directory, a full disk
-        raise describe_os_error(exc, path, "create") from exc
+        return _UPDATE_OP, (*_update_values(row), op.key, op.version)
+    return _UPDATE_OP_FENCED, (*_update_values(row), op.key, op.version, op.task_id, epoch)

@@ -8,6 +8,10 @@ then settles all of their futures with one wake-up of the loop. So concurrent as
 share commits without a thread each: the loop runs the tasks' protocols while the writer
 thread waits for the disk. Reads go to a reader thread. Each write's future completes only
 after the commit that holds it, so every guarantee of the synchronous store holds.
+
+The store is the generic :class:`~intentlog.stores.AsyncPlanStore` over the SQLite plans (the
+same as the synchronous store's) and :class:`AsyncSQLiteExecutor`, which runs them through a
+:class:`~intentlog.stores._sqlite_exec.SQLiteExecutor` in those two threads.
 """
 
 from __future__ import annotations
@@ -17,33 +21,47 @@ import concurrent.futures
 import contextlib
 import os
 import threading
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from intentlog._errors import JournalError
-from intentlog._model import Operation, State, TaskRecord
-from intentlog.stores._async_store import AsyncStore
-from intentlog.stores._base import Resolution, TaskResolution, TaskUpdate
-from intentlog.stores._group_commit import WriteRequest
+from intentlog.stores._async_plan_store import AsyncPlanStore
+from intentlog.stores._group_commit import Body, PlanWrite, WriteRequest
+from intentlog.stores._plan import Alone, PlanMethod
 from intentlog.stores._sqlite_errors import DRIVER_ERRORS
-from intentlog.stores.sqlite import SQLiteStore, VersionMoved
+from intentlog.stores._sqlite_exec import SQLiteExecutor
+from intentlog.stores.sqlite import _MIGRATIONS, SQLitePlans, SQLiteStore
 
-__all__ = ["AsyncSQLiteStore"]
+__all__ = ["AsyncSQLiteExecutor", "AsyncSQLiteStore"]
 
 _T = TypeVar("_T")
 _Pending = tuple[WriteRequest, "asyncio.Future[Any]", asyncio.AbstractEventLoop]
 
 
-class AsyncSQLiteStore(AsyncStore):
+class AsyncSQLiteStore(AsyncPlanStore):
     """A journal in one SQLite file, for :class:`intentlog.AsyncJournal`. Several event loops
     and threads may use one store; opening it reads the file header and schema once,
-    blocking."""
+    blocking. ``path``, ``busy_timeout`` and ``create`` as for
+    :class:`~intentlog.stores.sqlite.SQLiteStore`."""
+
+    executor: AsyncSQLiteExecutor
 
     def __init__(
         self, path: str | os.PathLike[str], *, busy_timeout: float = 30.0, create: bool = True
     ) -> None:
-        self._store = SQLiteStore(path, busy_timeout=busy_timeout, create=create)
-        self.url = self._store.url
+        executor = AsyncSQLiteExecutor(path, busy_timeout=busy_timeout, create=create)
+        super().__init__(SQLitePlans(executor.now), executor)
+
+
+class AsyncSQLiteExecutor:
+    """Runs the SQLite plans for asyncio: writes on a writer thread of its own, in group
+    commits; reads on a reader thread (see the module doc)."""
+
+    def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float, create: bool) -> None:
+        self.sync = SQLiteExecutor(
+            path, busy_timeout=busy_timeout, create=create, migrations=_MIGRATIONS
+        )
+        self.url = self.sync.url
         self._pending: list[_Pending] = []
         self._wake = threading.Condition()
         self._stopping = False
@@ -51,14 +69,14 @@ class AsyncSQLiteStore(AsyncStore):
         self._reader = concurrent.futures.ThreadPoolExecutor(1, "intentlog-sqlite-read")
 
     @property
-    def commits(self) -> int:  # type: ignore[override]
-        return self._store.commits
+    def commits(self) -> int:
+        return self.sync.commits
 
     def now(self) -> float:
-        return self._store.now()
+        return self.sync.now()
 
     def sync_store(self) -> SQLiteStore:
-        return SQLiteStore(self._store.path, create=self._store._create)
+        return SQLiteStore(self.sync.path, create=self.sync.create)
 
     async def aclose(self) -> None:
         with self._wake:
@@ -69,11 +87,18 @@ class AsyncSQLiteStore(AsyncStore):
         if writer is not None:
             await loop.run_in_executor(None, writer.join)
         self._reader.shutdown(wait=True)
-        self._store.close()
+        self.sync.close()
 
     # -- the hand-over --------------------------------------------------------------------------
 
-    async def _write(self, body: Callable[[Any], _T]) -> _T:
+    async def read(self, method: PlanMethod[_T], args: tuple[Any, ...]) -> _T:
+        return await self._read(self.sync.read, method, args)
+
+    async def write(self, method: PlanMethod[_T], args: tuple[Any, ...]) -> _T:
+        work = method(*args)
+        return await self._write(work if type(work) is Alone else PlanWrite(work))  # type: ignore[arg-type]
+
+    async def _write(self, body: Body[_T]) -> _T:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[_T] = loop.create_future()
         with self._wake:
@@ -97,9 +122,9 @@ class AsyncSQLiteStore(AsyncStore):
                 if not batch and self._stopping:
                     return
             try:
-                self._store.run_batch([request for request, _, _ in batch])
+                self.sync.writer.run_batch([request for request, _, _ in batch])
             except BaseException as exc:  # run_batch sets errors itself; this is a last resort
-                error = self._store.error(exc) if isinstance(exc, DRIVER_ERRORS) else exc
+                error = self.sync.error(exc) if isinstance(exc, DRIVER_ERRORS) else exc
                 for request, _, _ in batch:
                     request.error = request.error or error
             by_loop: dict[asyncio.AbstractEventLoop, list[_Pending]] = {}
@@ -111,80 +136,11 @@ class AsyncSQLiteStore(AsyncStore):
                 with contextlib.suppress(RuntimeError):
                     loop.call_soon_threadsafe(_settle, items)
 
-    async def _read(self, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+    async def _read(self, fn: Callable[..., _T], *args: Any) -> _T:
         if self._stopping:
             raise JournalError(f"the journal at {self.url} is closed")
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._reader, lambda: fn(*args, **kwargs))
-
-    # -- the primitives -------------------------------------------------------------------------
-
-    async def get_task(self, task_id: str) -> TaskRecord | None:
-        return await self._read(self._store.get_task, task_id)
-
-    async def claim_task(
-        self, task_id: str, owner: str, ttl: float, expect_epoch: int | None
-    ) -> TaskRecord | None:
-        return await self._write(self._store.tx_claim_task(task_id, owner, ttl, expect_epoch))
-
-    async def write_task(
-        self,
-        task_id: str,
-        epoch: int,
-        ttl: float,
-        update: TaskUpdate,
-        also: Sequence[Operation] = (),
-    ) -> TaskRecord:
-        return await self._write(self._store.tx_write_task(task_id, epoch, ttl, update, also))
-
-    async def create_task(self, task_id: str, kind: str, input_json: str) -> TaskRecord | None:
-        return await self._write(self._store.tx_create_task(task_id, kind, input_json))
-
-    async def claim_next(self, owner: str, ttl: float, kinds: Collection[str]) -> TaskRecord | None:
-        if not kinds:
-            return None
-        return await self._write(self._store.tx_claim_next(owner, ttl, kinds))
-
-    async def list_tasks(self, *, include_completed: bool = True) -> list[TaskRecord]:
-        return await self._read(self._store.list_tasks, include_completed=include_completed)
-
-    async def delete_completed(self, before: float) -> int:
-        return await self._write(self._store.tx_delete_completed(before))
-
-    async def get_op(self, key: str) -> Operation | None:
-        return await self._read(self._store.get_op, key)
-
-    async def insert_op(
-        self, op: Operation, epoch: int, ttl: float, also: Sequence[Operation] = ()
-    ) -> tuple[Operation, bool]:
-        return await self._write(self._store.tx_insert_op(op, epoch, ttl, also))
-
-    async def update_op(
-        self,
-        op: Operation,
-        epoch: int | None,
-        ttl: float,
-        resolution: Resolution | None = None,
-        also: Sequence[Operation] = (),
-    ) -> Operation | None:
-        try:
-            return await self._write(self._store.tx_update_op(op, epoch, ttl, resolution, also))
-        except VersionMoved:
-            return None  # the version moved on; this write was rolled back
-
-    async def list_ops(
-        self, *, task_id: str | None = None, states: Iterable[State] | None = None
-    ) -> list[Operation]:
-        return await self._read(self._store.list_ops, task_id=task_id, states=states)
-
-    async def count_ops(self) -> dict[State, int]:
-        return await self._read(self._store.count_ops)
-
-    async def resolutions(self, key: str | None = None) -> list[Resolution]:
-        return await self._read(self._store.resolutions, key)
-
-    async def task_resolutions(self, task_id: str) -> list[TaskResolution]:
-        return await self._read(self._store.task_resolutions, task_id)
+        return await loop.run_in_executor(self._reader, fn, *args)
 
 
 def _settle(items: list[_Pending]) -> None:
