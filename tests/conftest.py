@@ -1,11 +1,8 @@
 from __future__ import annotations
 
-import asyncio
 import functools
-import inspect
 import os
 import sys
-import threading
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,7 +11,8 @@ from typing import Any
 import pytest
 
 import intentlog
-from intentlog.stores._base import Store
+from intentlog.stores import Store
+from intentlog.testing.store_contract import BlockingStore as BlockingAsyncStore
 
 sys.path.insert(0, str(Path(__file__).parent))  # tests/remote.py for the child processes too
 
@@ -82,34 +80,6 @@ def pg_schema(pg_admin: Any) -> Iterator[str]:
 def pg_url(pg_schema: str) -> str:
     """A journal URL on the test server, in a schema of its own."""
     return with_query(PG_URL, schema=pg_schema)
-
-
-class BlockingAsyncStore:
-    """An AsyncStore driven from blocking code: every primitive runs on an event loop of its
-    own in a background thread, so the synchronous contract suite tests the async store."""
-
-    def __init__(self, store: Any) -> None:
-        self._store = store
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self._thread.start()
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._store, name)
-        if not inspect.iscoroutinefunction(attr):
-            return attr
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            done = asyncio.run_coroutine_threadsafe(attr(*args, **kwargs), self._loop)
-            return done.result(timeout=60)
-
-        return call
-
-    def close(self) -> None:
-        asyncio.run_coroutine_threadsafe(self._store.aclose(), self._loop).result(timeout=60)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join()
-        self._loop.close()
 
 
 @pytest.fixture(params=["sqlite", "sqlite-async", "postgres", "postgres-async"])

@@ -17,6 +17,7 @@ import pytest
 import intentlog
 from intentlog import State
 from intentlog._model import Operation, Policy
+from intentlog.testing.store_contract import make_op as contract_op
 
 TTL = 30.0
 
@@ -31,21 +32,9 @@ def store(pg_url: str) -> Iterator[Any]:
 
 
 def make_op(store: Any, key: str, task_id: str = "t1") -> Operation:
-    now = store.now()
-    return Operation(
-        key=key,
-        task_id=task_id,
-        effect="charge",
-        fingerprint="f" * 64,
-        state=State.SUBMITTED,
-        policy=Policy(idempotent=True, timeout=5.0),
-        created_at=now,
-        updated_at=now,
-        attempts=1,
-        submitted_at=now,
-        first_submitted_at=now,
-        submitted_by="host:1:2:abcd",
-    )
+    """An intent of an idempotent effect, without a receipt yet."""
+    policy = Policy(idempotent=True, timeout=5.0)
+    return contract_op(store, key, task_id, policy=policy, state=State.SUBMITTED, receipt=None)
 
 
 def started(call: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:

@@ -13,28 +13,20 @@ from intentlog._model import Operation, State, TaskRecord
 from intentlog.stores._async_store import AsyncStore
 from intentlog.stores._base import Resolution, Store, TaskResolution, TaskUpdate
 from intentlog.stores._plan import AsyncExecutor, Ops, Plans
+from intentlog.stores._plan_store import PlanStoreBase
 
 __all__ = ["AsyncPlanStore"]
 
 
-class AsyncPlanStore(AsyncStore):
+class AsyncPlanStore(PlanStoreBase, AsyncStore):  # type: ignore[override]
     """An :class:`AsyncStore` whose primitives are ``plans``' plan methods run by the asyncio
     ``executor``; the same guarantees as :class:`~intentlog.stores.PlanStore`."""
 
+    executor: AsyncExecutor
+
     def __init__(self, plans: Plans, executor: AsyncExecutor) -> None:
-        self.plans = plans
-        self.executor = executor
-        self.url = executor.url
+        super().__init__(plans, executor)
         self._read, self._write = executor.read, executor.write
-        # Read several times per effect: the executor's own method, not a call through this.
-        self.now = executor.now  # type: ignore[method-assign]
-
-    @property
-    def commits(self) -> int:  # type: ignore[override]
-        return self.executor.commits
-
-    def now(self) -> float:  # replaced by the executor's in __init__
-        return self.executor.now()
 
     async def aclose(self) -> None:
         await self.executor.aclose()

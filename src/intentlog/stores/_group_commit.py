@@ -21,6 +21,7 @@ import contextlib
 import sqlite3
 import threading
 from collections.abc import Callable
+from types import GeneratorType
 from typing import Any, Generic, TypeVar
 
 from intentlog._errors import Error, JournalError
@@ -47,6 +48,10 @@ def drive_on(conn: sqlite3.Connection, plan: Plan[_T], first: Q | None = None) -
             query = plan.send(Result(cur.rowcount, cur.fetchall()))
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]
+
+
+def _given(body: Body[_T]) -> Body[_T]:
+    return body
 
 
 #: A write: what runs its statements on the connection, or an Alone.
@@ -141,19 +146,14 @@ class GroupCommit:
         the queue (an ``Alone``'s statement in autocommit mode); a writer that queues meanwhile
         waits for the connection and leads its own batch, as it would behind any other batch.
         """
-        if not self._queue and self.lock.acquire(blocking=False):
-            try:
-                return self._run_alone(body)
-            finally:
-                self.lock.release()
-        return self._queued(body)
+        return self.write(_given, (body,))  # type: ignore[arg-type,no-any-return]
 
     def write(self, method: PlanMethod[_T], args: tuple[Any, ...]) -> _T:
-        """:meth:`commit` of the write ``method(*args)`` makes (a plan, or an Alone), as a
-        store's executor does it (the same steps, one call fewer on every write)."""
-        body: Body[_T] = method(*args)  # type: ignore[assignment]
-        if type(body) is not Alone:
-            body = PlanWrite(body)  # type: ignore[arg-type]
+        """:meth:`commit` of what ``method(*args)`` makes: a plan (run as a
+        :class:`PlanWrite`), an Alone, or any other body. A store's executor calls this for
+        every write, so it is the one with no call between it and the commit."""
+        made: Any = method(*args)
+        body: Body[_T] = PlanWrite(made) if type(made) is GeneratorType else made
         if not self._queue and self.lock.acquire(blocking=False):
             try:
                 return self._run_alone(body)

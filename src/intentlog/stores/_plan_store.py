@@ -13,30 +13,42 @@ from collections.abc import Collection, Iterable
 
 from intentlog._model import Operation, State, TaskRecord
 from intentlog.stores._base import Resolution, Store, TaskResolution, TaskUpdate
-from intentlog.stores._plan import Executor, Ops, Plans
+from intentlog.stores._plan import AsyncExecutor, Executor, Ops, Plans
 
-__all__ = ["PlanStore"]
+__all__ = ["PlanStore", "PlanStoreBase"]
 
 
-class PlanStore(Store):
-    """A :class:`Store` whose primitives are ``plans``' plan methods run by ``executor``.
-    Its guarantees are the executor's (atomic, durable on return) and the plans' (fences,
-    compare-and-sets); thread-safe if the executor is."""
+class PlanStoreBase:
+    """What the synchronous and the asyncio plan store share: their plans and executor."""
 
-    def __init__(self, plans: Plans, executor: Executor) -> None:
+    url: str
+
+    def __init__(self, plans: Plans, executor: Executor | AsyncExecutor) -> None:
         self.plans = plans
         self.executor = executor
         self.url = executor.url
-        self._read, self._write = executor.read, executor.write
         # Read several times per effect: the executor's own method, not a call through this.
         self.now = executor.now  # type: ignore[method-assign]
 
     @property
-    def commits(self) -> int:  # type: ignore[override]
+    def commits(self) -> int:
+        """Durable write transactions committed through this store's executor."""
         return self.executor.commits
 
     def now(self) -> float:  # replaced by the executor's in __init__
         return self.executor.now()
+
+
+class PlanStore(PlanStoreBase, Store):  # type: ignore[override]
+    """A :class:`Store` whose primitives are ``plans``' plan methods run by ``executor``.
+    Its guarantees are the executor's (atomic, durable on return) and the plans' (fences,
+    compare-and-sets); thread-safe if the executor is."""
+
+    executor: Executor
+
+    def __init__(self, plans: Plans, executor: Executor) -> None:
+        super().__init__(plans, executor)
+        self._read, self._write = executor.read, executor.write
 
     def close(self) -> None:
         self.executor.close()
