@@ -89,3 +89,44 @@ def test_the_suite_fails_a_backend_whose_claim_is_not_a_compare_and_set(
     assert "test_claim_creates_then_compare_and_set_on_epoch" in failures, failures
     assert "test_concurrent_claims_have_exactly_one_winner" in failures, failures
     assert "test_insert_op_is_insert_if_absent_and_fenced" not in failures, failures
+
+
+def test_the_suite_fails_a_backend_whose_update_is_not_a_compare_and_set(tmp_path: Path) -> None:
+    """The SQLite backend with one wrong plan: its operation update ignores the version it
+    was read at (a lost update). The suite must catch it where versions matter."""
+    from intentlog.stores.sqlite import SQLitePlans, SQLiteStore
+
+    class LastWriterWins(SQLitePlans):
+        def plan_update_op(
+            self, op: Any, epoch: Any, ttl: float, resolution: Any, also: Any
+        ) -> Any:
+            stored = yield Q("SELECT version FROM operations WHERE key = ?", (op.key,))
+            if not stored.rows:
+                return None
+            moved = op.replace(version=stored.rows[0][0])  # the deliberate fault
+            return (yield from self._update_op(*self._cas(moved, epoch), moved, epoch))
+
+        def _cas(self, op: Any, epoch: Any) -> tuple[str, tuple[Any, ...]]:
+            from intentlog.stores.sqlite import _update_op_statement
+
+            return _update_op_statement(op, epoch)
+
+    journals = iter(range(1000))
+
+    def fresh_journal() -> Iterator[Callable[[], Store]]:
+        path = tmp_path / f"journal-{next(journals)}.db"
+        opened: list[SQLiteStore] = []
+
+        def open_one() -> Store:
+            store = SQLiteStore(path)
+            store.plans = LastWriterWins(store.now)
+            opened.append(store)
+            return store
+
+        yield open_one
+        for store in opened:
+            store.close()
+
+    failures = contract_failures(fresh_journal)
+    assert "test_update_op_is_compare_and_set_on_version" in failures, failures
+    assert "test_claim_creates_then_compare_and_set_on_epoch" not in failures, failures
