@@ -188,9 +188,11 @@ _SET_OP = ", ".join(f"{c} = %s" for c in _UPDATED)
 # contract in stores/_base.py).
 _FENCE = "fence AS (SELECT task_id FROM {s}.tasks WHERE task_id = %s AND epoch = %s FOR SHARE)"
 _TYPED = ", ".join("%s::" + _TYPES.get(c, "text") for c in OP_COLUMNS)
+# ON CONFLICT without a target: the key's unique constraint, whether it is (key) as created
+# here or (task_id, key) on a database sharded by task id (docs/deploy.md).
 _INSERT_OP = (
     f"op AS (INSERT INTO {{s}}.operations ({', '.join(OP_COLUMNS)}, tracked)"
-    f" SELECT {_TYPED}, true FROM fence ON CONFLICT (key) DO NOTHING RETURNING key, task_id, state)"
+    f" SELECT {_TYPED}, true FROM fence ON CONFLICT DO NOTHING RETURNING key, task_id, state)"
 )
 _OPEN = frozenset(s.value for s in State if s not in (State.CONFIRMED, State.FAILED))
 _LISTED = (  # listed operations with their rows, whose state decides (see migration 5)
