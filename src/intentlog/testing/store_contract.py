@@ -40,7 +40,14 @@ import intentlog
 from intentlog import Operation, Policy, State
 from intentlog.stores import AsyncStore, Resolution, Store, TaskResolution, TaskUpdate
 
-__all__ = ["TTL", "BlockingStore", "StoreContract", "contract_failures", "make_op"]
+__all__ = [
+    "TTL",
+    "BlockingStore",
+    "StoreContract",
+    "contract_failures",
+    "in_threads",
+    "make_op",
+]
 
 TTL = 30.0
 
@@ -63,6 +70,16 @@ def make_op(store: Store, key: str = "k1", task_id: str = "t1", **changes: objec
         receipt={"nested": [1, "two", None]},
     )
     return op.replace(**changes)
+
+
+def in_threads(target: Callable[..., object], calls: list[tuple[Any, ...]]) -> None:
+    """Call ``target`` with each of ``calls``' arguments, each in a thread of its own, all
+    started before any is waited for; return when all have."""
+    threads = [threading.Thread(target=target, args=args) for args in calls]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
 
 
 class BlockingStore:
@@ -123,11 +140,7 @@ class StoreContract:
             if store.claim_task("t1", name, TTL, 1) is not None:
                 wins.append(name)
 
-        threads = [threading.Thread(target=claim, args=(f"w{i}",)) for i in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        in_threads(claim, [(f"w{i}",) for i in range(8)])
         assert len(wins) == 1
 
     def test_fenced_task_write_refuses_a_stale_epoch(self, store: Store) -> None:
@@ -294,11 +307,7 @@ class StoreContract:
             except BaseException as exc:  # reported below: a thread's failure must fail the test
                 errors.append(exc)
 
-        threads = [threading.Thread(target=claimer, args=(f"w{i}",)) for i in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        in_threads(claimer, [(f"w{i}",) for i in range(8)])
         assert errors == []
         assert sorted(task_id for task_id, _ in claims) == sorted(wanted)  # each exactly once
         for task_id, name in claims:
@@ -420,13 +429,7 @@ class StoreContract:
             except BaseException as exc:  # reported below: a thread's failure must fail the test
                 errors.append(exc)
 
-        threads = [
-            threading.Thread(target=claimer, args=(stores[i % 4], f"w{i}")) for i in range(8)
-        ]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        in_threads(claimer, [(stores[i % 4], f"w{i}") for i in range(8)])
         assert errors == []
         assert sorted(task_id for task_id, _ in claims) == sorted(wanted)  # each exactly once
         for task_id, name in claims:
