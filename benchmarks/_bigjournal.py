@@ -130,7 +130,9 @@ def _rows(n_ops: int, open_ops: int, start: float) -> Iterator[tuple[Any, ...]]:
             row["updated_at"] = at + 0.5
             if row["submitted_at"] is not None:
                 row["submitted_at"] = row["first_submitted_at"] = at
-            yield tuple(row[c] for c in OP_COLUMNS)
+            # The journal's layout (SQLite schema 7): task seq t + 1 holds ids from its
+            # seq << 24, in creation order.
+            yield (((t + 1) << 24) + i, *(row[c] for c in OP_COLUMNS))
 
 
 def _task_rows(n_ops: int, open_ops: int, start: float) -> Iterator[tuple[Any, ...]]:
@@ -153,7 +155,7 @@ def _task_rows(n_ops: int, open_ops: int, start: float) -> Iterator[tuple[Any, .
             "created_at": at,
             "updated_at": at + OPS_PER_TASK * 2.0,
         }
-        yield tuple(row[c] for c in TASK_COLUMNS)
+        yield (t + 1, *(row[c] for c in TASK_COLUMNS))
 
 
 def build(path: Path, n_ops: int, open_ops: int) -> None:
@@ -167,13 +169,13 @@ def build(path: Path, n_ops: int, open_ops: int) -> None:
         conn.execute("PRAGMA cache_size = -400000")
         conn.execute("BEGIN")
         conn.executemany(
-            f"INSERT INTO tasks ({', '.join(TASK_COLUMNS)})"
-            f" VALUES ({', '.join('?' for _ in TASK_COLUMNS)})",
+            f"INSERT INTO tasks (seq, {', '.join(TASK_COLUMNS)})"
+            f" VALUES (?, {', '.join('?' for _ in TASK_COLUMNS)})",
             _task_rows(n_ops, open_ops, start),
         )
         conn.executemany(
-            f"INSERT INTO operations ({', '.join(OP_COLUMNS)})"
-            f" VALUES ({', '.join('?' for _ in OP_COLUMNS)})",
+            f"INSERT INTO operations (id, {', '.join(OP_COLUMNS)})"
+            f" VALUES (?, {', '.join('?' for _ in OP_COLUMNS)})",
             _rows(n_ops, open_ops, start),
         )
         conn.execute("COMMIT")
@@ -213,12 +215,16 @@ def file_bytes(path: Path) -> tuple[int, int]:
 
 
 def raw_open_rows(path: Path) -> float:
-    """Seconds to fetch the open operations with plain sqlite3 (the floor under pending())."""
+    """Seconds to fetch the open operations with plain sqlite3 (the floor under pending()):
+    the journal's own query (schema 7: the live tasks, then each one's range of ids)."""
     conn = sqlite3.connect(path)
     try:
         start = time.perf_counter()
         conn.execute(
-            "SELECT * FROM operations WHERE state NOT IN ('CONFIRMED', 'FAILED')"
+            "SELECT o.* FROM tasks t JOIN operations o"
+            " ON o.id BETWEEN t.seq << 24 AND (t.seq << 24) + 16777215"
+            " WHERE (t.completed = 0 OR t.unsettled = 1)"
+            " AND o.state NOT IN ('CONFIRMED', 'FAILED')"
         ).fetchall()
         return time.perf_counter() - start
     finally:

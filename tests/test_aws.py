@@ -44,8 +44,14 @@ def moto_url() -> Iterator[str]:
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
+    url = f"http://{host}:{port}"
+    # moto loads a service's backend on its first request, which takes seconds on a loaded
+    # machine: load them here, so the tests' short client timeouts meet warm services.
+    setup_client(url, "s3").list_buckets()
+    setup_client(url, "sqs").list_queues()
+    setup_client(url, "sesv2").list_email_identities()
     try:
-        yield f"http://{host}:{port}"
+        yield url
     finally:
         server.stop()
 
@@ -65,10 +71,16 @@ def client(url: str, kind: str, **config: Any) -> Any:
     )
 
 
+def setup_client(url: str, kind: str) -> Any:
+    """A client for setting up and reading back, not under test: it waits as long as a
+    loaded machine needs."""
+    return client(url, kind, connect_timeout=60, read_timeout=60)
+
+
 @pytest.fixture
 def bucket(moto_url: str) -> str:
     name = f"intentlog-{uuid.uuid4().hex[:12]}"
-    s3 = client(moto_url, "s3")
+    s3 = setup_client(moto_url, "s3")
     s3.create_bucket(Bucket=name)
     s3.put_bucket_versioning(Bucket=name, VersioningConfiguration={"Status": "Enabled"})
     return name
@@ -76,7 +88,7 @@ def bucket(moto_url: str) -> str:
 
 @pytest.fixture
 def queue(moto_url: str) -> str:
-    sqs = client(moto_url, "sqs")
+    sqs = setup_client(moto_url, "sqs")
     url = sqs.create_queue(
         QueueName=f"intentlog-{uuid.uuid4().hex[:12]}.fifo", Attributes={"FifoQueue": "true"}
     )["QueueUrl"]
@@ -85,13 +97,13 @@ def queue(moto_url: str) -> str:
 
 def versions(url: str, bucket: str) -> list[tuple[str, str]]:
     """(object key, version id) of every version the bucket holds: each write is one."""
-    listing = client(url, "s3").list_object_versions(Bucket=bucket)
+    listing = setup_client(url, "s3").list_object_versions(Bucket=bucket)
     return [(v["Key"], v["VersionId"]) for v in listing.get("Versions", [])]
 
 
 def received(url: str, queue: str) -> list[dict[str, Any]]:
     """Every message the queue delivers now (none is deleted, so none comes back later)."""
-    sqs = client(url, "sqs")
+    sqs = setup_client(url, "sqs")
     out: list[dict[str, Any]] = []
     while True:
         batch = sqs.receive_message(
@@ -333,7 +345,7 @@ def test_sqs_killed_in_flight_resends_same_id(
 def sender(moto_url: str) -> str:
     """A verified sender of its own (moto keeps one SES account for the whole module)."""
     address = f"shop-{uuid.uuid4().hex[:8]}@example.com"
-    client(moto_url, "sesv2").create_email_identity(EmailIdentity=address)
+    setup_client(moto_url, "sesv2").create_email_identity(EmailIdentity=address)
     return address
 
 

@@ -66,18 +66,50 @@ def _plan(store: SQLiteStore, sql: str) -> str:
 # -- indexes ---------------------------------------------------------------------------------
 
 
+def _statement_of(store: SQLiteStore, call: Any) -> str:
+    """The SELECT the store's reader runs for ``call()``, as SQLite traced it (with its
+    parameters inlined, so it can be explained)."""
+    seen: list[str] = []
+    store._reader.set_trace_callback(seen.append)
+    try:
+        call()
+    finally:
+        store._reader.set_trace_callback(None)
+    return next(sql for sql in seen if sql.lstrip().upper().startswith("SELECT"))
+
+
 def test_open_operations_and_task_listing_are_read_through_their_indexes(
     store: SQLiteStore,
 ) -> None:
-    # pending() on a big journal depends on the partial index; list_ops(task_id=...) on the
-    # task index (both in their oldest-first order).
-    open_sql = (
-        "SELECT * FROM operations WHERE state NOT IN ('CONFIRMED', 'FAILED')"
-        " ORDER BY created_at, rowid"
-    )
-    assert "operations_open" in _plan(store, open_sql)
-    task_sql = "SELECT * FROM operations WHERE task_id = 't1' ORDER BY created_at, rowid"
-    assert "operations_by_task" in _plan(store, task_sql)
+    # pending() on a big journal reads the live tasks through their partial index, then each
+    # one's operations as a range of ids; list_ops(task_id=...) the task's range alone, in
+    # its creation order (no sort). No scan of the operations anywhere.
+    open_states = [s for s in State if s not in (State.CONFIRMED, State.FAILED)]
+    plan = _plan(store, _statement_of(store, lambda: store.list_ops(states=open_states)))
+    assert "tasks_live" in plan and "INTEGER PRIMARY KEY (rowid>? AND rowid<?)" in plan, plan
+    assert "SCAN o" not in plan, plan
+    plan = _plan(store, _statement_of(store, lambda: store.list_ops(task_id="t1")))
+    assert "INTEGER PRIMARY KEY (rowid>? AND rowid<?)" in plan, plan
+    assert "TEMP B-TREE" not in plan and "SCAN o" not in plan, plan
+
+
+def test_a_task_completed_with_open_operations_keeps_them_pending(store: SQLiteStore) -> None:
+    from intentlog.stores._base import TaskUpdate
+
+    for task_id, settle in (("open", False), ("settled", True)):
+        record = store.claim_task(task_id, "a", TTL, None)
+        assert record is not None
+        op, _ = store.insert_op(_op(store, f"{task_id}-k", task_id), record.epoch, TTL)
+        done = op.replace(state=State.CONFIRMED, receipt={"id": 1})
+        also = [done] if settle else []
+        store.write_task(task_id, record.epoch, TTL, TaskUpdate(completed=True), also=also)
+    open_states = [s for s in State if s not in (State.CONFIRMED, State.FAILED)]
+    assert [op.key for op in store.list_ops(states=open_states)] == ["open-k"]
+    assert [op.key for op in store.list_ops(states=[State.SUBMITTED])] == ["open-k"]
+    counts = store.count_ops()
+    assert counts[State.SUBMITTED] == 1 and counts[State.CONFIRMED] == 1
+    flags = dict(store._reader.execute("SELECT task_id, unsettled FROM tasks").fetchall())
+    assert flags == {"open": 1, "settled": 0}
 
 
 def test_an_update_leaves_identity_columns_and_the_task_index_alone(
@@ -104,25 +136,34 @@ def _wal_frames(path: Path) -> int:
     return (wal.stat().st_size - 32) // (4096 + 24) if wal.exists() else 0
 
 
-def test_a_receipt_commit_writes_two_pages(tmp_path: Path) -> None:
-    # The receipt's commit rewrites the row's leaf and leaves the open-operations index:
-    # two WAL frames (a third, the task index, was written before the update named only
-    # the columns that change). Rows that do not split their page keep this exact.
+def _pages_per_write(tmp_path: Path, payload: int = 0) -> tuple[int, int]:
+    """Median WAL frames of a lone intent (fenced insert) and of its receipt (fenced
+    compare-and-set) over 40 effects of one task, the WAL never checkpointed meanwhile."""
     store = SQLiteStore(tmp_path / "journal.db")
     try:
         store._conn.execute("PRAGMA wal_autocheckpoint = 0")  # the WAL only grows
         record = store.claim_task("t1", "a", TTL, None)
         assert record is not None
-        frames = []
-        for i in range(20):
-            op, _ = store.insert_op(_op(store, f"k{i}"), record.epoch, TTL)
+        intents, receipts = [], []
+        for i in range(40):
             before = _wal_frames(tmp_path / "journal.db")
-            done = op.replace(state=State.CONFIRMED, receipt={"id": i})
+            op, _ = store.insert_op(_op(store, f"k{i:03d}", args={"x": "a" * payload}),
+                                    record.epoch, TTL)  # fmt: skip
+            middle = _wal_frames(tmp_path / "journal.db")
+            done = op.replace(state=State.CONFIRMED, receipt={"id": f"ch_{i:09d}"})
             assert store.update_op(done, record.epoch, TTL) is not None
-            frames.append(_wal_frames(tmp_path / "journal.db") - before)
-        assert sorted(frames)[len(frames) // 2] == 2
+            intents.append(middle - before)
+            receipts.append(_wal_frames(tmp_path / "journal.db") - middle)
+        return sorted(intents)[20], sorted(receipts)[20]
     finally:
         store.close()
+
+
+def test_an_intent_commit_writes_two_pages_and_a_receipt_one(tmp_path: Path) -> None:
+    # The intent writes the row (clustered on its key) and the task index's leaf; the
+    # receipt rewrites the row's leaf alone: no index names a column it changes. Rows that
+    # do not split their page keep this exact.
+    assert _pages_per_write(tmp_path) == (2, 1)
 
 
 # -- reads and writes ------------------------------------------------------------------------
@@ -521,3 +562,88 @@ def test_operation_init_takes_exactly_its_fields() -> None:
     op = Operation("k", "t", "e", "f", State.PLANNED, Policy(), 1.0, 2.0, 3)
     assert (op.key, op.created_at, op.updated_at, op.version, op.note) == ("k", 1.0, 2.0, 3, None)
     assert vars(op) == {f.name: getattr(op, f.name) for f in fields}
+
+
+def test_a_version_6_journal_keeps_every_row_and_lists_the_same_open_operations(
+    tmp_path: Path,
+) -> None:
+    # Migration 7 rebuilds operations (clustered on the key) and marks the completed tasks
+    # that still hold open operations: every row comes through unchanged, and pending() reads
+    # the same operations as the old index on state did, a completed task's included.
+    from intentlog.stores import sqlite as sqlite_store
+
+    path = tmp_path / "v6.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    for script in sqlite_store._MIGRATIONS[:6]:
+        for statement in script.split(";"):
+            if statement.strip():
+                conn.execute(statement)
+    conn.execute(f"PRAGMA application_id = {sqlite_store.APPLICATION_ID}")
+    conn.execute("PRAGMA user_version = 6")
+    rows = []
+    for task_id, completed, state in (
+        ("live", 0, State.SUBMITTED),
+        ("live", 0, State.CONFIRMED),
+        ("done", 1, State.CONFIRMED),
+        ("done-open", 1, State.UNRESOLVED),
+        ("done-open", 1, State.SUBMITTED),
+    ):
+        conn.execute(
+            "INSERT OR IGNORE INTO tasks (task_id, epoch, lease_expires, state, completed,"
+            " created_at, updated_at) VALUES (?, 1, 0, 'null', ?, 1, 1)",
+            (task_id, completed),
+        )
+        op = Operation(
+            key=f"{task_id}-{len(rows)}", task_id=task_id, effect="charge", fingerprint="f" * 64,
+            state=state, policy=Policy(idempotent=True, key_retention=60.0, timeout=5.0),
+            created_at=10.0 + len(rows), updated_at=11.0, args={"i": len(rows)},
+            receipt={"id": 1} if state is State.CONFIRMED else None,
+        )  # fmt: skip
+        values = op_values(op, 3)
+        conn.execute(
+            f"INSERT INTO operations ({', '.join(OP_COLUMNS)})"
+            f" VALUES ({', '.join('?' for _ in OP_COLUMNS)})",
+            values,
+        )
+        rows.append(values)
+    conn.close()
+    store = SQLiteStore(path)
+    try:
+        stored = store._reader.execute(
+            f"SELECT {', '.join(OP_COLUMNS)} FROM operations ORDER BY created_at"
+        ).fetchall()
+        assert [tuple(r) for r in stored] == rows
+        open_states = [s for s in State if s not in (State.CONFIRMED, State.FAILED)]
+        assert [op.key for op in store.list_ops(states=open_states)] == [
+            "live-0", "done-open-3", "done-open-4",
+        ]  # fmt: skip
+        assert store.count_ops()[State.CONFIRMED] == 2
+        assert store._reader.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        version = store._reader.execute("PRAGMA user_version").fetchone()[0]
+        assert version == sqlite_store.SCHEMA_VERSION == 7
+    finally:
+        store.close()
+
+
+def test_a_task_whose_range_of_ids_is_full_is_refused_clearly(store: SQLiteStore) -> None:
+    # A task's operations take ids seq << 24 on: the 2**24-th is refused, nothing written,
+    # and the next task's range is never entered.
+    from intentlog.stores.sqlite import OPS_PER_TASK
+
+    first = store.claim_task("t1", "a", TTL, None)
+    second = store.claim_task("t2", "a", TTL, None)
+    assert first is not None and second is not None
+    seq = store._conn.execute("SELECT seq FROM tasks WHERE task_id = 't1'").fetchone()[0]
+    last = (seq << 24) + OPS_PER_TASK - 1
+    row = op_values(_op(store, "last"), 1)
+    store._conn.execute(
+        f"INSERT INTO operations (id, {', '.join(OP_COLUMNS)})"
+        f" VALUES (?, {', '.join('?' for _ in OP_COLUMNS)})",
+        (last, *row),
+    )
+    with pytest.raises(JournalError, match="already holds 16,777,216 operations"):
+        store.insert_op(_op(store, "one-more"), first.epoch, TTL)
+    assert store.get_op("one-more") is None
+    store.insert_op(_op(store, "theirs", task_id="t2"), second.epoch, TTL)
+    assert [op.key for op in store.list_ops(task_id="t2")] == ["theirs"]
+    assert [op.key for op in store.list_ops(task_id="t1")] == ["last"]

@@ -26,6 +26,7 @@ import os
 from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
+from intentlog._errors import JournalError
 from intentlog._model import Operation, State, TaskRecord
 from intentlog.stores._base import (
     OP_COLUMNS,
@@ -46,7 +47,7 @@ from intentlog.stores._sqlite_exec import APPLICATION_ID, SQLiteExecutor
 
 __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "SQLitePlans", "SQLiteStore"]
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 # Each entry migrates from version index to index + 1. Append only; never edit a released one.
 _MIGRATIONS: tuple[str, ...] = (
     """
@@ -131,6 +132,90 @@ _MIGRATIONS: tuple[str, ...] = (
     # person's "confirmed" is held to them; NULL for older operations (accepted as before)
     """
     ALTER TABLE operations ADD COLUMN receipt_fields TEXT;
+    """,
+    # 7: fewer pages per commit. An operation's rowid places it among its task's: ``id`` is
+    # the task's ``seq`` times 2**24 plus its position in the task, so a task's operations
+    # lie side by side in creation order and no index by task is needed; the key has the one
+    # index (unique). Open operations are found through the tasks that can hold them instead
+    # of an index on state, which every intent entered and every receipt left. So an intent
+    # writes its row and its key (2 pages, was 4), a receipt its row alone (1, was 2).
+    # ``tasks.seq`` is an INTEGER PRIMARY KEY, so VACUUM keeps it (a plain rowid it may
+    # renumber); ``unsettled`` marks a task completed while some of its operations were open
+    # (the completing write sets it), so those stay listed.
+    """
+    CREATE TABLE tasks_v7 (
+        seq           INTEGER PRIMARY KEY,
+        task_id       TEXT NOT NULL UNIQUE,
+        epoch         INTEGER NOT NULL,
+        owner         TEXT,
+        lease_expires REAL NOT NULL,
+        next_step     TEXT,
+        state         TEXT,
+        completed     INTEGER NOT NULL DEFAULT 0,
+        created_at    REAL NOT NULL,
+        updated_at    REAL NOT NULL,
+        kind          TEXT,
+        input         TEXT,
+        runs          INTEGER NOT NULL DEFAULT 0,
+        last_error    TEXT,
+        not_before    REAL NOT NULL DEFAULT 0,
+        unsettled     INTEGER NOT NULL DEFAULT 0
+    );
+    INSERT INTO tasks_v7 (seq, task_id, epoch, owner, lease_expires, next_step, state,
+        completed, created_at, updated_at, kind, input, runs, last_error, not_before)
+        SELECT rowid, task_id, epoch, owner, lease_expires, next_step, state, completed,
+        created_at, updated_at, kind, input, runs, last_error, not_before FROM tasks;
+    -- No write of any version leaves an operation without its task, but should one exist it
+    -- gets a completed task of its own rather than be dropped by the copy below.
+    INSERT INTO tasks_v7 (task_id, epoch, lease_expires, state, completed, created_at,
+        updated_at) SELECT task_id, 0, 0, 'null', 1, min(created_at), max(updated_at)
+        FROM operations WHERE task_id NOT IN (SELECT task_id FROM tasks) GROUP BY task_id;
+    CREATE TABLE operations_v7 (
+        id                 INTEGER PRIMARY KEY,
+        key                TEXT NOT NULL UNIQUE,
+        task_id            TEXT NOT NULL,
+        effect             TEXT NOT NULL,
+        fingerprint        TEXT NOT NULL,
+        state              TEXT NOT NULL,
+        version            INTEGER NOT NULL,
+        can_reconcile      INTEGER NOT NULL,
+        idempotent         INTEGER NOT NULL,
+        key_retention      REAL,
+        timeout            REAL NOT NULL,
+        lookup_lag         REAL NOT NULL,
+        created_at         REAL NOT NULL,
+        updated_at         REAL NOT NULL,
+        attempts           INTEGER NOT NULL,
+        submitted_at       REAL,
+        first_submitted_at REAL,
+        submitted_by       TEXT,
+        lookup_failures    INTEGER NOT NULL,
+        receipt            TEXT,
+        error              TEXT,
+        args               TEXT,
+        note               TEXT,
+        locks_in_flight    INTEGER NOT NULL DEFAULT 0,
+        service            TEXT,
+        receipt_fields     TEXT
+    );
+    INSERT INTO operations_v7 SELECT (t.seq << 24) + row_number() OVER (PARTITION BY o.task_id
+        ORDER BY o.created_at, o.rowid) - 1, o.key, o.task_id, o.effect, o.fingerprint,
+        o.state, o.version, o.can_reconcile, o.idempotent, o.key_retention, o.timeout,
+        o.lookup_lag, o.created_at, o.updated_at, o.attempts, o.submitted_at,
+        o.first_submitted_at, o.submitted_by, o.lookup_failures, o.receipt, o.error, o.args,
+        o.note, o.locks_in_flight, o.service, o.receipt_fields
+        FROM operations o JOIN tasks_v7 t ON t.task_id = o.task_id;
+    DROP TABLE operations;
+    DROP TABLE tasks;
+    ALTER TABLE tasks_v7 RENAME TO tasks;
+    ALTER TABLE operations_v7 RENAME TO operations;
+    UPDATE tasks SET unsettled = 1 WHERE completed = 1 AND EXISTS (SELECT 1 FROM operations o
+        WHERE o.task_id = tasks.task_id AND o.state NOT IN ('CONFIRMED', 'FAILED'));
+    CREATE INDEX tasks_runnable ON tasks (not_before) WHERE completed = 0 AND kind IS NOT NULL;
+    CREATE INDEX tasks_claim ON tasks (kind, not_before) WHERE completed = 0 AND kind IS NOT NULL;
+    CREATE INDEX tasks_live ON tasks (seq) WHERE completed = 0 OR unsettled = 1;
+    CREATE INDEX operations_unresolved ON operations (task_id) WHERE state = 'UNRESOLVED';
+    CREATE INDEX operations_failed ON operations (state) WHERE state = 'FAILED'
     """,
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION
@@ -217,6 +302,11 @@ class SQLitePlans:
         sets, params = update.assignments("?")
         if update.release:
             sets.append("lease_expires = 0")  # after the fence extended it
+        if update.completed:
+            # Keeps the task among those pending() reads if some of its operations are
+            # still open (after ``also`` stored the receipts riding in this write).
+            sets.append(f"unsettled = EXISTS ({_OPEN_OF_TASK})")
+            params.append(task_id)
         if sets:
             yield Q(f"UPDATE tasks SET {', '.join(sets)} WHERE task_id = ?", (*params, task_id))
         return task_from_row((yield Q(_GET_TASK, (task_id,))).rows[0])
@@ -245,7 +335,7 @@ class SQLitePlans:
             candidates += (yield Q(_RUNNABLE, (kind, now, now))).rows
         if not candidates:
             return None
-        row = min(candidates, key=lambda r: (r["not_before"], r["rowid"]))
+        row = min(candidates, key=lambda r: (r["not_before"], r["seq"]))
         yield Q(
             "UPDATE tasks SET epoch = epoch + 1, owner = ?, lease_expires = ?, updated_at = ?"
             " WHERE task_id = ? AND epoch = ?",
@@ -255,20 +345,23 @@ class SQLitePlans:
 
     def plan_list_tasks(self, include_completed: bool) -> Plan[list[TaskRecord]]:
         where = "" if include_completed else " WHERE completed = 0"
-        rows = (yield Q(f"SELECT * FROM tasks{where} ORDER BY rowid")).rows
+        rows = (yield Q(f"SELECT * FROM tasks{where} ORDER BY seq")).rows
         return [task_from_row(r) for r in rows]
 
     def plan_delete_completed(self, before: float) -> Plan[int]:
         doomed = (
-            "SELECT task_id FROM tasks t WHERE completed = 1 AND updated_at < ? AND NOT EXISTS"
-            " (SELECT 1 FROM operations o WHERE o.task_id = t.task_id"
+            "FROM tasks t WHERE completed = 1 AND updated_at < ? AND NOT EXISTS"
+            f" (SELECT 1 FROM operations o WHERE {_OPS_OF_T}"
             "  AND o.state NOT IN ('CONFIRMED', 'FAILED'))"
         )
+        seqs = [r[0] for r in (yield Q(f"SELECT seq {doomed}", (before,))).rows]
         # The audit log goes with its task: a later task with the same id derives the
         # same keys, and must not inherit another run's resolutions.
-        yield Q(f"DELETE FROM resolutions WHERE task_id IN ({doomed})", (before,))
-        yield Q(f"DELETE FROM operations WHERE task_id IN ({doomed})", (before,))
-        return (yield Q(f"DELETE FROM tasks WHERE task_id IN ({doomed})", (before,))).rowcount
+        yield Q(f"DELETE FROM resolutions WHERE task_id IN (SELECT task_id {doomed})", (before,))
+        for seq in seqs:  # each task's operations are one range of ids
+            yield Q(f"DELETE FROM operations AS o WHERE {_OPS_OF_SEQ}", (seq,))
+            yield Q("DELETE FROM tasks WHERE seq = ?", (seq,))
+        return len(seqs)
 
     # -- operations -------------------------------------------------------------------------
 
@@ -296,8 +389,14 @@ class SQLitePlans:
             yield from _store_also(also)
             return op.replace(version=1), True
         yield from _check_fence(op.task_id, epoch)
+        rows = (yield Q(_GET_OP, (op.key,))).rows
+        if not rows:  # the key is free and the fence held: the task's range of ids is full
+            raise JournalError(
+                f"task {op.task_id!r} already holds {OPS_PER_TASK:,} operations, the most one "
+                "task can hold; this one was not recorded. Split the work into tasks."
+            )
         yield from _store_also(also)
-        return op_from_row((yield Q(_GET_OP, (op.key,))).rows[0]), False
+        return op_from_row(rows[0]), False
 
     def plan_update_op(
         self, op: Operation, epoch: int | None, ttl: float, resolution: Resolution | None, also: Ops
@@ -335,33 +434,41 @@ class SQLitePlans:
     def plan_list_ops(
         self, task_id: str | None, states: Iterable[State] | None
     ) -> Plan[list[Operation]]:
-        clauses, params = [], []
+        clauses: list[str] = []
+        params: list[Any] = []
+        source, order = "operations o", "o.created_at, o.id"
         if task_id is not None:
-            clauses.append("task_id = ?")
+            # A task's operations are one range of ids, in creation order.
+            source, order = f"tasks t JOIN operations o ON {_OPS_OF_T}", "o.id"
+            clauses.append("t.task_id = ?")
             params.append(task_id)
         if states is not None:
             wanted = {State(s) for s in states}
-            if wanted == _OPEN:
-                # Spelled exactly as the partial index's condition, or SQLite cannot prove
-                # the index covers the query and scans the whole table instead.
-                clauses.append("state NOT IN ('CONFIRMED', 'FAILED')")
-            else:
-                clauses.append(f"state IN ({', '.join('?' for _ in wanted)})")
+            if task_id is None and wanted <= _OPEN:
+                # No index on state (see migration 7): open operations are read through
+                # the tasks that can hold them, each one's as a range of ids.
+                source = f"tasks t JOIN operations o ON {_OPS_OF_T}"
+                clauses.append(_LIVE)
+            if wanted != _OPEN:
+                clauses.append(f"o.state IN ({', '.join('?' for _ in wanted)})")
                 params.extend(sorted(w.value for w in wanted))
+            else:
+                clauses.append("o.state NOT IN ('CONFIRMED', 'FAILED')")
         where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
-        sql = f"SELECT * FROM operations{where} ORDER BY created_at, rowid"
+        sql = f"SELECT o.* FROM {source}{where} ORDER BY {order}"
         return [op_from_row(r) for r in (yield Q(sql, params)).rows]
 
     @runs(SNAPSHOT)
     def plan_count_ops(self) -> Plan[dict[State, int]]:
         # GROUP BY state would read every row (a 1M-operation journal: ~0.5 s). Instead, in
-        # one read transaction: the total from the smallest index, the open states and
-        # FAILED through their partial indexes, and CONFIRMED as what is left.
+        # one read transaction: the total from the smallest index, the open states through
+        # the tasks that can hold them, FAILED through its partial index, and CONFIRMED as
+        # what is left.
         total = (yield Q("SELECT count(*) FROM operations")).rows[0][0]
         open_rows = (
             yield Q(
-                "SELECT state, count(*) FROM operations"
-                " WHERE state NOT IN ('CONFIRMED', 'FAILED') GROUP BY state"
+                f"SELECT o.state, count(*) FROM tasks t JOIN operations o ON {_OPS_OF_T}"
+                f" WHERE {_LIVE} AND o.state NOT IN ('CONFIRMED', 'FAILED') GROUP BY o.state"
             )
         ).rows
         failed = (yield Q("SELECT count(*) FROM operations WHERE state = 'FAILED'")).rows[0][0]
@@ -398,18 +505,30 @@ def _store_also(also: Ops) -> Plan[None]:
 _GET_TASK = "SELECT * FROM tasks WHERE task_id = ?"
 _GET_OP = "SELECT * FROM operations WHERE key = ?"
 _OPEN = frozenset(State) - {State.CONFIRMED, State.FAILED}
+# Operations one task can hold: task ``seq`` holds ids ``seq << 24`` to that + 2**24 - 1.
+OPS_PER_TASK = 1 << 24
+_OPS_OF_T = "o.id BETWEEN t.seq << 24 AND (t.seq << 24) + 16777215"
+_OPS_OF_SEQ = "o.id BETWEEN ?1 << 24 AND (?1 << 24) + 16777215"
+# The tasks that can hold open operations: not completed, or completed while some were open.
+# Spelled exactly as the partial index tasks_live's condition, or SQLite cannot prove the
+# index covers the query and scans every task instead.
+_LIVE = "(t.completed = 0 OR t.unsettled = 1)"
+_OPEN_OF_TASK = (
+    f"SELECT 1 FROM tasks t JOIN operations o ON {_OPS_OF_T} WHERE t.task_id = ?"
+    " AND o.state NOT IN ('CONFIRMED', 'FAILED')"
+)
 _INSERT_AUDIT = (
     "INSERT INTO resolutions (key, task_id, at, from_state, to_state, note, receipt, actor)"
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
-# The first runnable task of one kind, due first, then oldest (rowid: creation order). The
+# The first runnable task of one kind, due first, then oldest (seq: creation order). The
 # partial index tasks_claim (its WHERE repeated here, so the planner may use it) holds
-# (kind, not_before, rowid): one seek, then a walk past the leased and parked tasks only.
+# (kind, not_before, seq): one seek, then a walk past the leased and parked tasks only.
 _RUNNABLE = (
-    "SELECT task_id, epoch, not_before, rowid FROM tasks t WHERE completed = 0"
+    "SELECT task_id, epoch, not_before, seq FROM tasks t WHERE completed = 0"
     " AND kind IS NOT NULL AND kind = ? AND not_before <= ?"
     " AND (owner IS NULL OR lease_expires <= ?) AND NOT EXISTS (SELECT 1 FROM operations o"
-    " WHERE o.task_id = t.task_id AND o.state = 'UNRESOLVED') ORDER BY not_before, rowid LIMIT 1"
+    " WHERE o.task_id = t.task_id AND o.state = 'UNRESOLVED') ORDER BY not_before, seq LIMIT 1"
 )
 # An operation's identity never changes after its insert, so an update leaves those columns
 # alone: SQLite rewrites an index entry whenever the UPDATE names one of its columns, even
@@ -425,10 +544,17 @@ _UPDATE_OP = (
 )
 _FENCE = " AND EXISTS (SELECT 1 FROM tasks WHERE task_id = ? AND epoch = ?)"
 _UPDATE_OP_FENCED = _UPDATE_OP + _FENCE
+# The insert reads the task's row on its epoch (the fence: no row, no insert) and takes the
+# next id of the task's range (one seek to the range's end), if the range has one left; a
+# key already taken is left as it is. Parameters: the row, then the task id and the epoch.
+# (Not a WITH clause: Python's sqlite3 reports no rowcount for a statement that does not
+# start with INSERT.)
 _INSERT_OP_FENCED = (
-    f"INSERT INTO operations ({', '.join(OP_COLUMNS)})"
-    f" SELECT {', '.join('?' for _ in OP_COLUMNS)} WHERE TRUE{_FENCE}"
-    " ON CONFLICT (key) DO NOTHING"
+    f"INSERT INTO operations (id, {', '.join(OP_COLUMNS)})"
+    f" SELECT id, {', '.join('?' for _ in OP_COLUMNS)} FROM (SELECT t.seq,"
+    f" (SELECT coalesce(max(o.id) + 1, t.seq << 24) FROM operations o WHERE {_OPS_OF_T}) AS id"
+    " FROM tasks t WHERE t.task_id = ? AND t.epoch = ?)"
+    f" WHERE id < (seq << 24) + {OPS_PER_TASK} ON CONFLICT (key) DO NOTHING"
 )
 
 
