@@ -2,18 +2,20 @@
 
     python recipe_worker.py PROFILE BASE_URL JOURNAL_URL
 
-PROFILE is ``stripe``, ``paypal``, ``adyen`` or ``resend``; BASE_URL the fake's
+PROFILE is ``stripe``, ``paypal``, ``adyen``, ``resend`` or ``github``; BASE_URL the fake's
 (``intentlog.testing.fakes``), standing where the real API's base URL stands. The effect is
-exactly the recipe: the profile, the URL and credentials, nothing else (PayPal's and Adyen's
-deadlines are shortened to 2 s, the client's own setting, so a test need not wait out a
-minute). It prints ``{"receipt": ...}`` or ``{"error": NAME, "message": ...}``; the crash
-points are armed by
-``INTENTLOG_CRASH`` as everywhere.
+exactly the recipe: the profile, the URL and credentials, nothing else (PayPal's, Adyen's
+and GitHub's deadlines are shortened to 2 s, the client's own setting, so a test need not
+wait out a minute; ``RECIPE_LAG``, in seconds, stands for the search lag the service is
+known to keep, the profile's where it is not set). It prints ``{"receipt": ...}`` or
+``{"error": NAME, "message": ...}``; the crash points are armed by ``INTENTLOG_CRASH`` as
+everywhere.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any
 
@@ -58,6 +60,21 @@ def recipe(name: str, base: str) -> tuple[intentlog.Effect, dict[str, Any]]:
                 {"reference_id": "order-42", "amount": {"currency_code": "USD", "value": "5.00"}}
             ],
         }
+    if name == "github":
+        client = httpx.Client(headers={"Authorization": "Bearer ghp_recipe"})
+        lag = os.environ.get("RECIPE_LAG")
+        service = profiles.GITHUB.replace(timeout=2)
+        if lag is not None:
+            service = service.replace(lookup_lag=float(lag))
+        issue = http_effect(
+            "open_issue",
+            "POST",
+            f"{base}/repos/acme/shop/issues",
+            receipt=["number", "html_url"],
+            service=service,
+            client=client,
+        )
+        return issue, {"title": "Order 42 failed to ship", "body": "The carrier refused it."}
     if name == "resend":
         client = httpx.Client(headers={"Authorization": "Bearer re_recipe"})
         email = http_effect(

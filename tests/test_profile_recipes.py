@@ -1,9 +1,11 @@
 """Each profile's recipe (docs/services.md) against a fake of its service written from the
 service's published rules (``intentlog.testing.fakes``), with the worker SIGKILLed at each
 kind of crash: before the send, with the request in flight, after the service applied it,
-and (Stripe) while its search still lags. The fake's own record is the ground truth: the
-service applied the call exactly once, and the journal holds its receipt (never a
-confirmation lost, never a second charge), on SQLite and PostgreSQL.
+and (Stripe, GitHub) while its search still lags. The fake's own record is the ground truth:
+the service applied the call exactly once, and the journal holds its receipt (never a
+confirmation lost, never a second charge), on SQLite and PostgreSQL. A service that cannot
+deduplicate (GitHub) is never sent the call again while its search may still be behind, and
+a search that cannot answer leaves the operation UNRESOLVED, never resent.
 """
 
 from __future__ import annotations
@@ -21,7 +23,14 @@ from typing import Any
 import pytest
 
 import intentlog
-from intentlog.testing.fakes import AdyenFake, FakeService, PayPalFake, ResendFake, StripeFake
+from intentlog.testing.fakes import (
+    AdyenFake,
+    FakeService,
+    GitHubFake,
+    PayPalFake,
+    ResendFake,
+    StripeFake,
+)
 
 pytestmark = pytest.mark.slow  # workers killed and restarted: seconds per case
 
@@ -33,15 +42,24 @@ FAKES: dict[str, tuple[Callable[[], FakeService], str, list[str]]] = {
     "adyen": (AdyenFake, "pay", ["pspReference", "resultCode"]),
     "resend": (ResendFake, "email", ["id"]),
 }
+#: The services that take no key: the worker's key rides in the body as a marker.
+KEYLESS: dict[str, tuple[Callable[[], FakeService], str, list[str]]] = {
+    "github": (lambda: GitHubFake(index_lag=True), "open_issue", ["number", "html_url"]),
+}
+RECIPES = {**FAKES, **KEYLESS}
 #: The services that refuse a same-key request while the first runs (their profiles say
 #: locks_in_flight): a restart may resend at once and is told "in progress".
 LOCKING = {"stripe", "resend"}
 
 
-def start(profile: str, base: str, journal: str, crash: str | None = None) -> subprocess.Popen[str]:
-    env = {k: v for k, v in os.environ.items() if k != "INTENTLOG_CRASH"}
+def start(
+    profile: str, base: str, journal: str, crash: str | None = None, lag: float | None = None
+) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("INTENTLOG_CRASH", "RECIPE_LAG")}
     if crash:
-        env["INTENTLOG_CRASH"] = f"{crash}:{FAKES[profile][1]}"
+        env["INTENTLOG_CRASH"] = f"{crash}:{RECIPES[profile][1]}"
+    if lag is not None:
+        env["RECIPE_LAG"] = str(lag)
     return subprocess.Popen([sys.executable, WORKER, profile, base, journal], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
 
@@ -51,10 +69,15 @@ def killed(proc: subprocess.Popen[str]) -> None:
     assert proc.returncode == -signal.SIGKILL, err
 
 
-def receipt_of(proc: subprocess.Popen[str]) -> Any:
+def answer_of(proc: subprocess.Popen[str]) -> dict[str, Any]:
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
-    answer = json.loads(out.splitlines()[-1])
+    answer: dict[str, Any] = json.loads(out.splitlines()[-1])
+    return answer
+
+
+def receipt_of(proc: subprocess.Popen[str]) -> Any:
+    answer = answer_of(proc)
     assert "receipt" in answer, answer
     return answer["receipt"]
 
@@ -74,12 +97,15 @@ def posts(fake: FakeService) -> list[str | None]:
 def settled(profile: str, fake: FakeService, journal: str, receipt: Any) -> None:
     """Applied exactly once at the service, and that application's receipt is CONFIRMED."""
     (applied,) = fake.applied()  # never two
-    fields = FAKES[profile][2]
+    fields = RECIPES[profile][2]
     assert receipt == {f: applied.object[f] for f in fields}
     with intentlog.open(journal) as j:
         (op,) = j.operations("order-42")
     assert op.state is intentlog.State.CONFIRMED and op.receipt == receipt
-    assert op.key == applied.key
+    if profile in KEYLESS:  # the key is the marker, the body's last paragraph
+        assert applied.object["body"].endswith(f"\n\nintentlog-key: {op.key}")
+    else:
+        assert op.key == applied.key
 
 
 @pytest.mark.parametrize("profile", sorted(FAKES))
@@ -139,3 +165,73 @@ def test_stripe_search_finds_a_charge_once_its_index_caught_up(journal_url: str)
         assert posts(fake) == ["applied"]  # found by search: nothing resent
         (search,) = [r for r in fake.requests() if r.method == "GET"]
         assert "/v1/charges/search" in search.path
+
+
+# -- GitHub: no key, a marker in the body, a search that lags ---------------------------------
+
+
+def test_github_a_crash_before_the_send_opens_the_issue_once_the_lag_has_passed(
+    journal_url: str,
+) -> None:
+    # The intent is durable, nothing was sent: the search says NotFound, trusted once the
+    # request's deadline and the search's lag (1 s here) have passed, and the issue opens once.
+    with GitHubFake(index_lag=True) as fake:
+        killed(start("github", fake.url, journal_url, "after_submit_mark", lag=1))
+        assert fake.requests() == []
+        receipt = receipt_of(start("github", fake.url, journal_url, lag=1))
+        settled("github", fake, journal_url, receipt)
+        assert posts(fake) == ["applied"]
+
+
+def test_github_a_crash_in_flight_is_found_by_the_search_and_never_reopened(
+    journal_url: str,
+) -> None:
+    with GitHubFake(index_lag=True) as fake:
+        fake.hold()  # the request arrives and waits inside GitHub
+        killed(start("github", fake.url, journal_url, "after_send"))
+        assert fake.wait_held(1, timeout=60)
+        # Restarted while the request still runs: the search finds nothing, but GitHub
+        # cannot deduplicate and the request may yet land, so nothing is sent.
+        answer = answer_of(start("github", fake.url, journal_url))
+        assert answer["error"] == "StillInFlight", answer
+        assert posts(fake) == [None]  # the first request, still unanswered
+        fake.release()
+        wait_for(lambda: len(fake.applied()) == 1, "applied the held request")
+        fake.catch_up()  # the index catches up within the lag the profile declares
+        receipt = receipt_of(start("github", fake.url, journal_url))
+        settled("github", fake, journal_url, receipt)
+        assert len(posts(fake)) == 1
+
+
+def test_github_a_crash_after_it_opened_the_issue_waits_out_the_search_lag(
+    journal_url: str,
+) -> None:
+    with GitHubFake(index_lag=True) as fake:
+        killed(start("github", fake.url, journal_url, "after_remote_commit"))
+        assert len(fake.applied()) == 1
+        # The search still lags: NotFound is not trusted before the profile's lag, and the
+        # call is not sent again.
+        answer = answer_of(start("github", fake.url, journal_url))
+        assert answer["error"] == "StillInFlight", answer
+        searches = [r for r in fake.requests() if r.method == "GET"]
+        assert searches and all(r.path == "/search/issues" for r in searches)
+        assert posts(fake) == ["applied"]
+        fake.catch_up()
+        receipt = receipt_of(start("github", fake.url, journal_url))
+        settled("github", fake, journal_url, receipt)
+        assert posts(fake) == ["applied"]  # found by the search: nothing resent
+
+
+def test_github_a_search_that_keeps_timing_out_leaves_it_unresolved(journal_url: str) -> None:
+    # GitHub cannot deduplicate, and a search that timed out (incomplete_results) cannot say
+    # the issue is not there: after the lookup limit the operation is UNRESOLVED, for a
+    # person, and the issue is never opened twice.
+    with GitHubFake(index_lag=False) as fake:
+        killed(start("github", fake.url, journal_url, "after_remote_commit", lag=0))
+        fake.time_out_searches = True
+        answer = answer_of(start("github", fake.url, journal_url, lag=0))
+        assert answer["error"] == "OutcomeUnknown", answer
+        assert posts(fake) == ["applied"]
+        with intentlog.open(journal_url) as j:
+            (op,) = j.operations("order-42")
+        assert op.state is intentlog.State.UNRESOLVED

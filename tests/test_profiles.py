@@ -103,8 +103,15 @@ def test_the_sourced_wire() -> None:
     assert resend.key_reuse is not None
     assert resend.key_reuse.matches(409, {"name": "invalid_idempotent_request"})
     assert not resend.key_reuse.matches(409, {"name": "concurrent_idempotent_requests"})
+    github = profiles.GITHUB
+    assert github.reference == ("body",) and github.marker == "intentlog-key: {key}"
+    assert github.search is not None and github.search.results == "items"
+    assert github.search.incomplete == "incomplete_results"
+    assert github.search.url_for("https://api.github.com/repos/acme/shop/issues", "k-1") == (
+        "https://api.github.com/search/issues?q=%22k-1%22+repo%3Aacme%2Fshop+in%3Abody"
+    )
     for service in ALL.values():  # every other profile keeps the defaults
-        if service not in (stripe, paypal, adyen, resend):
+        if service not in (stripe, paypal, adyen, resend, github):
             assert service.encoding == "json" and service.reference is None, service.name
             assert service.search is None and service.key_reuse is None, service.name
 
@@ -129,6 +136,10 @@ _WIRE_SOURCES: list[tuple[str, str, list[str]]] = [
     ("RESEND", "locks_in_flight", ["currently in progress", "concurrent_idempotent_requests"]),
     ("RESEND", "key_reuse", ["invalid_idempotent_request", "different payload"]),
     ("RESEND", "search", ["no lookup"]),
+    ("GITHUB", "marker", ["plain text", "'intentlog-key: <key>'"]),
+    ("GITHUB", "search", ["GET /search/issues", "results in items", "incomplete_results",
+                          "holds the marker itself"]),
+    ("GITHUB", "encoding", ["bodies are JSON", "https://docs.github.com/en/rest/issues/issues"]),
 ]  # fmt: skip
 
 
@@ -198,7 +209,7 @@ def table_row(name: str, service: intentlog.Service) -> list[str]:
     body = "form" if service.encoding == "form" else "JSON"
     if service.reference is not None:
         where = "".join(f"[{s}]" if isinstance(s, int) else f".{s}" for s in service.reference)
-        body += f"; key at `{where.lstrip('.')}`"
+        body += f"; {'marker' if service.marker else 'key'} at `{where.lstrip('.')}`"
     elif service.encoding == "json":
         body = "-"  # the default: JSON, no key in the body
     longest = "not stated" if service.key_max_length is None else f"{service.key_max_length}"
@@ -246,5 +257,6 @@ def test_the_docs_table_says_which_recipe_and_fake_back_each_profile() -> None:
         "`STRIPE`",
         "`PAYPAL_ORDERS`",
         "`ADYEN`",
+        "`GITHUB`",
         "`RESEND`",
     ]

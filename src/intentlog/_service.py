@@ -40,6 +40,7 @@ Seconds = float | int | timedelta
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._:/()+-]{0,79}$")
 _HEADER = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an RFC 9110 token
+_SEGMENT = re.compile(r"\{segment\[(-?\d+)\]\}")  # a Search template's path segment
 
 
 class Retention(enum.Enum):
@@ -187,7 +188,13 @@ class Search:
     (URL-quoted in the path, form-encoded in the query, so a key never changes the shape of
     the URL). Stripe: ``"{url}/search?query=metadata['intentlog_key']:'{key}'"``.
     ``results``: the member of the JSON answer that lists the matches (Stripe's ``"data"``);
-    None: the answer is the list itself.
+    None: the answer is the list itself. ``incomplete``: a member that, when true, says the
+    list may be missing matches (GitHub's ``incomplete_results``, set when its search timed
+    out): no match then is Indeterminate, never NotFound.
+
+    With the service's ``marker`` the search is a text search, which matches loosely (words,
+    not characters): a match counts only where the marker for the key is found, character for
+    character, in the match's ``reference`` member; the others are not the operation's.
 
     One match is the record (its receipt fields must be there); none is NotFound, trusted
     only once the service's ``lookup_lag`` has passed; more than one is Indeterminate, since
@@ -196,25 +203,52 @@ class Search:
 
     url: str
     results: str | None = None
+    incomplete: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.url, str) or "{key}" not in self.url:
             raise InvalidInput(f"Search url must be a template with a {{key}} placeholder, "
                                f"got {self.url!r}")  # fmt: skip
-        if not self.url.startswith(("{url}", "http://", "https://")):
-            raise InvalidInput(f"Search url must start with {{url}} (the effect's URL) or "
-                               f"http(s)://, got {self.url!r}")  # fmt: skip
-        if self.results is not None and (not isinstance(self.results, str) or not self.results):
-            raise InvalidInput(f"Search results must name a JSON member or be None, got "
-                               f"{self.results!r}")  # fmt: skip
+        if not self.url.startswith(("{url}", "http://", "https://", "../", "./")):
+            raise InvalidInput(f"Search url must start with {{url}} (the effect's URL), "
+                               f"http(s):// or ../ (relative to the effect's URL), got "
+                               f"{self.url!r}")  # fmt: skip
+        for name, member in (("results", self.results), ("incomplete", self.incomplete)):
+            if member is not None and (not isinstance(member, str) or not member):
+                raise InvalidInput(f"Search {name} must name a JSON member or be None, got "
+                                   f"{member!r}")  # fmt: skip
 
     def url_for(self, effect_url: str, key: str) -> str:
-        """The search URL for ``key`` on an effect sending to ``effect_url``."""
-        quoted = urllib.parse.quote(key, safe="")
-        split = urllib.parse.urlsplit(self.url.replace("{url}", effect_url))
+        """The search URL for ``key`` on an effect sending to ``effect_url``.
+
+        ``{segment[i]}`` is the effect URL's path segment ``i`` (negative: from the end), and
+        a template starting with ``../`` or ``./`` is resolved against the effect's URL (RFC
+        3986), so one template serves every host and API prefix: GitHub's
+        ``../../../search/issues?q=repo:{segment[-3]}/{segment[-2]}`` on
+        ``https://api.github.com/repos/acme/shop/issues`` is
+        ``https://api.github.com/search/issues?q=repo:acme/shop``.
+        """
+        effect = urllib.parse.urlsplit(effect_url)
+        segments = effect.path.split("/")[1:]
+
+        def fill(text: str, key_text: str) -> str:
+            def segment(match: re.Match[str]) -> str:
+                index = int(match.group(1))
+                if not -len(segments) <= index < len(segments) or not segments[index]:
+                    raise InvalidInput(f"search {self.url!r}: the effect URL {effect.path!r} "
+                                       f"has no path segment {index}")  # fmt: skip
+                return urllib.parse.unquote(segments[index])
+
+            return _SEGMENT.sub(segment, text).replace("{key}", key_text)
+
+        template = self.url.replace("{url}", effect_url)
+        if template.startswith(("../", "./")):
+            template = urllib.parse.urljoin(effect_url, template)
+        split = urllib.parse.urlsplit(template)
         pairs = urllib.parse.parse_qsl(split.query, keep_blank_values=True)
-        query = urllib.parse.urlencode([(n, v.replace("{key}", key)) for n, v in pairs])
-        return split._replace(path=split.path.replace("{key}", quoted), query=query).geturl()
+        query = urllib.parse.urlencode([(n, fill(v, key)) for n, v in pairs])
+        path = fill(split.path, urllib.parse.quote(key, safe=""))
+        return split._replace(path=path, query=query).geturl()
 
 
 @dataclasses.dataclass(frozen=True, slots=True, init=False)
@@ -247,6 +281,10 @@ class Service:
       given a lookup of its own. It needs ``lookup`` stated.
     - ``key_reuse``: how the service says a key was already used for another request
       (:class:`KeyReuse`), read as :class:`intentlog.KeyConflict`.
+    - ``marker``: for a service that takes no key but stores text, the text that carries the
+      key (a template with ``{key}``, such as ``"intentlog-key {key}"``), appended as its own
+      paragraph to the text at ``reference`` (which it needs); a search then finds it by
+      containment. None: the key itself is the value at ``reference``.
     - ``source``: where these numbers come from, and when they were read.
     """
 
@@ -263,6 +301,7 @@ class Service:
     key_max_length: int | None
     search: Search | None
     key_reuse: KeyReuse | None
+    marker: str | None
     source: str
 
     def __init__(
@@ -281,6 +320,7 @@ class Service:
         key_max_length: int | None = None,
         search: Search | None = None,
         key_reuse: KeyReuse | None = None,
+        marker: str | None = None,
         source: str = "",
     ) -> None:
         if not isinstance(name, str) or not _NAME.match(name):
@@ -320,6 +360,14 @@ class Service:
                                "leave the search out", option="reference")  # fmt: skip
         if key_reuse is not None and not isinstance(key_reuse, KeyReuse):
             raise InvalidInput(f"{what}: key_reuse must be a KeyReuse(...), got {key_reuse!r}")
+        if marker is not None and (
+            not isinstance(marker, str) or marker.count("{key}") != 1 or len(marker) > 200
+        ):
+            raise InvalidInput(f"{what}: marker must be a text with one {{key}} placeholder, "
+                               f"got {marker!r}", option="marker")  # fmt: skip
+        if marker is not None and reference is None:
+            raise InvalidInput(f"{what}: a marker is written into the text at reference=; "
+                               "state where", option="reference")  # fmt: skip
         if not isinstance(source, str) or len(source) > 3000:
             raise InvalidInput(f"{what}: source must be a string (where the numbers come from)")
         set_ = object.__setattr__
@@ -336,6 +384,7 @@ class Service:
         set_(self, "key_max_length", key_max_length)
         set_(self, "search", search)
         set_(self, "key_reuse", key_reuse)
+        set_(self, "marker", marker)
         set_(self, "source", source)
 
     @property

@@ -140,6 +140,13 @@ GITHUB = Service(
     lookup="reference",
     lookup_lag=timedelta(minutes=10),
     timeout=10,
+    reference=("body",),
+    marker="intentlog-key: {key}",
+    search=Search(
+        '../../../search/issues?q="{key}" repo:{segment[-3]}/{segment[-2]} in:body',
+        results="items",
+        incomplete="incomplete_results",
+    ),
     source=f"https://docs.github.com/en/rest (read {_READ}): no idempotency key was found for "
     "creating issues or comments; a marker written into the body can be searched for "
     f"(https://docs.github.com/en/rest/search/search, read {_READ}). No lag of the search "
@@ -149,7 +156,17 @@ GITHUB = Service(
     "published and reports differ (https://github.com/JasonEtco/todo/issues/24: not indexed, "
     "2017; https://github.com/pfnet-research/alertmanager-to-github/pull/28: indexed on "
     f"github.com, not on GitHub Enterprise, 2022; both read {_WIRE}): write the marker as "
-    "plain text. Timeout: a client deadline chosen here.",
+    "plain text. The marker 'intentlog-key: <key>' is the body's last paragraph; the "
+    'search is GET /search/issues?q="<key>" repo:OWNER/REPO in:body, results in items '
+    "(up to 1,000 per search, 30 searches a minute; incomplete_results is true when the "
+    "search timed out, read as Indeterminate), and a match counts only where its body "
+    f"holds the marker itself (https://docs.github.com/en/rest/search/search, read {_WIRE}). "
+    "The search covers issues and pull requests (POST /repos/OWNER/REPO/issues or /pulls); "
+    "it finds an issue by its comments but not the comment, so a comment effect needs a "
+    f"lookup of its own. https://docs.github.com/en/rest/issues/issues (read {_WIRE}): "
+    "bodies are JSON; 201 with the issue; 422 validation failed, 410 issues disabled; "
+    "creating content quickly may meet secondary rate limits. Timeout: a client deadline "
+    "chosen here.",
 )
 
 SLACK = Service(

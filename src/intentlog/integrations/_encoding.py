@@ -14,12 +14,15 @@ from __future__ import annotations
 import json
 import math
 import urllib.parse
+from collections.abc import Callable
 from typing import Any
 
 from intentlog._keys import canonical_json
 from intentlog._service import BodyPath, Encoding
 
 __all__ = ["FORM", "JSON", "Unsendable", "encode", "form", "value_at", "with_reference"]
+
+_Place = Callable[[bool, Any, str], Any]  # (a value is there, the value, where) -> new value
 
 JSON = "application/json"
 FORM = "application/x-www-form-urlencoded"
@@ -105,7 +108,7 @@ def _member(member: Any, parent: str) -> str:
     return f"{parent}[{member}]" if parent else member
 
 
-def with_reference(body: Any, path: BodyPath, key: str) -> Any:
+def with_reference(body: Any, path: BodyPath, key: str, marker: str | None = None) -> Any:
     """``body`` with ``key`` at ``path`` (member names and array indexes), for the service's
     search to find; the caller's value is not changed (the path is copied on write).
 
@@ -113,16 +116,38 @@ def with_reference(body: Any, path: BodyPath, key: str) -> Any:
     array item is not (what else it would need is not ours to invent). A value already at
     the path must be the key itself; anything else raises Unsendable, since the search
     would then find another operation's record, or none.
+
+    With a ``marker`` (a text template with ``{key}``), the text at the path keeps what the
+    caller wrote and gets the marker as its last paragraph (the marker alone where there
+    was none); a text that already ends with it is left as it is, so a body made again is
+    the same. A value there that is not text raises Unsendable.
     """
     if not isinstance(body, dict):
         raise Unsendable(
             f"the key is written into the body at {_spelled(path)}, so the body must be a JSON "
             f"object, not {_kind(body)}"
         )
-    return _put(body, path, 0, key)
+
+    def place(there: bool, value: Any, where: str) -> Any:
+        if marker is None:
+            if there and value != key:
+                raise Unsendable(
+                    f"the body already holds another value at {where}, where the key is "
+                    "written for the service's search; leave it out of the call"
+                )
+            return key
+        text = marker.replace("{key}", key)
+        if not there or value is None or value == "":
+            return text
+        if not isinstance(value, str):
+            raise Unsendable(f"{where} must be text to carry the key's marker, "
+                             f"not {_kind(value)}")  # fmt: skip
+        return value if value.endswith(text) else f"{value}\n\n{text}"
+
+    return _put(body, path, 0, place)
 
 
-def _put(container: Any, path: BodyPath, depth: int, key: str) -> Any:
+def _put(container: Any, path: BodyPath, depth: int, place: _Place) -> Any:
     step = path[depth]
     last = depth == len(path) - 1
     where = _spelled(path[: depth + 1])
@@ -132,27 +157,18 @@ def _put(container: Any, path: BodyPath, depth: int, key: str) -> Any:
                              f"not {_kind(container)}")  # fmt: skip
         copy = dict(container)
         if last:
-            if step in copy and copy[step] != key:
-                raise Unsendable(
-                    f"the body already holds another value at {where}, where the key is "
-                    "written for the service's search; leave it out of the call"
-                )
-            copy[step] = key
+            copy[step] = place(step in copy, copy.get(step), where)
         else:
-            copy[step] = _put(copy.get(step, {}), path, depth + 1, key)
+            copy[step] = _put(copy.get(step, {}), path, depth + 1, place)
         return copy
     if not isinstance(container, list) or step >= len(container):
         raise Unsendable(f"the body has no item {where} to hold the key "
                          f"(found {_kind(container)})")  # fmt: skip
     items = list(container)
     if last:
-        if items[step] != key:
-            raise Unsendable(
-                f"the body already holds another value at {where}, where the key is written "
-                "for the service's search; leave it out of the call"
-            )
+        items[step] = place(True, items[step], where)
     else:
-        items[step] = _put(items[step], path, depth + 1, key)
+        items[step] = _put(items[step], path, depth + 1, place)
     return items
 
 

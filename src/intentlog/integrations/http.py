@@ -180,7 +180,7 @@ class _Spec:
             body = {**body, place.name: key}
         try:
             if service is not None and service.reference is not None:
-                body = _encoding.with_reference(body, service.reference, key)
+                body = _encoding.with_reference(body, service.reference, key, service.marker)
             content, headers["Content-Type"] = _encoding.encode(
                 body,
                 "json" if service is None else service.encoding,
@@ -367,17 +367,27 @@ class _Spec:
         if answer.status != 200 or answer.truncated:
             return Indeterminate(f"search answered {answer.status}: {_detail(answer.body)}")
         data, problem = _parse(answer.body)
+        whole = data if isinstance(data, dict) else {}
         if problem is None and search.results is not None:
             data = data.get(search.results) if isinstance(data, dict) else None
         if not isinstance(data, list):
             member = f"a {search.results!r} list" if search.results else "a list"
             return Indeterminate(f"search answered 200 without {member} of matches")
+        if service.marker is not None and service.reference is not None:
+            # A text search matches words, not characters: only a record whose text holds
+            # the marker itself is this operation's.
+            text = service.marker.replace("{key}", key)
+            path = service.reference
+            data = [m for m in data if _holds(_encoding.value_at(m, path), text)]
         if not data:
+            if search.incomplete is not None and whole.get(search.incomplete) is True:
+                # The search gave up early (GitHub's timed-out search): "none" is not an answer.
+                return Indeterminate(f"search found nothing but says {search.incomplete}")
             return NotFound()
         if len(data) > 1:
             return Indeterminate(f"search found {len(data)} records for one key")
         (match,) = data
-        if service.reference is not None:
+        if service.reference is not None and service.marker is None:
             there, value = _encoding.value_at(match, service.reference)
             if there and value != key:
                 return Indeterminate("search found a record holding another key")
@@ -393,6 +403,11 @@ class _Spec:
         if missing:
             return None, f"no receipt field(s) {', '.join(map(repr, missing))}"
         return {f: data[f] for f in self.fields}, None
+
+
+def _holds(found: tuple[bool, Any], text: str) -> bool:
+    there, value = found
+    return there and isinstance(value, str) and text in value
 
 
 def _parse(body: bytes) -> tuple[Any, str | None]:
@@ -602,7 +617,9 @@ def _contract(
                  locks_in_flight=contract.locks_in_flight),
         )  # fmt: skip
     place = service.key
-    if place is not None and place.kind in ("message_id", "metadata"):
+    if place is not None and place.kind == "metadata" and service.reference is not None:
+        place = None  # the key rides in the body (the service's reference), nowhere else
+    elif place is not None and place.kind in ("message_id", "metadata"):
         raise InvalidInput(
             f"effect {name!r}: service {service.name!r} takes the key as {place.kind} "
             f"({place.name!r}), which an HTTP request has no place for; name the header, body "
@@ -672,8 +689,14 @@ def _spec(
     if both := sorted(sets["not_applied"] & set(contract.replay.statuses)):
         raise InvalidInput(f"effect {name!r}: status(es) {both} are replay statuses and in "
                            "not_applied; leave them out of not_applied")  # fmt: skip
+    if contract.key is None:
+        # A service that takes no key cannot say a key was reused: its 422 is a refusal.
+        sets["not_applied"] |= sets["key_reused"]
+        sets["key_reused"] = frozenset()
     wait = _seconds(in_progress_wait, "in_progress_wait", allow_zero=True)
     service = contract.service
+    if service is not None and service.search is not None:
+        service.search.url_for(url, "key")  # InvalidInput now for a segment the URL lacks
     # The service's key length is checked where every effect is made (Effect's constructor).
     if service is not None and lookup is None and service.search is not None:
         # The service's ready search (its URL is built per key by Search.url_for); a lookup

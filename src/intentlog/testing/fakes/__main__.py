@@ -16,6 +16,7 @@ import sys
 
 from intentlog.testing.fakes._base import FakeService
 from intentlog.testing.fakes.adyen import AdyenFake
+from intentlog.testing.fakes.github import GitHubFake
 from intentlog.testing.fakes.paypal import PayPalFake
 from intentlog.testing.fakes.resend import ResendFake
 from intentlog.testing.fakes.stripe import StripeFake
@@ -25,13 +26,14 @@ _FAKES: dict[str, type[FakeService]] = {
     "paypal": PayPalFake,
     "adyen": AdyenFake,
     "resend": ResendFake,
+    "github": GitHubFake,
 }
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m intentlog.testing.fakes",
-        description="Run a fake Stripe, PayPal, Adyen or Resend service (for crash tests).",
+        description="Run a fake Stripe, PayPal, Adyen, Resend or GitHub service (for crash tests).",
     )
     parser.add_argument("service", choices=sorted(_FAKES))
     parser.add_argument("--host", default="127.0.0.1", help="default: 127.0.0.1")
