@@ -2,13 +2,13 @@
 
     python recipe_worker.py PROFILE BASE_URL JOURNAL_URL
 
-PROFILE is ``stripe``, ``paypal``, ``adyen``, ``resend`` or ``github``; BASE_URL the fake's
-(``intentlog.testing.fakes``), standing where the real API's base URL stands. The effect is
-exactly the recipe: the profile, the URL and credentials, nothing else (PayPal's, Adyen's
-and GitHub's deadlines are shortened to 2 s, the client's own setting, so a test need not
-wait out a minute; ``RECIPE_LAG``, in seconds, stands for the search lag the service is
-known to keep, the profile's where it is not set). It prints ``{"receipt": ...}`` or
-``{"error": NAME, "message": ...}``; the crash points are armed by ``INTENTLOG_CRASH`` as
+PROFILE is ``stripe``, ``paypal``, ``adyen``, ``resend``, ``github`` or ``slack``; BASE_URL
+the fake's (``intentlog.testing.fakes``), standing where the real API's base URL stands. The
+effect is exactly the recipe: the profile, the URL and credentials, nothing else (PayPal's,
+Adyen's, GitHub's and Slack's deadlines are shortened to 2 s, the client's own setting, so a
+test need not wait out a minute; ``RECIPE_LAG``, in seconds, stands for the lookup lag the
+service is known to keep, the profile's where it is not set). It prints ``{"receipt": ...}``
+or ``{"error": NAME, "message": ...}``; the crash points are armed by ``INTENTLOG_CRASH`` as
 everywhere.
 """
 
@@ -75,6 +75,20 @@ def recipe(name: str, base: str) -> tuple[intentlog.Effect, dict[str, Any]]:
             client=client,
         )
         return issue, {"title": "Order 42 failed to ship", "body": "The carrier refused it."}
+    if name == "slack":
+        client = httpx.Client(headers={"Authorization": "Bearer xoxb-recipe"})
+        service = profiles.slack("C0123456789").replace(timeout=2)
+        if (lag := os.environ.get("RECIPE_LAG")) is not None:
+            service = service.replace(lookup_lag=float(lag))
+        post = http_effect(
+            "notify",
+            "POST",
+            f"{base}/api/chat.postMessage",
+            receipt=["ts"],
+            service=service,
+            client=client,
+        )
+        return post, {"text": "Order 42 shipped"}
     if name == "resend":
         client = httpx.Client(headers={"Authorization": "Bearer re_recipe"})
         email = http_effect(

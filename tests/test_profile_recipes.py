@@ -29,6 +29,7 @@ from intentlog.testing.fakes import (
     GitHubFake,
     PayPalFake,
     ResendFake,
+    SlackFake,
     StripeFake,
 )
 
@@ -42,9 +43,11 @@ FAKES: dict[str, tuple[Callable[[], FakeService], str, list[str]]] = {
     "adyen": (AdyenFake, "pay", ["pspReference", "resultCode"]),
     "resend": (ResendFake, "email", ["id"]),
 }
-#: The services that take no key: the worker's key rides in the body as a marker.
+#: The services that take no key: the worker's key rides in the body (GitHub: a plain-text
+#: marker in the issue's body; Slack: the message's metadata), found by a lookup that lags.
 KEYLESS: dict[str, tuple[Callable[[], FakeService], str, list[str]]] = {
     "github": (lambda: GitHubFake(index_lag=True), "open_issue", ["number", "html_url"]),
+    "slack": (lambda: SlackFake(history_lag=True), "notify", ["ts"]),
 }
 RECIPES = {**FAKES, **KEYLESS}
 #: The services that refuse a same-key request while the first runs (their profiles say
@@ -102,8 +105,13 @@ def settled(profile: str, fake: FakeService, journal: str, receipt: Any) -> None
     with intentlog.open(journal) as j:
         (op,) = j.operations("order-42")
     assert op.state is intentlog.State.CONFIRMED and op.receipt == receipt
-    if profile in KEYLESS:  # the key is the marker, the body's last paragraph
+    if profile == "github":  # the key is the marker, the body's last paragraph
         assert applied.object["body"].endswith(f"\n\nintentlog-key: {op.key}")
+    elif profile == "slack":
+        assert applied.object["metadata"] == {
+            "event_type": "intentlog_operation",
+            "event_payload": {"intentlog_key": op.key},
+        }
     else:
         assert op.key == applied.key
 
@@ -167,71 +175,114 @@ def test_stripe_search_finds_a_charge_once_its_index_caught_up(journal_url: str)
         assert "/v1/charges/search" in search.path
 
 
-# -- GitHub: no key, a marker in the body, a search that lags ---------------------------------
+# -- GitHub and Slack: no key, the key in the body, a lookup that lags -----------------------
 
 
-def test_github_a_crash_before_the_send_opens_the_issue_once_the_lag_has_passed(
-    journal_url: str,
+def catch_up(fake: FakeService) -> None:
+    """The service's search (GitHub) or history (Slack) catches up with what it applied."""
+    assert isinstance(fake, GitHubFake | SlackFake)
+    fake.catch_up()
+
+
+def blind(fake: FakeService) -> None:
+    """The lookup cannot answer any more: GitHub's search times out (``incomplete_results``),
+    Slack's history is rate limited (429)."""
+    if isinstance(fake, GitHubFake):
+        fake.time_out_searches = True
+    else:
+        assert isinstance(fake, SlackFake)
+        fake.READS_PER_MINUTE = 0
+
+
+def lookups(fake: FakeService) -> list[str]:
+    return [r.path for r in fake.requests() if r.method == "GET"]
+
+
+@pytest.mark.parametrize("profile", sorted(KEYLESS))
+def test_keyless_a_crash_before_the_send_sends_it_once_the_lag_has_passed(
+    profile: str, journal_url: str
 ) -> None:
-    # The intent is durable, nothing was sent: the search says NotFound, trusted once the
-    # request's deadline and the search's lag (1 s here) have passed, and the issue opens once.
-    with GitHubFake(index_lag=True) as fake:
-        killed(start("github", fake.url, journal_url, "after_submit_mark", lag=1))
+    # The intent is durable, nothing was sent: the lookup says NotFound, trusted once the
+    # request's deadline and the lookup's lag (1 s here) have passed, and it is sent once.
+    with KEYLESS[profile][0]() as fake:
+        killed(start(profile, fake.url, journal_url, "after_submit_mark", lag=1))
         assert fake.requests() == []
-        receipt = receipt_of(start("github", fake.url, journal_url, lag=1))
-        settled("github", fake, journal_url, receipt)
+        receipt = receipt_of(start(profile, fake.url, journal_url, lag=1))
+        settled(profile, fake, journal_url, receipt)
         assert posts(fake) == ["applied"]
 
 
-def test_github_a_crash_in_flight_is_found_by_the_search_and_never_reopened(
-    journal_url: str,
+@pytest.mark.parametrize("profile", sorted(KEYLESS))
+def test_keyless_a_crash_in_flight_is_found_by_the_lookup_and_never_resent(
+    profile: str, journal_url: str
 ) -> None:
-    with GitHubFake(index_lag=True) as fake:
-        fake.hold()  # the request arrives and waits inside GitHub
-        killed(start("github", fake.url, journal_url, "after_send"))
+    with KEYLESS[profile][0]() as fake:
+        fake.hold()  # the request arrives and waits inside the service
+        killed(start(profile, fake.url, journal_url, "after_send", lag=600))
         assert fake.wait_held(1, timeout=60)
-        # Restarted while the request still runs: the search finds nothing, but GitHub
+        # Restarted while the request still runs: the lookup finds nothing, but the service
         # cannot deduplicate and the request may yet land, so nothing is sent.
-        answer = answer_of(start("github", fake.url, journal_url))
+        answer = answer_of(start(profile, fake.url, journal_url, lag=600))
         assert answer["error"] == "StillInFlight", answer
-        assert posts(fake) == [None]  # the first request, still unanswered
+        assert posts(fake) == [None] and lookups(fake)  # the first request, unanswered
         fake.release()
         wait_for(lambda: len(fake.applied()) == 1, "applied the held request")
-        fake.catch_up()  # the index catches up within the lag the profile declares
-        receipt = receipt_of(start("github", fake.url, journal_url))
-        settled("github", fake, journal_url, receipt)
+        catch_up(fake)  # the lookup catches up within the lag the profile declares
+        receipt = receipt_of(start(profile, fake.url, journal_url, lag=600))
+        settled(profile, fake, journal_url, receipt)
         assert len(posts(fake)) == 1
 
 
-def test_github_a_crash_after_it_opened_the_issue_waits_out_the_search_lag(
-    journal_url: str,
+@pytest.mark.parametrize("profile", sorted(KEYLESS))
+def test_keyless_a_crash_after_it_applied_waits_out_the_lookups_lag(
+    profile: str, journal_url: str
 ) -> None:
-    with GitHubFake(index_lag=True) as fake:
-        killed(start("github", fake.url, journal_url, "after_remote_commit"))
+    with KEYLESS[profile][0]() as fake:
+        killed(start(profile, fake.url, journal_url, "after_remote_commit", lag=600))
         assert len(fake.applied()) == 1
-        # The search still lags: NotFound is not trusted before the profile's lag, and the
-        # call is not sent again.
-        answer = answer_of(start("github", fake.url, journal_url))
+        # The lookup still lags: its NotFound is not trusted before the declared lag, and
+        # the call is not sent again.
+        answer = answer_of(start(profile, fake.url, journal_url, lag=600))
         assert answer["error"] == "StillInFlight", answer
-        searches = [r for r in fake.requests() if r.method == "GET"]
-        assert searches and all(r.path == "/search/issues" for r in searches)
-        assert posts(fake) == ["applied"]
-        fake.catch_up()
-        receipt = receipt_of(start("github", fake.url, journal_url))
-        settled("github", fake, journal_url, receipt)
-        assert posts(fake) == ["applied"]  # found by the search: nothing resent
+        assert posts(fake) == ["applied"] and lookups(fake)
+        catch_up(fake)
+        receipt = receipt_of(start(profile, fake.url, journal_url, lag=600))
+        settled(profile, fake, journal_url, receipt)
+        assert posts(fake) == ["applied"]  # found by the lookup: nothing resent
 
 
-def test_github_a_search_that_keeps_timing_out_leaves_it_unresolved(journal_url: str) -> None:
-    # GitHub cannot deduplicate, and a search that timed out (incomplete_results) cannot say
-    # the issue is not there: after the lookup limit the operation is UNRESOLVED, for a
-    # person, and the issue is never opened twice.
-    with GitHubFake(index_lag=False) as fake:
-        killed(start("github", fake.url, journal_url, "after_remote_commit", lag=0))
-        fake.time_out_searches = True
-        answer = answer_of(start("github", fake.url, journal_url, lag=0))
+@pytest.mark.parametrize("profile", sorted(KEYLESS))
+def test_keyless_a_lookup_that_cannot_answer_leaves_it_unresolved(
+    profile: str, journal_url: str
+) -> None:
+    # The service cannot deduplicate, and a lookup that cannot answer cannot say the call is
+    # not there: after the lookup limit the operation is UNRESOLVED, for a person, and the
+    # call is never sent twice, even with the lag long past.
+    with KEYLESS[profile][0]() as fake:
+        killed(start(profile, fake.url, journal_url, "after_remote_commit", lag=0))
+        blind(fake)
+        answer = answer_of(start(profile, fake.url, journal_url, lag=0))
         assert answer["error"] == "OutcomeUnknown", answer
-        assert posts(fake) == ["applied"]
+        assert posts(fake) == ["applied"] and len(lookups(fake)) >= 2
         with intentlog.open(journal_url) as j:
             (op,) = j.operations("order-42")
         assert op.state is intentlog.State.UNRESOLVED
+
+
+@pytest.mark.parametrize("profile", sorted(KEYLESS))
+def test_keyless_a_crash_after_it_applied_is_found_at_once_once_the_lookup_caught_up(
+    profile: str, journal_url: str
+) -> None:
+    with KEYLESS[profile][0]() as fake:
+        killed(start(profile, fake.url, journal_url, "after_remote_commit", lag=600))
+        catch_up(fake)
+        receipt = receipt_of(start(profile, fake.url, journal_url, lag=600))
+        settled(profile, fake, journal_url, receipt)
+        assert posts(fake) == ["applied"]
+        (lookup,) = [r for r in fake.requests() if r.method == "GET"]
+    if profile == "github":  # GitHub's search, for the marker, in the effect's repository
+        assert lookup.path == "/search/issues" and "repo:acme/shop" in lookup.params["q"]
+    else:  # Slack's history of the pinned channel, with the messages' metadata
+        assert lookup.path == "/api/conversations.history"
+        assert lookup.params["channel"] == "C0123456789"
+        assert lookup.params["include_all_metadata"] == "true"

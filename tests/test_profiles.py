@@ -110,8 +110,29 @@ def test_the_sourced_wire() -> None:
     assert github.search.url_for("https://api.github.com/repos/acme/shop/issues", "k-1") == (
         "https://api.github.com/search/issues?q=%22k-1%22+repo%3Aacme%2Fshop+in%3Abody"
     )
+    slack = profiles.slack("C42")
+    assert profiles.SLACK.reference == slack.reference == ("metadata", "event_payload",
+                                                           "intentlog_key")  # fmt: skip
+    assert slack.pinned == ((("metadata", "event_type"), "intentlog_operation"),
+                            (("channel",), "C42"))  # fmt: skip
+    assert profiles.SLACK.search is None  # the history is per channel: slack(channel)
+    assert slack.search is not None and slack.search.listing
+    assert (slack.search.results, slack.search.incomplete) == ("messages", "has_more")
+    assert slack.search.url_for("https://slack.com/api/chat.postMessage", "k") == (
+        "https://slack.com/api/conversations.history?channel=C42&include_all_metadata=true"
+        "&limit=200"
+    )
+    assert slack.answer_error is not None
+    assert slack.answer_error.failure({"ok": False, "error": "channel_not_found"}) == (
+        "channel_not_found"
+    )
+    assert slack.answer_error.failure({"ok": True, "ts": "1.2"}) is None
+    assert "internal_error" in slack.answer_error.transient
+    with pytest.raises(intentlog.InvalidInput, match="channel id"):
+        profiles.slack("#general")
     for service in ALL.values():  # every other profile keeps the defaults
-        if service not in (stripe, paypal, adyen, resend, github):
+        if service.name not in ("stripe", "paypal-orders-v2", "adyen", "resend",
+                                "github-rest", "slack"):  # fmt: skip
             assert service.encoding == "json" and service.reference is None, service.name
             assert service.search is None and service.key_reuse is None, service.name
 
@@ -140,6 +161,10 @@ _WIRE_SOURCES: list[tuple[str, str, list[str]]] = [
     ("GITHUB", "search", ["GET /search/issues", "results in items", "incomplete_results",
                           "holds the marker itself"]),
     ("GITHUB", "encoding", ["bodies are JSON", "https://docs.github.com/en/rest/issues/issues"]),
+    ("SLACK", "reference", ["metadata.event_payload.intentlog_key", "intentlog_operation"]),
+    ("SLACK", "answer_error", ["HTTP 200 with ok false", "some aspect of the operation "
+                               "succeeded", "any other code is a refusal"]),
+    ("SLACK", "search", ["include_all_metadata=true", "has_more", "Indeterminate"]),
 ]  # fmt: skip
 
 
@@ -213,7 +238,7 @@ def table_row(name: str, service: intentlog.Service) -> list[str]:
     elif service.encoding == "json":
         body = "-"  # the default: JSON, no key in the body
     longest = "not stated" if service.key_max_length is None else f"{service.key_max_length}"
-    label = "nats_jetstream()" if name == "nats_jetstream" else name
+    label = f"{name}()" if callable(getattr(profiles, name)) else name
     return [f"`{label}`", key, kept, "yes" if service.locks_in_flight else "no", ask,
             human(service.timeout), body, longest]  # fmt: skip
 
@@ -225,7 +250,7 @@ def test_the_docs_table_shows_every_profile_as_the_code_has_it() -> None:
             cells = [c.strip() for c in line.strip().strip("|").split("|")]
             rows[cells[0]] = cells
     for name, service in ALL.items():
-        label = "`nats_jetstream()`" if name == "nats_jetstream" else f"`{name}`"
+        label = f"`{name}()`" if callable(getattr(profiles, name)) else f"`{name}`"
         assert label in rows, f"docs/services.md has no row for {label}"
         assert rows[label][:8] == table_row(name, service), label
         for url in re.findall(r"\((https://[^)\s]+)\)", rows[label][8]):
@@ -258,5 +283,6 @@ def test_the_docs_table_says_which_recipe_and_fake_back_each_profile() -> None:
         "`PAYPAL_ORDERS`",
         "`ADYEN`",
         "`GITHUB`",
+        "`slack()`",
         "`RESEND`",
     ]

@@ -47,6 +47,7 @@ from intentlog._options import JournalOptions, Options
 from intentlog._service import (
     FOREVER,
     PROCESS,
+    AnswerError,
     BodyPath,
     Encoding,
     KeyKind,
@@ -70,6 +71,7 @@ __all__ = [
     "PROCESS",
     "REDACTED",
     "Action",
+    "AnswerError",
     "AsyncJournal",
     "AsyncTask",
     "AsyncTaskOpening",

@@ -27,6 +27,7 @@ from intentlog._validate import seconds as checked_seconds
 __all__ = [
     "FOREVER",
     "PROCESS",
+    "AnswerError",
     "KeyPlace",
     "KeyReuse",
     "Replay",
@@ -180,6 +181,45 @@ class KeyReuse:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class AnswerError:
+    """How a service says, inside a 2xx answer, that a call failed: Slack answers HTTP 200
+    with ``{"ok": false, "error": "channel_not_found"}``:
+    ``AnswerError(ok=("ok",), code=("error",), transient=("internal_error", ...))``.
+
+    An answer whose ``ok`` member (a path of member names) is not ``true`` failed, with the
+    code at ``code``. A code in ``transient`` is an error after which the call may have been
+    applied (the service's own words for it say so): ambiguous, settled as a crash in flight
+    is. Any other code is a refusal: Rejected, FAILED.
+    """
+
+    ok: tuple[str, ...]
+    code: tuple[str, ...]
+    transient: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("ok", "code", "transient"):
+            value = getattr(self, name)
+            steps = tuple(value) if isinstance(value, tuple | list) else ()
+            if (not steps and name != "transient") or not all(
+                isinstance(m, str) and m for m in steps
+            ):
+                raise InvalidInput(f"AnswerError {name} must be member names, got {value!r}")
+            object.__setattr__(self, name, steps)
+
+    def failure(self, data: object) -> str | None:
+        """The error code of a failed answer (its parsed JSON), or None where it succeeded."""
+        ok: object = data
+        for name in self.ok:
+            ok = ok.get(name) if isinstance(ok, dict) else None
+        if ok is True:
+            return None
+        code: object = data
+        for name in self.code:
+            code = code.get(name) if isinstance(code, dict) else None
+        return code if isinstance(code, str) and code else "no error code"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class Search:
     """A ready lookup: the service's search for the operation key, which the effect stored
     where the search finds it (see ``Service.reference``).
@@ -191,6 +231,11 @@ class Search:
     None: the answer is the list itself. ``incomplete``: a member that, when true, says the
     list may be missing matches (GitHub's ``incomplete_results``, set when its search timed
     out): no match then is Indeterminate, never NotFound.
+
+    ``listing``: the answer lists recent records, not matches (Slack's conversations.history):
+    the records holding the key at the service's ``reference`` are the matches, the others
+    are passed over; with ``incomplete`` (Slack's ``has_more``) a list that goes on beyond
+    the answer settles nothing where none matches.
 
     With the service's ``marker`` the search is a text search, which matches loosely (words,
     not characters): a match counts only where the marker for the key is found, character for
@@ -204,15 +249,20 @@ class Search:
     url: str
     results: str | None = None
     incomplete: str | None = None
+    listing: bool = False
 
     def __post_init__(self) -> None:
-        if not isinstance(self.url, str) or "{key}" not in self.url:
+        if not isinstance(self.url, str) or ("{key}" not in self.url and not self.listing):
+            # A listing names no key (it lists recent records); any other search must, or
+            # it finds another operation's record, or none.
             raise InvalidInput(f"Search url must be a template with a {{key}} placeholder, "
                                f"got {self.url!r}")  # fmt: skip
         if not self.url.startswith(("{url}", "http://", "https://", "../", "./")):
             raise InvalidInput(f"Search url must start with {{url}} (the effect's URL), "
                                f"http(s):// or ../ (relative to the effect's URL), got "
                                f"{self.url!r}")  # fmt: skip
+        if type(self.listing) is not bool:
+            raise InvalidInput(f"Search listing must be True or False, got {self.listing!r}")
         for name, member in (("results", self.results), ("incomplete", self.incomplete)):
             if member is not None and (not isinstance(member, str) or not member):
                 raise InvalidInput(f"Search {name} must name a JSON member or be None, got "
@@ -281,6 +331,12 @@ class Service:
       given a lookup of its own. It needs ``lookup`` stated.
     - ``key_reuse``: how the service says a key was already used for another request
       (:class:`KeyReuse`), read as :class:`intentlog.KeyConflict`.
+    - ``pinned``: values the body must hold for the lookup to find the call, as (path, value)
+      pairs: written where the call gives none, and a call that gives another is refused
+      before anything is sent (Slack's metadata ``event_type``, and the channel its history
+      is read from).
+    - ``answer_error``: how the service says, inside a 2xx answer, that the call failed
+      (:class:`AnswerError`); None: a 2xx is a success.
     - ``marker``: for a service that takes no key but stores text, the text that carries the
       key (a template with ``{key}``, such as ``"intentlog-key {key}"``), appended as its own
       paragraph to the text at ``reference`` (which it needs); a search then finds it by
@@ -302,6 +358,8 @@ class Service:
     search: Search | None
     key_reuse: KeyReuse | None
     marker: str | None
+    pinned: tuple[tuple[BodyPath, str], ...]
+    answer_error: AnswerError | None
     source: str
 
     def __init__(
@@ -321,6 +379,8 @@ class Service:
         search: Search | None = None,
         key_reuse: KeyReuse | None = None,
         marker: str | None = None,
+        pinned: tuple[tuple[BodyPath, str], ...] = (),
+        answer_error: AnswerError | None = None,
         source: str = "",
     ) -> None:
         if not isinstance(name, str) or not _NAME.match(name):
@@ -368,6 +428,16 @@ class Service:
         if marker is not None and reference is None:
             raise InvalidInput(f"{what}: a marker is written into the text at reference=; "
                                "state where", option="reference")  # fmt: skip
+        pairs = tuple(pinned) if isinstance(pinned, tuple | list) else None
+        if pairs is None or not all(
+            isinstance(p, tuple | list) and len(p) == 2 and isinstance(p[1], str) for p in pairs
+        ):
+            raise InvalidInput(f"{what}: pinned must be (path, text) pairs, got {pinned!r}",
+                               option="pinned")  # fmt: skip
+        pinned = tuple((_path(p, f"{what}: pinned path"), v) for p, v in pairs)
+        if answer_error is not None and not isinstance(answer_error, AnswerError):
+            raise InvalidInput(f"{what}: answer_error must be an AnswerError(...), got "
+                               f"{answer_error!r}")  # fmt: skip
         if not isinstance(source, str) or len(source) > 3000:
             raise InvalidInput(f"{what}: source must be a string (where the numbers come from)")
         set_ = object.__setattr__
@@ -385,6 +455,8 @@ class Service:
         set_(self, "search", search)
         set_(self, "key_reuse", key_reuse)
         set_(self, "marker", marker)
+        set_(self, "pinned", pinned)
+        set_(self, "answer_error", answer_error)
         set_(self, "source", source)
 
     @property

@@ -15,9 +15,20 @@ is published), to be set to what your client really uses.
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
-from intentlog._service import FOREVER, KeyPlace, KeyReuse, Replay, Search, Service, seconds
+from intentlog._errors import InvalidInput
+from intentlog._service import (
+    FOREVER,
+    AnswerError,
+    KeyPlace,
+    KeyReuse,
+    Replay,
+    Search,
+    Service,
+    seconds,
+)
 
 __all__ = [
     "ADYEN",
@@ -32,6 +43,7 @@ __all__ = [
     "SQS_FIFO",
     "STRIPE",
     "nats_jetstream",
+    "slack",
 ]
 
 _READ = "2026-12-01"  # the date the sources below were read, unless one says otherwise
@@ -169,11 +181,18 @@ GITHUB = Service(
     "chosen here.",
 )
 
+_SLACK_ERRORS = AnswerError(
+    ok=("ok",), code=("error",), transient=("internal_error", "fatal_error", "service_unavailable")
+)
+
 SLACK = Service(
     "slack",
     key=KeyPlace.metadata("message metadata"),
     lookup="reference",
     timeout=10,
+    reference=("metadata", "event_payload", "intentlog_key"),
+    pinned=((("metadata", "event_type"), "intentlog_operation"),),
+    answer_error=_SLACK_ERRORS,
     source=f"https://docs.slack.dev/reference/methods/chat.postMessage (read {_READ}): no "
     "idempotency argument was found; the key rides in the message's metadata (event_type, "
     "event_payload: "
@@ -181,8 +200,48 @@ SLACK = Service(
     "conversations.history with include_all_metadata "
     f"(https://docs.slack.dev/reference/methods/conversations.history, read {_READ}). No lag "
     f"of the history behind a post was found in the public docs as of {_READ}: the lag is "
-    "taken as the request timeout. Timeout: a client deadline chosen here.",
+    "taken as the request timeout. Timeout: a client deadline chosen here. "
+    f"Wire (read {_WIRE}): bodies are JSON; the key is written to "
+    "metadata.event_payload.intentlog_key, with metadata.event_type intentlog_operation "
+    "(a message's metadata has one event_type, so a call may not give another). Errors "
+    "come as HTTP 200 with ok false and a code in error; of the errors common to Slack's "
+    "methods, internal_error and fatal_error say 'it's possible some aspect of the "
+    "operation succeeded before the error was raised' (https://api.slack.com/methods/"
+    f"calls.info, read {_WIRE}), read as ambiguous, as is service_unavailable; any other "
+    "code is a refusal. The history of one channel is the lookup: slack(channel) pins the "
+    "channel and reads GET conversations.history?channel=...&include_all_metadata=true"
+    "&limit=200, newest first; limit is at most 999 and fewer may come back before the end, "
+    "has_more says more exist (https://docs.slack.dev/reference/methods/conversations."
+    f"history, read {_WIRE}), so no match with has_more is Indeterminate.",
 )
+
+
+def slack(channel: str = "C0123456789") -> Service:
+    """Slack's chat.postMessage to one channel, with its ready lookup: that channel's history.
+
+    The history is read per channel, so the lookup needs it: the channel is pinned (written
+    into each call, and a call naming another channel is refused before anything is sent)
+    and read back with ``conversations.history`` (``include_all_metadata=true``, the 200
+    newest messages; a message further back than that settles nothing: Indeterminate). Give
+    the channel's id (``C...``), as the history takes: a channel name posts but does not
+    read back. The default names no real channel; it is there so the profile table can show
+    this function's row.
+    """
+    if not isinstance(channel, str) or not re.fullmatch(r"[A-Z0-9]{2,40}", channel):
+        raise InvalidInput(
+            f"slack(): channel must be a channel id such as 'C0123456789', got {channel!r}",
+            option="channel",
+        )
+    return SLACK.replace(
+        pinned=(*SLACK.pinned, (("channel",), channel)),
+        search=Search(
+            f"./conversations.history?channel={channel}&include_all_metadata=true&limit=200",
+            results="messages",
+            incomplete="has_more",
+            listing=True,
+        ),
+    )
+
 
 S3_CONDITIONAL = Service(
     "s3-conditional-put",

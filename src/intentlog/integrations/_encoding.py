@@ -20,7 +20,16 @@ from typing import Any
 from intentlog._keys import canonical_json
 from intentlog._service import BodyPath, Encoding
 
-__all__ = ["FORM", "JSON", "Unsendable", "encode", "form", "value_at", "with_reference"]
+__all__ = [
+    "FORM",
+    "JSON",
+    "Unsendable",
+    "encode",
+    "form",
+    "value_at",
+    "with_pinned",
+    "with_reference",
+]
 
 _Place = Callable[[bool, Any, str], Any]  # (a value is there, the value, where) -> new value
 
@@ -145,6 +154,25 @@ def with_reference(body: Any, path: BodyPath, key: str, marker: str | None = Non
         return value if value.endswith(text) else f"{value}\n\n{text}"
 
     return _put(body, path, 0, place)
+
+
+def with_pinned(body: Any, pinned: tuple[tuple[BodyPath, str], ...]) -> Any:
+    """``body`` with each pinned value at its path (written where the body has none, objects
+    created along the way); a body holding another value there raises Unsendable, since the
+    lookup would then look in the wrong place."""
+    for path, pin in pinned:
+        if not isinstance(body, dict):
+            raise Unsendable(f"the body must be a JSON object to hold {_spelled(path)}, "
+                             f"not {_kind(body)}")  # fmt: skip
+
+        def place(there: bool, value: Any, where: str, pin: str = pin) -> Any:
+            if there and value != pin:
+                raise Unsendable(f"{where} must be {pin!r}, where the service's lookup "
+                                 "finds the call; leave it out of the call")  # fmt: skip
+            return pin
+
+        body = _put(body, path, 0, place)
+    return body
 
 
 def _put(container: Any, path: BodyPath, depth: int, place: _Place) -> Any:

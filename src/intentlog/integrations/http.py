@@ -179,6 +179,8 @@ class _Spec:
                 )
             body = {**body, place.name: key}
         try:
+            if service is not None and service.pinned:
+                body = _encoding.with_pinned(body, service.pinned)
             if service is not None and service.reference is not None:
                 body = _encoding.with_reference(body, service.reference, key, service.marker)
             content, headers["Content-Type"] = _encoding.encode(
@@ -261,6 +263,7 @@ class _Spec:
         status = answer.status
         where = f"{self.method} {_where(_with_key(self.url, key))}"
         if 200 <= status < 300:
+            self.raise_answer_error(key, answer, where)
             receipt, problem = self.receipt_in(answer)
             if receipt is not None:
                 return receipt
@@ -304,6 +307,26 @@ class _Spec:
             status=status,
             key=key,
         )
+
+    def raise_answer_error(self, key: str, answer: _Answer, where: str) -> None:
+        """Raise for a 2xx answer that says the call failed (the service's ``answer_error``):
+        Rejected for a refusal, AmbiguousResponse for an error after which the call may have
+        been applied."""
+        spec = self.service.answer_error if self.service is not None else None
+        if spec is None or answer.truncated:
+            return
+        code = spec.failure(_parse(answer.body)[0])
+        if code is None:
+            return
+        code = scrub_text(code, limit=100)
+        if code in spec.transient:
+            raise AmbiguousResponse(
+                f"{where} answered {answer.status} with error {code!r}; the request may have "
+                "been applied",
+                status=answer.status,
+                key=key,
+            )
+        raise Rejected(f"{where} refused the request: {code}", key=key, status=answer.status)
 
     def replayed_receipt(self, answer: _Answer) -> Receipt | None:
         """The receipt of a non-2xx answer that replays the original one, else None.
@@ -373,7 +396,11 @@ class _Spec:
         if not isinstance(data, list):
             member = f"a {search.results!r} list" if search.results else "a list"
             return Indeterminate(f"search answered 200 without {member} of matches")
-        if service.marker is not None and service.reference is not None:
+        if search.listing and service.reference is not None:
+            # A list of recent records: the ones holding this key are the matches.
+            path = service.reference
+            data = [m for m in data if _encoding.value_at(m, path) == (True, key)]
+        elif service.marker is not None and service.reference is not None:
             # A text search matches words, not characters: only a record whose text holds
             # the marker itself is this operation's.
             text = service.marker.replace("{key}", key)
