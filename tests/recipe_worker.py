@@ -2,14 +2,14 @@
 
     python recipe_worker.py PROFILE BASE_URL JOURNAL_URL
 
-PROFILE is ``stripe``, ``paypal``, ``adyen``, ``resend``, ``github`` or ``slack``; BASE_URL
-the fake's (``intentlog.testing.fakes``), standing where the real API's base URL stands. The
-effect is exactly the recipe: the profile, the URL and credentials, nothing else (PayPal's,
-Adyen's, GitHub's and Slack's deadlines are shortened to 2 s, the client's own setting, so a
-test need not wait out a minute; ``RECIPE_LAG``, in seconds, stands for the lookup lag the
-service is known to keep, the profile's where it is not set). It prints ``{"receipt": ...}``
-or ``{"error": NAME, "message": ...}``; the crash points are armed by ``INTENTLOG_CRASH`` as
-everywhere.
+PROFILE is ``stripe``, ``paypal``, ``adyen``, ``resend``, ``github``, ``slack`` or
+``shopify``; BASE_URL the fake's (``intentlog.testing.fakes``), standing where the real API's
+base URL stands. The effect is exactly the recipe: the profile, the URL and credentials,
+nothing else (PayPal's, Adyen's, GitHub's, Slack's and Shopify's deadlines are shortened to
+2 s, the client's own setting, so a test need not wait out a minute; ``RECIPE_LAG``, in
+seconds, stands for the lookup lag the service is known to keep, the profile's where it is not
+set). It prints ``{"receipt": ...}`` or ``{"error": NAME, "message": ...}``; the crash points
+are armed by ``INTENTLOG_CRASH`` as everywhere.
 """
 
 from __future__ import annotations
@@ -24,6 +24,13 @@ import httpx
 import intentlog
 from intentlog import profiles
 from intentlog.integrations.http import http_effect
+
+SHOPIFY_ADJUST = """mutation Adjust($input: InventoryAdjustQuantitiesInput!) {
+  inventoryAdjustQuantities(input: $input) {
+    inventoryAdjustmentGroup { id reason changes { delta } }
+    userErrors { field message }
+  }
+}"""
 
 
 def recipe(name: str, base: str) -> tuple[intentlog.Effect, dict[str, Any]]:
@@ -89,6 +96,22 @@ def recipe(name: str, base: str) -> tuple[intentlog.Effect, dict[str, Any]]:
             client=client,
         )
         return post, {"text": "Order 42 shipped"}
+    if name == "shopify":
+        client = httpx.Client(headers={"X-Shopify-Access-Token": "shpat_recipe"})
+        restock = http_effect(
+            "restock",
+            "POST",
+            f"{base}/admin/api/2026-04/graphql.json",
+            receipt=["data"],
+            service=profiles.SHOPIFY_GRAPHQL.replace(timeout=2),
+            client=client,
+        )
+        change = {"delta": 5, "inventoryItemId": "gid://shopify/InventoryItem/1",
+                  "locationId": "gid://shopify/Location/1"}  # fmt: skip
+        return restock, {
+            "query": SHOPIFY_ADJUST,
+            "variables": {"input": {"reason": "restock", "name": "available", "changes": [change]}},
+        }
     if name == "resend":
         client = httpx.Client(headers={"Authorization": "Bearer re_recipe"})
         email = http_effect(

@@ -29,6 +29,7 @@ from intentlog.testing.fakes import (
     GitHubFake,
     PayPalFake,
     ResendFake,
+    ShopifyFake,
     SlackFake,
     StripeFake,
 )
@@ -49,7 +50,12 @@ KEYLESS: dict[str, tuple[Callable[[], FakeService], str, list[str]]] = {
     "github": (lambda: GitHubFake(index_lag=True), "open_issue", ["number", "html_url"]),
     "slack": (lambda: SlackFake(history_lag=True), "notify", ["ts"]),
 }
-RECIPES = {**FAKES, **KEYLESS}
+#: A service whose key is not counted on across a crash (Shopify states no retention) and
+#: that cannot be asked.
+BLIND: dict[str, tuple[Callable[[], FakeService], str, list[str]]] = {
+    "shopify": (ShopifyFake, "restock", ["data"]),
+}
+RECIPES = {**FAKES, **KEYLESS, **BLIND}
 #: The services that refuse a same-key request while the first runs (their profiles say
 #: locks_in_flight): a restart may resend at once and is told "in progress".
 LOCKING = {"stripe", "resend"}
@@ -100,8 +106,11 @@ def posts(fake: FakeService) -> list[str | None]:
 def settled(profile: str, fake: FakeService, journal: str, receipt: Any) -> None:
     """Applied exactly once at the service, and that application's receipt is CONFIRMED."""
     (applied,) = fake.applied()  # never two
-    fields = RECIPES[profile][2]
-    assert receipt == {f: applied.object[f] for f in fields}
+    if profile == "shopify":  # the receipt is GraphQL's data, the group inside it
+        group = receipt["data"]["inventoryAdjustQuantities"]["inventoryAdjustmentGroup"]
+        assert group == applied.object
+    else:
+        assert receipt == {f: applied.object[f] for f in RECIPES[profile][2]}
     with intentlog.open(journal) as j:
         (op,) = j.operations("order-42")
     assert op.state is intentlog.State.CONFIRMED and op.receipt == receipt
@@ -286,3 +295,46 @@ def test_keyless_a_crash_after_it_applied_is_found_at_once_once_the_lookup_caugh
         assert lookup.path == "/api/conversations.history"
         assert lookup.params["channel"] == "C0123456789"
         assert lookup.params["include_all_metadata"] == "true"
+
+
+# -- Shopify: a key whose retention is not stated, no lookup ----------------------------------
+
+
+def unresolved(journal: str) -> intentlog.Operation:
+    with intentlog.open(journal) as j:
+        (op,) = j.operations("order-42")
+    assert op.state is intentlog.State.UNRESOLVED
+    return op
+
+
+def test_shopify_a_crash_before_the_send_sends_it_once(journal_url: str) -> None:
+    # The effect can neither deduplicate nor be asked: its intent is written PLANNED, and
+    # SUBMITTED only just before the request leaves, so a crash before that resends safely.
+    with ShopifyFake() as fake:
+        killed(start("shopify", fake.url, journal_url, "after_plan"))
+        assert fake.requests() == []
+        receipt = receipt_of(start("shopify", fake.url, journal_url))
+        settled("shopify", fake, journal_url, receipt)
+        assert posts(fake) == ["applied"]
+
+
+@pytest.mark.parametrize("crash", ["after_submit_mark", "after_send", "after_remote_commit"])
+def test_shopify_a_crash_once_the_request_may_have_left_is_unresolved_never_resent(
+    crash: str, journal_url: str
+) -> None:
+    # Shopify would deduplicate the @idempotent key for a while, but how long is not
+    # published: the key is not counted on, no lookup exists, so a person settles it.
+    with ShopifyFake() as fake:
+        if crash == "after_send":
+            fake.hold()  # the request waits inside Shopify while the worker dies
+        killed(start("shopify", fake.url, journal_url, crash))
+        if crash == "after_send":
+            assert fake.wait_held(1, timeout=60)
+        answer = answer_of(start("shopify", fake.url, journal_url))
+        assert answer["error"] == "OutcomeUnknown", answer
+        op = unresolved(journal_url)
+        fake.release()
+        wait_for(lambda: None not in posts(fake), "answered every request")
+        expected = [] if crash == "after_submit_mark" else ["applied"]
+        assert posts(fake) == expected  # nothing resent
+        assert [a.key for a in fake.applied()] == [op.key] * len(expected)

@@ -110,6 +110,17 @@ def test_the_sourced_wire() -> None:
     assert github.search.url_for("https://api.github.com/repos/acme/shop/issues", "k-1") == (
         "https://api.github.com/search/issues?q=%22k-1%22+repo%3Aacme%2Fshop+in%3Abody"
     )
+    shopify = profiles.SHOPIFY_GRAPHQL
+    assert shopify.reference == ("query",) and shopify.marker_place == "graphql-directive"
+    assert shopify.marker == '@idempotent(key: "{key}")' and shopify.search is None
+    top, user = shopify.answer_errors
+    throttled = {"errors": [{"message": "Throttled", "extensions": {"code": "THROTTLED"}}]}
+    assert top.failure(throttled) == "THROTTLED" and not top.ambiguous(throttled, "THROTTLED")
+    assert top.ambiguous({"errors": [{}], "data": {"m": {"id": 1}}}, "no error code")
+    assert top.ambiguous({}, "INTERNAL_SERVER_ERROR")
+    refused = {"data": {"m": {"group": None, "userErrors": [{"message": "Reason is invalid."}]}}}
+    assert user.failure(refused) == "Reason is invalid."
+    assert user.failure({"data": {"m": {"group": {"id": 1}, "userErrors": []}}}) is None
     slack = profiles.slack("C42")
     assert profiles.SLACK.reference == slack.reference == ("metadata", "event_payload",
                                                            "intentlog_key")  # fmt: skip
@@ -122,17 +133,16 @@ def test_the_sourced_wire() -> None:
         "https://slack.com/api/conversations.history?channel=C42&include_all_metadata=true"
         "&limit=200"
     )
-    assert slack.answer_error is not None
-    assert slack.answer_error.failure({"ok": False, "error": "channel_not_found"}) == (
-        "channel_not_found"
-    )
-    assert slack.answer_error.failure({"ok": True, "ts": "1.2"}) is None
-    assert "internal_error" in slack.answer_error.transient
+    (errors,) = slack.answer_errors
+    assert errors.failure({"ok": False, "error": "channel_not_found"}) == "channel_not_found"
+    assert errors.failure({"ok": True, "ts": "1.2"}) is None
+    assert errors.failure({"ok": False}) == "no error code"
+    assert "internal_error" in errors.transient
     with pytest.raises(intentlog.InvalidInput, match="channel id"):
         profiles.slack("#general")
     for service in ALL.values():  # every other profile keeps the defaults
         if service.name not in ("stripe", "paypal-orders-v2", "adyen", "resend",
-                                "github-rest", "slack"):  # fmt: skip
+                                "github-rest", "slack", "shopify-graphql"):  # fmt: skip
             assert service.encoding == "json" and service.reference is None, service.name
             assert service.search is None and service.key_reuse is None, service.name
 
@@ -161,8 +171,12 @@ _WIRE_SOURCES: list[tuple[str, str, list[str]]] = [
     ("GITHUB", "search", ["GET /search/issues", "results in items", "incomplete_results",
                           "holds the marker itself"]),
     ("GITHUB", "encoding", ["bodies are JSON", "https://docs.github.com/en/rest/issues/issues"]),
+    ("SHOPIFY_GRAPHQL", "marker", ['@idempotent(key: "...")', "after its arguments",
+                                   "making-idempotency-mandatory"]),
+    ("SHOPIFY_GRAPHQL", "answer_errors", ["THROTTLED", "INTERNAL_SERVER_ERROR", "userErrors",
+                                          "https://shopify.dev/docs/api/usage/rate-limits"]),
     ("SLACK", "reference", ["metadata.event_payload.intentlog_key", "intentlog_operation"]),
-    ("SLACK", "answer_error", ["HTTP 200 with ok false", "some aspect of the operation "
+    ("SLACK", "answer_errors", ["HTTP 200 with ok false", "some aspect of the operation "
                                "succeeded", "any other code is a refusal"]),
     ("SLACK", "search", ["include_all_metadata=true", "has_more", "Indeterminate"]),
 ]  # fmt: skip
@@ -282,6 +296,7 @@ def test_the_docs_table_says_which_recipe_and_fake_back_each_profile() -> None:
         "`STRIPE`",
         "`PAYPAL_ORDERS`",
         "`ADYEN`",
+        "`SHOPIFY_GRAPHQL`",
         "`GITHUB`",
         "`slack()`",
         "`RESEND`",

@@ -57,6 +57,7 @@ PROCESS = Retention.PROCESS
 KeyKind = Literal["header", "body", "query", "message_id", "resource", "metadata"]
 LookupKind = Literal["key", "reference", "status"]
 Encoding = Literal["json", "form"]
+MarkerPlace = Literal["end", "graphql-directive"]
 BodyPath = tuple[str | int, ...]  # str: a member of an object, int: an index into an array
 
 
@@ -182,23 +183,38 @@ class KeyReuse:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class AnswerError:
-    """How a service says, inside a 2xx answer, that a call failed: Slack answers HTTP 200
-    with ``{"ok": false, "error": "channel_not_found"}``:
-    ``AnswerError(ok=("ok",), code=("error",), transient=("internal_error", ...))``.
+    """How a service says, inside a 2xx answer, that a call failed, in one of two forms:
 
-    An answer whose ``ok`` member (a path of member names) is not ``true`` failed, with the
-    code at ``code``. A code in ``transient`` is an error after which the call may have been
-    applied (the service's own words for it say so): ambiguous, settled as a crash in flight
-    is. Any other code is a refusal: Rejected, FAILED.
+    - a flag: Slack answers HTTP 200 with ``{"ok": false, "error": "channel_not_found"}``:
+      ``AnswerError(ok=("ok",), code=("error",), transient=("internal_error", ...))``; an
+      answer whose ``ok`` member is not ``true`` failed, with the code at ``code``;
+    - a list of errors: GraphQL answers HTTP 200 with ``{"errors": [{"extensions": {"code":
+      "THROTTLED"}}]}``, and a mutation's ``userErrors`` under ``data``:
+      ``AnswerError(errors=("errors",), code=("extensions", "code"))``,
+      ``AnswerError(errors=("data", "*", "userErrors"), code=("message",))`` (``"*"``: any
+      member); a non-empty list there is a failure, with the code at ``code`` in its first
+      item.
+
+    A code in ``transient`` is an error after which the call may have been applied (the
+    service's own words for it say so): ambiguous, settled as a crash in flight is. So is
+    any failure where a value at ``ran`` is not null (GraphQL answers errors beside the data
+    of a mutation that did run: ``ran=("data", "*")``). Any other code is a refusal:
+    Rejected, FAILED.
     """
 
-    ok: tuple[str, ...]
     code: tuple[str, ...]
+    ok: tuple[str, ...] | None = None
+    errors: tuple[str, ...] | None = None
     transient: tuple[str, ...] = ()
+    ran: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
-        for name in ("ok", "code", "transient"):
+        if (self.ok is None) == (self.errors is None):
+            raise InvalidInput("AnswerError takes ok= (a flag) or errors= (a list), one of them")
+        for name in ("code", "ok", "errors", "transient", "ran"):
             value = getattr(self, name)
+            if value is None:
+                continue
             steps = tuple(value) if isinstance(value, tuple | list) else ()
             if (not steps and name != "transient") or not all(
                 isinstance(m, str) and m for m in steps
@@ -206,17 +222,40 @@ class AnswerError:
                 raise InvalidInput(f"AnswerError {name} must be member names, got {value!r}")
             object.__setattr__(self, name, steps)
 
+    def ambiguous(self, data: object, code: str) -> bool:
+        """Whether a failure (its answer and code) may still have applied the call."""
+        ran = self.ran is not None and any(v is not None for v in _at(data, self.ran))
+        return ran or code in self.transient
+
     def failure(self, data: object) -> str | None:
         """The error code of a failed answer (its parsed JSON), or None where it succeeded."""
-        ok: object = data
-        for name in self.ok:
-            ok = ok.get(name) if isinstance(ok, dict) else None
-        if ok is True:
-            return None
-        code: object = data
-        for name in self.code:
-            code = code.get(name) if isinstance(code, dict) else None
-        return code if isinstance(code, str) and code else "no error code"
+        if self.ok is not None:
+            ok = _at(data, self.ok)
+            return None if True in ok else _code(data, self.code)
+        assert self.errors is not None
+        for found in _at(data, self.errors):
+            if isinstance(found, list) and found:
+                return _code(found[0], self.code)
+        return None
+
+
+def _at(data: object, path: tuple[str, ...]) -> list[object]:
+    """The values at ``path`` (``"*"``: every member of an object)."""
+    values = [data]
+    for name in path:
+        values = [
+            v
+            for d in values
+            if isinstance(d, dict)
+            for v in (d.values() if name == "*" else [d[name]] if name in d else [])
+        ]
+    return values
+
+
+def _code(data: object, path: tuple[str, ...]) -> str:
+    found = _at(data, path)
+    code = found[0] if found else None
+    return code if isinstance(code, str) and code else "no error code"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -335,8 +374,12 @@ class Service:
       pairs: written where the call gives none, and a call that gives another is refused
       before anything is sent (Slack's metadata ``event_type``, and the channel its history
       is read from).
-    - ``answer_error``: how the service says, inside a 2xx answer, that the call failed
-      (:class:`AnswerError`); None: a 2xx is a success.
+    - ``answer_errors``: how the service says, inside a 2xx answer, that the call failed
+      (:class:`AnswerError`, one or a tuple); none: a 2xx is a success.
+    - ``marker_place``: where the marker goes in that text: ``"end"`` (its last paragraph,
+      the default) or ``"graphql-directive"`` (on the first field of the GraphQL mutation
+      held there, after its arguments, as Shopify takes ``@idempotent(key: "...")``; the
+      key is escaped as a GraphQL string).
     - ``marker``: for a service that takes no key but stores text, the text that carries the
       key (a template with ``{key}``, such as ``"intentlog-key {key}"``), appended as its own
       paragraph to the text at ``reference`` (which it needs); a search then finds it by
@@ -358,8 +401,9 @@ class Service:
     search: Search | None
     key_reuse: KeyReuse | None
     marker: str | None
+    marker_place: MarkerPlace
     pinned: tuple[tuple[BodyPath, str], ...]
-    answer_error: AnswerError | None
+    answer_errors: tuple[AnswerError, ...]
     source: str
 
     def __init__(
@@ -379,8 +423,9 @@ class Service:
         search: Search | None = None,
         key_reuse: KeyReuse | None = None,
         marker: str | None = None,
+        marker_place: MarkerPlace = "end",
         pinned: tuple[tuple[BodyPath, str], ...] = (),
-        answer_error: AnswerError | None = None,
+        answer_errors: AnswerError | tuple[AnswerError, ...] = (),
         source: str = "",
     ) -> None:
         if not isinstance(name, str) or not _NAME.match(name):
@@ -425,6 +470,9 @@ class Service:
         ):
             raise InvalidInput(f"{what}: marker must be a text with one {{key}} placeholder, "
                                f"got {marker!r}", option="marker")  # fmt: skip
+        if marker_place not in ("end", "graphql-directive"):
+            raise InvalidInput(f"{what}: marker_place must be 'end' or 'graphql-directive', "
+                               f"got {marker_place!r}", option="marker_place")  # fmt: skip
         if marker is not None and reference is None:
             raise InvalidInput(f"{what}: a marker is written into the text at reference=; "
                                "state where", option="reference")  # fmt: skip
@@ -435,9 +483,13 @@ class Service:
             raise InvalidInput(f"{what}: pinned must be (path, text) pairs, got {pinned!r}",
                                option="pinned")  # fmt: skip
         pinned = tuple((_path(p, f"{what}: pinned path"), v) for p, v in pairs)
-        if answer_error is not None and not isinstance(answer_error, AnswerError):
-            raise InvalidInput(f"{what}: answer_error must be an AnswerError(...), got "
-                               f"{answer_error!r}")  # fmt: skip
+        if isinstance(answer_errors, AnswerError):
+            answer_errors = (answer_errors,)
+        if not isinstance(answer_errors, tuple) or not all(
+            isinstance(a, AnswerError) for a in answer_errors
+        ):
+            raise InvalidInput(f"{what}: answer_errors must be AnswerError(...)s, got "
+                               f"{answer_errors!r}")  # fmt: skip
         if not isinstance(source, str) or len(source) > 3000:
             raise InvalidInput(f"{what}: source must be a string (where the numbers come from)")
         set_ = object.__setattr__
@@ -455,8 +507,9 @@ class Service:
         set_(self, "search", search)
         set_(self, "key_reuse", key_reuse)
         set_(self, "marker", marker)
+        set_(self, "marker_place", marker_place)
         set_(self, "pinned", pinned)
-        set_(self, "answer_error", answer_error)
+        set_(self, "answer_errors", answer_errors)
         set_(self, "source", source)
 
     @property

@@ -139,11 +139,35 @@ SHOPIFY_GRAPHQL = Service(
     key=KeyPlace.body("@idempotent(key:)"),
     retention=None,
     timeout=60,
+    reference=("query",),
+    marker='@idempotent(key: "{key}")',
+    marker_place="graphql-directive",
+    answer_errors=(
+        AnswerError(
+            ("extensions", "code"),
+            errors=("errors",),
+            transient=("INTERNAL_SERVER_ERROR",),
+            ran=("data", "*"),
+        ),
+        AnswerError(("message",), errors=("data", "*", "userErrors")),
+    ),
     source=f"https://shopify.dev/docs/api/usage/idempotent-requests (read {_READ}): "
     "mutations that support it take an @idempotent(key: ...) directive. "
     f"https://shopify.dev/docs/api/usage/implementing-idempotency (read {_READ}) speaks of a "
     f"retention window, but its length was not found in the public docs as of {_READ}: the "
-    "key is not counted on across a crash. Timeout: a client deadline chosen here.",
+    "key is not counted on across a crash. Timeout: a client deadline chosen here. "
+    f"Wire (read {_WIRE}): the body is a JSON GraphQL request (query, variables); the "
+    "directive goes on the mutation's field after its arguments, as in "
+    'inventoryAdjustQuantities(input: {...}) @idempotent(key: "...") { ... } '
+    "(https://shopify.dev/changelog/adding-idempotency-for-inventory-adjustments-and-refund-"
+    "mutations; mandatory for those mutations from 2026-04: https://shopify.dev/changelog/"
+    "making-idempotency-mandatory-for-inventory-adjustments-and-refund-mutations). Errors "
+    "come as HTTP 200 with a top-level errors list: THROTTLED ('all requests that are made "
+    "after the limit has been exceeded are throttled', https://shopify.dev/docs/api/usage/"
+    "rate-limits; not executed: a refusal) and INTERNAL_SERVER_ERROR ('something went wrong "
+    "on our end', as users report it: ambiguous); an error beside a mutation's data is "
+    "ambiguous; a mutation's userErrors are a refusal "
+    "(https://shopify.dev/docs/api/usage/response-codes). No lookup by the key.",
 )
 
 GITHUB = Service(
@@ -182,7 +206,7 @@ GITHUB = Service(
 )
 
 _SLACK_ERRORS = AnswerError(
-    ok=("ok",), code=("error",), transient=("internal_error", "fatal_error", "service_unavailable")
+    ("error",), ok=("ok",), transient=("internal_error", "fatal_error", "service_unavailable")
 )
 
 SLACK = Service(
@@ -192,7 +216,7 @@ SLACK = Service(
     timeout=10,
     reference=("metadata", "event_payload", "intentlog_key"),
     pinned=((("metadata", "event_type"), "intentlog_operation"),),
-    answer_error=_SLACK_ERRORS,
+    answer_errors=_SLACK_ERRORS,
     source=f"https://docs.slack.dev/reference/methods/chat.postMessage (read {_READ}): no "
     "idempotency argument was found; the key rides in the message's metadata (event_type, "
     "event_payload: "

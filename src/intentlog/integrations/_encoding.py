@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
 from intentlog._keys import canonical_json
-from intentlog._service import BodyPath, Encoding
+from intentlog._service import BodyPath, Encoding, MarkerPlace
 
 __all__ = [
     "FORM",
@@ -26,6 +27,7 @@ __all__ = [
     "Unsendable",
     "encode",
     "form",
+    "graphql_directive",
     "value_at",
     "with_pinned",
     "with_reference",
@@ -117,7 +119,55 @@ def _member(member: Any, parent: str) -> str:
     return f"{parent}[{member}]" if parent else member
 
 
-def with_reference(body: Any, path: BodyPath, key: str, marker: str | None = None) -> Any:
+def graphql_directive(query: str, directive: str) -> str:
+    """``query`` (a GraphQL document) with ``directive`` on the first field of its mutation,
+    after that field's arguments, where Shopify takes ``@idempotent(key: "...")``
+    (``mutation { refundCreate(input: $i) @idempotent(key: "k") { ... } }``).
+
+    Strings, block strings and comments are skipped, so nothing inside them is mistaken for
+    syntax. Raises Unsendable for a document without a mutation, or whose mutation already
+    carries a directive of that name (the key is written there: leave it out of the call).
+    """
+    name = directive.split("(")[0]
+    spots: list[tuple[int, str]] = []  # (position, character) of the syntax outside strings
+    i, n = 0, len(query)
+    while i < n:
+        if query.startswith('"""', i):
+            end = query.find('"""', i + 3)
+            i = n if end < 0 else end + 3
+        elif query[i] == '"':
+            i += 1
+            while i < n and query[i] != '"':
+                i += 2 if query[i] == "\\" else 1
+            i += 1
+        elif query[i] == "#":
+            end = query.find("\n", i)
+            i = n if end < 0 else end
+        else:
+            spots.append((i, query[i]))
+            i += 1
+    code = "".join(c for _, c in spots)
+    if f"{name}(" in code.replace(" ", "") or f"{name} " in code:
+        raise Unsendable(f"the query already holds a {name} directive, where the key is "
+                         "written; leave it out of the call")  # fmt: skip
+    found = re.search(r"(?:^|[\s}])mutation\b[^{]*\{\s*(?:\w+\s*:\s*)?\w+\s*", code)
+    if found is None:
+        raise Unsendable(f"the query must hold a mutation for the {name} directive")
+    at = found.end()
+    if at < len(code) and code[at] == "(":  # the field's arguments: the directive follows
+        depth = 0
+        for close in range(at, len(code)):
+            depth += {"(": 1, ")": -1}.get(code[close], 0)
+            if depth == 0:
+                break
+        at = close + 1
+    where = spots[at][0] if at < len(spots) else n
+    return f"{query[:where].rstrip()} {directive} {query[where:].lstrip()}"
+
+
+def with_reference(
+    body: Any, path: BodyPath, key: str, marker: str | None = None, at: MarkerPlace = "end"
+) -> Any:
     """``body`` with ``key`` at ``path`` (member names and array indexes), for the service's
     search to find; the caller's value is not changed (the path is copied on write).
 
@@ -145,6 +195,10 @@ def with_reference(body: Any, path: BodyPath, key: str, marker: str | None = Non
                     "written for the service's search; leave it out of the call"
                 )
             return key
+        if at == "graphql-directive":
+            if not there or not isinstance(value, str):
+                raise Unsendable(f"{where} must be the GraphQL document that takes the key")
+            return graphql_directive(value, marker.replace("{key}", json.dumps(key)[1:-1]))
         text = marker.replace("{key}", key)
         if not there or value is None or value == "":
             return text

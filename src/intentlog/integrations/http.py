@@ -182,7 +182,9 @@ class _Spec:
             if service is not None and service.pinned:
                 body = _encoding.with_pinned(body, service.pinned)
             if service is not None and service.reference is not None:
-                body = _encoding.with_reference(body, service.reference, key, service.marker)
+                body = _encoding.with_reference(
+                    body, service.reference, key, service.marker, service.marker_place
+                )
             content, headers["Content-Type"] = _encoding.encode(
                 body,
                 "json" if service is None else service.encoding,
@@ -309,23 +311,26 @@ class _Spec:
         )
 
     def raise_answer_error(self, key: str, answer: _Answer, where: str) -> None:
-        """Raise for a 2xx answer that says the call failed (the service's ``answer_error``):
+        """Raise for a 2xx answer that says the call failed (the service's ``answer_errors``):
         Rejected for a refusal, AmbiguousResponse for an error after which the call may have
         been applied."""
-        spec = self.service.answer_error if self.service is not None else None
-        if spec is None or answer.truncated:
+        specs = self.service.answer_errors if self.service is not None else ()
+        if not specs or answer.truncated:
             return
-        code = spec.failure(_parse(answer.body)[0])
-        if code is None:
+        data = _parse(answer.body)[0]
+        failed = [(spec, code) for spec in specs if (code := spec.failure(data)) is not None]
+        if not failed:
             return
-        code = scrub_text(code, limit=100)
-        if code in spec.transient:
+        spec, code = failed[0]
+        if spec.ambiguous(data, code):
+            code = scrub_text(code, limit=100)
             raise AmbiguousResponse(
                 f"{where} answered {answer.status} with error {code!r}; the request may have "
                 "been applied",
                 status=answer.status,
                 key=key,
             )
+        code = scrub_text(code, limit=100)
         raise Rejected(f"{where} refused the request: {code}", key=key, status=answer.status)
 
     def replayed_receipt(self, answer: _Answer) -> Receipt | None:
@@ -644,7 +649,11 @@ def _contract(
                  locks_in_flight=contract.locks_in_flight),
         )  # fmt: skip
     place = service.key
-    if place is not None and place.kind == "metadata" and service.reference is not None:
+    if (
+        place is not None
+        and service.reference is not None
+        and (place.kind == "metadata" or (place.kind == "body" and service.marker is not None))
+    ):
         place = None  # the key rides in the body (the service's reference), nowhere else
     elif place is not None and place.kind in ("message_id", "metadata"):
         raise InvalidInput(

@@ -1,5 +1,5 @@
-"""Fakes of Stripe, PayPal Orders v2, Adyen, Resend, GitHub and Slack, written from their
-published rules.
+"""Fakes of Stripe, PayPal Orders v2, Adyen, Resend, GitHub, Slack and Shopify's GraphQL Admin
+API, written from their published rules.
 
 Each fake is a real HTTP server on 127.0.0.1 that models what its service promises about
 idempotency keys (encoding, key limits, retention on a clock the test moves, in-flight answers,
@@ -22,6 +22,7 @@ from intentlog.testing.fakes.adyen import AdyenFake
 from intentlog.testing.fakes.github import GitHubFake
 from intentlog.testing.fakes.paypal import PayPalFake
 from intentlog.testing.fakes.resend import ResendFake
+from intentlog.testing.fakes.shopify import ShopifyFake
 from intentlog.testing.fakes.slack import SlackFake
 from intentlog.testing.fakes.stripe import StripeFake
 
@@ -34,6 +35,7 @@ __all__ = [
     "PayPalFake",
     "RecordedRequest",
     "ResendFake",
+    "ShopifyFake",
     "SlackFake",
     "StripeFake",
 ]
