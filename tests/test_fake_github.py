@@ -5,6 +5,8 @@ that settles nothing, a refused issue that is FAILED."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -163,3 +165,36 @@ def test_a_search_template_takes_the_effects_path_segments() -> None:
             intentlog.Service("s", reference=("body",), marker=bad)  # type: ignore[arg-type]
     with pytest.raises(intentlog.InvalidInput, match="reference"):
         intentlog.Service("s", marker="k {key}")
+
+
+# The new fakes run in their own process too, as the others do.
+_ONE_CALL: dict[str, tuple[str, dict[str, str], Any]] = {
+    "github": ("/repos/a/b/issues", AUTH, {"title": "t"}),
+    "slack": ("/api/chat.postMessage", {"Authorization": "Bearer xoxb-1"},
+              {"channel": "C0123456789", "text": "hi"}),
+    "shopify": ("/admin/api/2025-10/graphql.json", {"X-Shopify-Access-Token": "shpat_1"},
+                {"query": "mutation M($i: X!) { inventoryAdjustQuantities(input: $i) { id } }",
+                 "variables": {"i": {"reason": "restock", "name": "available", "changes": [
+                     {"delta": 1, "inventoryItemId": "i", "locationId": "l"}]}}}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(_ONE_CALL))
+def test_each_new_fake_runs_in_its_own_process(name: str, tmp_path: Any) -> None:
+    record = tmp_path / f"{name}.db"
+    command = [sys.executable, "-m", "intentlog.testing.fakes", name, "--record", str(record)]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()  # blocks until the fake listens
+        assert line.startswith("listening on http://127.0.0.1:"), line
+        path, headers, body = _ONE_CALL[name]
+        answer = httpx.post(f"{line.split()[-1]}{path}", json=body, headers=headers, timeout=30)
+        assert answer.status_code in (200, 201), answer.text
+        assert len(FakeRecord(record).applied()) == 1
+    finally:
+        proc.terminate()
+        assert proc.wait(10) == 0
+        if proc.stdout is not None:
+            proc.stdout.close()
+    assert [r.outcome for r in FakeRecord(record).requests()] == ["applied"]
