@@ -377,7 +377,7 @@ def test_service_and_its_keywords_together_are_refused() -> None:
                        timeout=5)  # fmt: skip
         assert effect.timeout == 5 and effect.policy.key_retention == 86400
     bad: list[tuple[dict[str, Any], str]] = [
-        ({"service": profiles.GITHUB}, "no place for"),
+        ({"service": profiles.GITHUB}, "has no path segment -3"),  # not .../repos/O/R/issues
         ({"service": profiles.SQS_FIFO}, "no place for"),
         ({"service": profiles.S3_CONDITIONAL}, "placeholder"),
         ({"service": "stripe"}, "intentlog.Service"),

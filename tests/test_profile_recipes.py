@@ -1,9 +1,11 @@
 """Each profile's recipe (docs/services.md) against a fake of its service written from the
 service's published rules (``intentlog.testing.fakes``), with the worker SIGKILLed at each
 kind of crash: before the send, with the request in flight, after the service applied it,
-and (Stripe) while its search still lags. The fake's own record is the ground truth: the
-service applied the call exactly once, and the journal holds its receipt (never a
-confirmation lost, never a second charge), on SQLite and PostgreSQL.
+and (Stripe, GitHub) while its search still lags. The fake's own record is the ground truth:
+the service applied the call exactly once, and the journal holds its receipt (never a
+confirmation lost, never a second charge), on SQLite and PostgreSQL. A service that cannot
+deduplicate (GitHub) is never sent the call again while its search may still be behind, and
+a search that cannot answer leaves the operation UNRESOLVED, never resent.
 """
 
 from __future__ import annotations
@@ -21,7 +23,16 @@ from typing import Any
 import pytest
 
 import intentlog
-from intentlog.testing.fakes import AdyenFake, FakeService, PayPalFake, ResendFake, StripeFake
+from intentlog.testing.fakes import (
+    AdyenFake,
+    FakeService,
+    GitHubFake,
+    PayPalFake,
+    ResendFake,
+    ShopifyFake,
+    SlackFake,
+    StripeFake,
+)
 
 pytestmark = pytest.mark.slow  # workers killed and restarted: seconds per case
 
@@ -33,15 +44,31 @@ FAKES: dict[str, tuple[Callable[[], FakeService], str, list[str]]] = {
     "adyen": (AdyenFake, "pay", ["pspReference", "resultCode"]),
     "resend": (ResendFake, "email", ["id"]),
 }
+#: The services that take no key: the worker's key rides in the body (GitHub: a plain-text
+#: marker in the issue's body; Slack: the message's metadata), found by a lookup that lags.
+KEYLESS: dict[str, tuple[Callable[[], FakeService], str, list[str]]] = {
+    "github": (lambda: GitHubFake(index_lag=True), "open_issue", ["number", "html_url"]),
+    "slack": (lambda: SlackFake(history_lag=True), "notify", ["ts"]),
+}
+#: A service whose key is not counted on across a crash (Shopify states no retention) and
+#: that cannot be asked.
+BLIND: dict[str, tuple[Callable[[], FakeService], str, list[str]]] = {
+    "shopify": (ShopifyFake, "restock", ["data"]),
+}
+RECIPES = {**FAKES, **KEYLESS, **BLIND}
 #: The services that refuse a same-key request while the first runs (their profiles say
 #: locks_in_flight): a restart may resend at once and is told "in progress".
 LOCKING = {"stripe", "resend"}
 
 
-def start(profile: str, base: str, journal: str, crash: str | None = None) -> subprocess.Popen[str]:
-    env = {k: v for k, v in os.environ.items() if k != "INTENTLOG_CRASH"}
+def start(
+    profile: str, base: str, journal: str, crash: str | None = None, lag: float | None = None
+) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("INTENTLOG_CRASH", "RECIPE_LAG")}
     if crash:
-        env["INTENTLOG_CRASH"] = f"{crash}:{FAKES[profile][1]}"
+        env["INTENTLOG_CRASH"] = f"{crash}:{RECIPES[profile][1]}"
+    if lag is not None:
+        env["RECIPE_LAG"] = str(lag)
     return subprocess.Popen([sys.executable, WORKER, profile, base, journal], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
 
@@ -51,10 +78,15 @@ def killed(proc: subprocess.Popen[str]) -> None:
     assert proc.returncode == -signal.SIGKILL, err
 
 
-def receipt_of(proc: subprocess.Popen[str]) -> Any:
+def answer_of(proc: subprocess.Popen[str]) -> dict[str, Any]:
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
-    answer = json.loads(out.splitlines()[-1])
+    answer: dict[str, Any] = json.loads(out.splitlines()[-1])
+    return answer
+
+
+def receipt_of(proc: subprocess.Popen[str]) -> Any:
+    answer = answer_of(proc)
     assert "receipt" in answer, answer
     return answer["receipt"]
 
@@ -74,12 +106,23 @@ def posts(fake: FakeService) -> list[str | None]:
 def settled(profile: str, fake: FakeService, journal: str, receipt: Any) -> None:
     """Applied exactly once at the service, and that application's receipt is CONFIRMED."""
     (applied,) = fake.applied()  # never two
-    fields = FAKES[profile][2]
-    assert receipt == {f: applied.object[f] for f in fields}
+    if profile == "shopify":  # the receipt is GraphQL's data, the group inside it
+        group = receipt["data"]["inventoryAdjustQuantities"]["inventoryAdjustmentGroup"]
+        assert group == applied.object
+    else:
+        assert receipt == {f: applied.object[f] for f in RECIPES[profile][2]}
     with intentlog.open(journal) as j:
         (op,) = j.operations("order-42")
     assert op.state is intentlog.State.CONFIRMED and op.receipt == receipt
-    assert op.key == applied.key
+    if profile == "github":  # the key is the marker, the body's last paragraph
+        assert applied.object["body"].endswith(f"\n\nintentlog-key: {op.key}")
+    elif profile == "slack":
+        assert applied.object["metadata"] == {
+            "event_type": "intentlog_operation",
+            "event_payload": {"intentlog_key": op.key},
+        }
+    else:
+        assert op.key == applied.key
 
 
 @pytest.mark.parametrize("profile", sorted(FAKES))
@@ -139,3 +182,159 @@ def test_stripe_search_finds_a_charge_once_its_index_caught_up(journal_url: str)
         assert posts(fake) == ["applied"]  # found by search: nothing resent
         (search,) = [r for r in fake.requests() if r.method == "GET"]
         assert "/v1/charges/search" in search.path
+
+
+# -- GitHub and Slack: no key, the key in the body, a lookup that lags -----------------------
+
+
+def catch_up(fake: FakeService) -> None:
+    """The service's search (GitHub) or history (Slack) catches up with what it applied."""
+    assert isinstance(fake, GitHubFake | SlackFake)
+    fake.catch_up()
+
+
+def blind(fake: FakeService) -> None:
+    """The lookup cannot answer any more: GitHub's search times out (``incomplete_results``),
+    Slack's history is rate limited (429)."""
+    if isinstance(fake, GitHubFake):
+        fake.time_out_searches = True
+    else:
+        assert isinstance(fake, SlackFake)
+        fake.READS_PER_MINUTE = 0
+
+
+def lookups(fake: FakeService) -> list[str]:
+    return [r.path for r in fake.requests() if r.method == "GET"]
+
+
+@pytest.mark.parametrize("profile", sorted(KEYLESS))
+def test_keyless_a_crash_before_the_send_sends_it_once_the_lag_has_passed(
+    profile: str, journal_url: str
+) -> None:
+    # The intent is durable, nothing was sent: the lookup says NotFound, trusted once the
+    # request's deadline and the lookup's lag (1 s here) have passed, and it is sent once.
+    with KEYLESS[profile][0]() as fake:
+        killed(start(profile, fake.url, journal_url, "after_submit_mark", lag=1))
+        assert fake.requests() == []
+        receipt = receipt_of(start(profile, fake.url, journal_url, lag=1))
+        settled(profile, fake, journal_url, receipt)
+        assert posts(fake) == ["applied"]
+
+
+@pytest.mark.parametrize("profile", sorted(KEYLESS))
+def test_keyless_a_crash_in_flight_is_found_by_the_lookup_and_never_resent(
+    profile: str, journal_url: str
+) -> None:
+    with KEYLESS[profile][0]() as fake:
+        fake.hold()  # the request arrives and waits inside the service
+        killed(start(profile, fake.url, journal_url, "after_send", lag=600))
+        assert fake.wait_held(1, timeout=60)
+        # Restarted while the request still runs: the lookup finds nothing, but the service
+        # cannot deduplicate and the request may yet land, so nothing is sent.
+        answer = answer_of(start(profile, fake.url, journal_url, lag=600))
+        assert answer["error"] == "StillInFlight", answer
+        assert posts(fake) == [None] and lookups(fake)  # the first request, unanswered
+        fake.release()
+        wait_for(lambda: len(fake.applied()) == 1, "applied the held request")
+        catch_up(fake)  # the lookup catches up within the lag the profile declares
+        receipt = receipt_of(start(profile, fake.url, journal_url, lag=600))
+        settled(profile, fake, journal_url, receipt)
+        assert len(posts(fake)) == 1
+
+
+@pytest.mark.parametrize("profile", sorted(KEYLESS))
+def test_keyless_a_crash_after_it_applied_waits_out_the_lookups_lag(
+    profile: str, journal_url: str
+) -> None:
+    with KEYLESS[profile][0]() as fake:
+        killed(start(profile, fake.url, journal_url, "after_remote_commit", lag=600))
+        assert len(fake.applied()) == 1
+        # The lookup still lags: its NotFound is not trusted before the declared lag, and
+        # the call is not sent again.
+        answer = answer_of(start(profile, fake.url, journal_url, lag=600))
+        assert answer["error"] == "StillInFlight", answer
+        assert posts(fake) == ["applied"] and lookups(fake)
+        catch_up(fake)
+        receipt = receipt_of(start(profile, fake.url, journal_url, lag=600))
+        settled(profile, fake, journal_url, receipt)
+        assert posts(fake) == ["applied"]  # found by the lookup: nothing resent
+
+
+@pytest.mark.parametrize("profile", sorted(KEYLESS))
+def test_keyless_a_lookup_that_cannot_answer_leaves_it_unresolved(
+    profile: str, journal_url: str
+) -> None:
+    # The service cannot deduplicate, and a lookup that cannot answer cannot say the call is
+    # not there: after the lookup limit the operation is UNRESOLVED, for a person, and the
+    # call is never sent twice, even with the lag long past.
+    with KEYLESS[profile][0]() as fake:
+        killed(start(profile, fake.url, journal_url, "after_remote_commit", lag=0))
+        blind(fake)
+        answer = answer_of(start(profile, fake.url, journal_url, lag=0))
+        assert answer["error"] == "OutcomeUnknown", answer
+        assert posts(fake) == ["applied"] and len(lookups(fake)) >= 2
+        with intentlog.open(journal_url) as j:
+            (op,) = j.operations("order-42")
+        assert op.state is intentlog.State.UNRESOLVED
+
+
+@pytest.mark.parametrize("profile", sorted(KEYLESS))
+def test_keyless_a_crash_after_it_applied_is_found_at_once_once_the_lookup_caught_up(
+    profile: str, journal_url: str
+) -> None:
+    with KEYLESS[profile][0]() as fake:
+        killed(start(profile, fake.url, journal_url, "after_remote_commit", lag=600))
+        catch_up(fake)
+        receipt = receipt_of(start(profile, fake.url, journal_url, lag=600))
+        settled(profile, fake, journal_url, receipt)
+        assert posts(fake) == ["applied"]
+        (lookup,) = [r for r in fake.requests() if r.method == "GET"]
+    if profile == "github":  # GitHub's search, for the marker, in the effect's repository
+        assert lookup.path == "/search/issues" and "repo:acme/shop" in lookup.params["q"]
+    else:  # Slack's history of the pinned channel, with the messages' metadata
+        assert lookup.path == "/api/conversations.history"
+        assert lookup.params["channel"] == "C0123456789"
+        assert lookup.params["include_all_metadata"] == "true"
+
+
+# -- Shopify: a key whose retention is not stated, no lookup ----------------------------------
+
+
+def unresolved(journal: str) -> intentlog.Operation:
+    with intentlog.open(journal) as j:
+        (op,) = j.operations("order-42")
+    assert op.state is intentlog.State.UNRESOLVED
+    return op
+
+
+def test_shopify_a_crash_before_the_send_sends_it_once(journal_url: str) -> None:
+    # The effect can neither deduplicate nor be asked: its intent is written PLANNED, and
+    # SUBMITTED only just before the request leaves, so a crash before that resends safely.
+    with ShopifyFake() as fake:
+        killed(start("shopify", fake.url, journal_url, "after_plan"))
+        assert fake.requests() == []
+        receipt = receipt_of(start("shopify", fake.url, journal_url))
+        settled("shopify", fake, journal_url, receipt)
+        assert posts(fake) == ["applied"]
+
+
+@pytest.mark.parametrize("crash", ["after_submit_mark", "after_send", "after_remote_commit"])
+def test_shopify_a_crash_once_the_request_may_have_left_is_unresolved_never_resent(
+    crash: str, journal_url: str
+) -> None:
+    # Shopify would deduplicate the @idempotent key for a while, but how long is not
+    # published: the key is not counted on, no lookup exists, so a person settles it.
+    with ShopifyFake() as fake:
+        if crash == "after_send":
+            fake.hold()  # the request waits inside Shopify while the worker dies
+        killed(start("shopify", fake.url, journal_url, crash))
+        if crash == "after_send":
+            assert fake.wait_held(1, timeout=60)
+        answer = answer_of(start("shopify", fake.url, journal_url))
+        assert answer["error"] == "OutcomeUnknown", answer
+        op = unresolved(journal_url)
+        fake.release()
+        wait_for(lambda: None not in posts(fake), "answered every request")
+        expected = [] if crash == "after_submit_mark" else ["applied"]
+        assert posts(fake) == expected  # nothing resent
+        assert [a.key for a in fake.applied()] == [op.key] * len(expected)

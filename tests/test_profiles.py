@@ -103,8 +103,46 @@ def test_the_sourced_wire() -> None:
     assert resend.key_reuse is not None
     assert resend.key_reuse.matches(409, {"name": "invalid_idempotent_request"})
     assert not resend.key_reuse.matches(409, {"name": "concurrent_idempotent_requests"})
+    github = profiles.GITHUB
+    assert github.reference == ("body",) and github.marker == "intentlog-key: {key}"
+    assert github.search is not None and github.search.results == "items"
+    assert github.search.incomplete == "incomplete_results"
+    assert github.search.url_for("https://api.github.com/repos/acme/shop/issues", "k-1") == (
+        "https://api.github.com/search/issues?q=%22k-1%22+repo%3Aacme%2Fshop+in%3Abody"
+    )
+    shopify = profiles.SHOPIFY_GRAPHQL
+    assert shopify.reference == ("query",) and shopify.marker_place == "graphql-directive"
+    assert shopify.marker == '@idempotent(key: "{key}")' and shopify.search is None
+    top, user = shopify.answer_errors
+    throttled = {"errors": [{"message": "Throttled", "extensions": {"code": "THROTTLED"}}]}
+    assert top.failure(throttled) == "THROTTLED" and not top.ambiguous(throttled, "THROTTLED")
+    assert top.ambiguous({"errors": [{}], "data": {"m": {"id": 1}}}, "no error code")
+    assert top.ambiguous({}, "INTERNAL_SERVER_ERROR")
+    refused = {"data": {"m": {"group": None, "userErrors": [{"message": "Reason is invalid."}]}}}
+    assert user.failure(refused) == "Reason is invalid."
+    assert user.failure({"data": {"m": {"group": {"id": 1}, "userErrors": []}}}) is None
+    slack = profiles.slack("C42")
+    assert profiles.SLACK.reference == slack.reference == ("metadata", "event_payload",
+                                                           "intentlog_key")  # fmt: skip
+    assert slack.pinned == ((("metadata", "event_type"), "intentlog_operation"),
+                            (("channel",), "C42"))  # fmt: skip
+    assert profiles.SLACK.search is None  # the history is per channel: slack(channel)
+    assert slack.search is not None and slack.search.listing
+    assert (slack.search.results, slack.search.incomplete) == ("messages", "has_more")
+    assert slack.search.url_for("https://slack.com/api/chat.postMessage", "k") == (
+        "https://slack.com/api/conversations.history?channel=C42&include_all_metadata=true"
+        "&limit=200"
+    )
+    (errors,) = slack.answer_errors
+    assert errors.failure({"ok": False, "error": "channel_not_found"}) == "channel_not_found"
+    assert errors.failure({"ok": True, "ts": "1.2"}) is None
+    assert errors.failure({"ok": False}) == "no error code"
+    assert "internal_error" in errors.transient
+    with pytest.raises(intentlog.InvalidInput, match="channel id"):
+        profiles.slack("#general")
     for service in ALL.values():  # every other profile keeps the defaults
-        if service not in (stripe, paypal, adyen, resend):
+        if service.name not in ("stripe", "paypal-orders-v2", "adyen", "resend",
+                                "github-rest", "slack", "shopify-graphql"):  # fmt: skip
             assert service.encoding == "json" and service.reference is None, service.name
             assert service.search is None and service.key_reuse is None, service.name
 
@@ -129,6 +167,18 @@ _WIRE_SOURCES: list[tuple[str, str, list[str]]] = [
     ("RESEND", "locks_in_flight", ["currently in progress", "concurrent_idempotent_requests"]),
     ("RESEND", "key_reuse", ["invalid_idempotent_request", "different payload"]),
     ("RESEND", "search", ["no lookup"]),
+    ("GITHUB", "marker", ["plain text", "'intentlog-key: <key>'"]),
+    ("GITHUB", "search", ["GET /search/issues", "results in items", "incomplete_results",
+                          "holds the marker itself"]),
+    ("GITHUB", "encoding", ["bodies are JSON", "https://docs.github.com/en/rest/issues/issues"]),
+    ("SHOPIFY_GRAPHQL", "marker", ['@idempotent(key: "...")', "after its arguments",
+                                   "making-idempotency-mandatory"]),
+    ("SHOPIFY_GRAPHQL", "answer_errors", ["THROTTLED", "INTERNAL_SERVER_ERROR", "userErrors",
+                                          "https://shopify.dev/docs/api/usage/rate-limits"]),
+    ("SLACK", "reference", ["metadata.event_payload.intentlog_key", "intentlog_operation"]),
+    ("SLACK", "answer_errors", ["HTTP 200 with ok false", "some aspect of the operation "
+                               "succeeded", "any other code is a refusal"]),
+    ("SLACK", "search", ["include_all_metadata=true", "has_more", "Indeterminate"]),
 ]  # fmt: skip
 
 
@@ -198,11 +248,11 @@ def table_row(name: str, service: intentlog.Service) -> list[str]:
     body = "form" if service.encoding == "form" else "JSON"
     if service.reference is not None:
         where = "".join(f"[{s}]" if isinstance(s, int) else f".{s}" for s in service.reference)
-        body += f"; key at `{where.lstrip('.')}`"
+        body += f"; {'marker' if service.marker else 'key'} at `{where.lstrip('.')}`"
     elif service.encoding == "json":
         body = "-"  # the default: JSON, no key in the body
     longest = "not stated" if service.key_max_length is None else f"{service.key_max_length}"
-    label = "nats_jetstream()" if name == "nats_jetstream" else name
+    label = f"{name}()" if callable(getattr(profiles, name)) else name
     return [f"`{label}`", key, kept, "yes" if service.locks_in_flight else "no", ask,
             human(service.timeout), body, longest]  # fmt: skip
 
@@ -214,7 +264,7 @@ def test_the_docs_table_shows_every_profile_as_the_code_has_it() -> None:
             cells = [c.strip() for c in line.strip().strip("|").split("|")]
             rows[cells[0]] = cells
     for name, service in ALL.items():
-        label = "`nats_jetstream()`" if name == "nats_jetstream" else f"`{name}`"
+        label = f"`{name}()`" if callable(getattr(profiles, name)) else f"`{name}`"
         assert label in rows, f"docs/services.md has no row for {label}"
         assert rows[label][:8] == table_row(name, service), label
         for url in re.findall(r"\((https://[^)\s]+)\)", rows[label][8]):
@@ -246,5 +296,8 @@ def test_the_docs_table_says_which_recipe_and_fake_back_each_profile() -> None:
         "`STRIPE`",
         "`PAYPAL_ORDERS`",
         "`ADYEN`",
+        "`SHOPIFY_GRAPHQL`",
+        "`GITHUB`",
+        "`slack()`",
         "`RESEND`",
     ]

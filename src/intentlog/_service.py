@@ -27,6 +27,7 @@ from intentlog._validate import seconds as checked_seconds
 __all__ = [
     "FOREVER",
     "PROCESS",
+    "AnswerError",
     "KeyPlace",
     "KeyReuse",
     "Replay",
@@ -40,6 +41,7 @@ Seconds = float | int | timedelta
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._:/()+-]{0,79}$")
 _HEADER = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an RFC 9110 token
+_SEGMENT = re.compile(r"\{segment\[(-?\d+)\]\}")  # a Search template's path segment
 
 
 class Retention(enum.Enum):
@@ -55,6 +57,7 @@ PROCESS = Retention.PROCESS
 KeyKind = Literal["header", "body", "query", "message_id", "resource", "metadata"]
 LookupKind = Literal["key", "reference", "status"]
 Encoding = Literal["json", "form"]
+MarkerPlace = Literal["end", "graphql-directive"]
 BodyPath = tuple[str | int, ...]  # str: a member of an object, int: an index into an array
 
 
@@ -179,6 +182,83 @@ class KeyReuse:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class AnswerError:
+    """How a service says, inside a 2xx answer, that a call failed, in one of two forms:
+
+    - a flag: Slack answers HTTP 200 with ``{"ok": false, "error": "channel_not_found"}``:
+      ``AnswerError(ok=("ok",), code=("error",), transient=("internal_error", ...))``; an
+      answer whose ``ok`` member is not ``true`` failed, with the code at ``code``;
+    - a list of errors: GraphQL answers HTTP 200 with ``{"errors": [{"extensions": {"code":
+      "THROTTLED"}}]}``, and a mutation's ``userErrors`` under ``data``:
+      ``AnswerError(errors=("errors",), code=("extensions", "code"))``,
+      ``AnswerError(errors=("data", "*", "userErrors"), code=("message",))`` (``"*"``: any
+      member); a non-empty list there is a failure, with the code at ``code`` in its first
+      item.
+
+    A code in ``transient`` is an error after which the call may have been applied (the
+    service's own words for it say so): ambiguous, settled as a crash in flight is. So is
+    any failure where a value at ``ran`` is not null (GraphQL answers errors beside the data
+    of a mutation that did run: ``ran=("data", "*")``). Any other code is a refusal:
+    Rejected, FAILED.
+    """
+
+    code: tuple[str, ...]
+    ok: tuple[str, ...] | None = None
+    errors: tuple[str, ...] | None = None
+    transient: tuple[str, ...] = ()
+    ran: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if (self.ok is None) == (self.errors is None):
+            raise InvalidInput("AnswerError takes ok= (a flag) or errors= (a list), one of them")
+        for name in ("code", "ok", "errors", "transient", "ran"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            steps = tuple(value) if isinstance(value, tuple | list) else ()
+            if (not steps and name != "transient") or not all(
+                isinstance(m, str) and m for m in steps
+            ):
+                raise InvalidInput(f"AnswerError {name} must be member names, got {value!r}")
+            object.__setattr__(self, name, steps)
+
+    def ambiguous(self, data: object, code: str) -> bool:
+        """Whether a failure (its answer and code) may still have applied the call."""
+        ran = self.ran is not None and any(v is not None for v in _at(data, self.ran))
+        return ran or code in self.transient
+
+    def failure(self, data: object) -> str | None:
+        """The error code of a failed answer (its parsed JSON), or None where it succeeded."""
+        if self.ok is not None:
+            ok = _at(data, self.ok)
+            return None if True in ok else _code(data, self.code)
+        assert self.errors is not None
+        for found in _at(data, self.errors):
+            if isinstance(found, list) and found:
+                return _code(found[0], self.code)
+        return None
+
+
+def _at(data: object, path: tuple[str, ...]) -> list[object]:
+    """The values at ``path`` (``"*"``: every member of an object)."""
+    values = [data]
+    for name in path:
+        values = [
+            v
+            for d in values
+            if isinstance(d, dict)
+            for v in (d.values() if name == "*" else [d[name]] if name in d else [])
+        ]
+    return values
+
+
+def _code(data: object, path: tuple[str, ...]) -> str:
+    found = _at(data, path)
+    code = found[0] if found else None
+    return code if isinstance(code, str) and code else "no error code"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class Search:
     """A ready lookup: the service's search for the operation key, which the effect stored
     where the search finds it (see ``Service.reference``).
@@ -187,7 +267,18 @@ class Search:
     (URL-quoted in the path, form-encoded in the query, so a key never changes the shape of
     the URL). Stripe: ``"{url}/search?query=metadata['intentlog_key']:'{key}'"``.
     ``results``: the member of the JSON answer that lists the matches (Stripe's ``"data"``);
-    None: the answer is the list itself.
+    None: the answer is the list itself. ``incomplete``: a member that, when true, says the
+    list may be missing matches (GitHub's ``incomplete_results``, set when its search timed
+    out): no match then is Indeterminate, never NotFound.
+
+    ``listing``: the answer lists recent records, not matches (Slack's conversations.history):
+    the records holding the key at the service's ``reference`` are the matches, the others
+    are passed over; with ``incomplete`` (Slack's ``has_more``) a list that goes on beyond
+    the answer settles nothing where none matches.
+
+    With the service's ``marker`` the search is a text search, which matches loosely (words,
+    not characters): a match counts only where the marker for the key is found, character for
+    character, in the match's ``reference`` member; the others are not the operation's.
 
     One match is the record (its receipt fields must be there); none is NotFound, trusted
     only once the service's ``lookup_lag`` has passed; more than one is Indeterminate, since
@@ -196,25 +287,57 @@ class Search:
 
     url: str
     results: str | None = None
+    incomplete: str | None = None
+    listing: bool = False
 
     def __post_init__(self) -> None:
-        if not isinstance(self.url, str) or "{key}" not in self.url:
+        if not isinstance(self.url, str) or ("{key}" not in self.url and not self.listing):
+            # A listing names no key (it lists recent records); any other search must, or
+            # it finds another operation's record, or none.
             raise InvalidInput(f"Search url must be a template with a {{key}} placeholder, "
                                f"got {self.url!r}")  # fmt: skip
-        if not self.url.startswith(("{url}", "http://", "https://")):
-            raise InvalidInput(f"Search url must start with {{url}} (the effect's URL) or "
-                               f"http(s)://, got {self.url!r}")  # fmt: skip
-        if self.results is not None and (not isinstance(self.results, str) or not self.results):
-            raise InvalidInput(f"Search results must name a JSON member or be None, got "
-                               f"{self.results!r}")  # fmt: skip
+        if not self.url.startswith(("{url}", "http://", "https://", "../", "./")):
+            raise InvalidInput(f"Search url must start with {{url}} (the effect's URL), "
+                               f"http(s):// or ../ (relative to the effect's URL), got "
+                               f"{self.url!r}")  # fmt: skip
+        if type(self.listing) is not bool:
+            raise InvalidInput(f"Search listing must be True or False, got {self.listing!r}")
+        for name, member in (("results", self.results), ("incomplete", self.incomplete)):
+            if member is not None and (not isinstance(member, str) or not member):
+                raise InvalidInput(f"Search {name} must name a JSON member or be None, got "
+                                   f"{member!r}")  # fmt: skip
 
     def url_for(self, effect_url: str, key: str) -> str:
-        """The search URL for ``key`` on an effect sending to ``effect_url``."""
-        quoted = urllib.parse.quote(key, safe="")
-        split = urllib.parse.urlsplit(self.url.replace("{url}", effect_url))
+        """The search URL for ``key`` on an effect sending to ``effect_url``.
+
+        ``{segment[i]}`` is the effect URL's path segment ``i`` (negative: from the end), and
+        a template starting with ``../`` or ``./`` is resolved against the effect's URL (RFC
+        3986), so one template serves every host and API prefix: GitHub's
+        ``../../../search/issues?q=repo:{segment[-3]}/{segment[-2]}`` on
+        ``https://api.github.com/repos/acme/shop/issues`` is
+        ``https://api.github.com/search/issues?q=repo:acme/shop``.
+        """
+        effect = urllib.parse.urlsplit(effect_url)
+        segments = effect.path.split("/")[1:]
+
+        def fill(text: str, key_text: str) -> str:
+            def segment(match: re.Match[str]) -> str:
+                index = int(match.group(1))
+                if not -len(segments) <= index < len(segments) or not segments[index]:
+                    raise InvalidInput(f"search {self.url!r}: the effect URL {effect.path!r} "
+                                       f"has no path segment {index}")  # fmt: skip
+                return urllib.parse.unquote(segments[index])
+
+            return _SEGMENT.sub(segment, text).replace("{key}", key_text)
+
+        template = self.url.replace("{url}", effect_url)
+        if template.startswith(("../", "./")):
+            template = urllib.parse.urljoin(effect_url, template)
+        split = urllib.parse.urlsplit(template)
         pairs = urllib.parse.parse_qsl(split.query, keep_blank_values=True)
-        query = urllib.parse.urlencode([(n, v.replace("{key}", key)) for n, v in pairs])
-        return split._replace(path=split.path.replace("{key}", quoted), query=query).geturl()
+        query = urllib.parse.urlencode([(n, fill(v, key)) for n, v in pairs])
+        path = fill(split.path, urllib.parse.quote(key, safe=""))
+        return split._replace(path=path, query=query).geturl()
 
 
 @dataclasses.dataclass(frozen=True, slots=True, init=False)
@@ -247,6 +370,20 @@ class Service:
       given a lookup of its own. It needs ``lookup`` stated.
     - ``key_reuse``: how the service says a key was already used for another request
       (:class:`KeyReuse`), read as :class:`intentlog.KeyConflict`.
+    - ``pinned``: values the body must hold for the lookup to find the call, as (path, value)
+      pairs: written where the call gives none, and a call that gives another is refused
+      before anything is sent (Slack's metadata ``event_type``, and the channel its history
+      is read from).
+    - ``answer_errors``: how the service says, inside a 2xx answer, that the call failed
+      (:class:`AnswerError`, one or a tuple); none: a 2xx is a success.
+    - ``marker_place``: where the marker goes in that text: ``"end"`` (its last paragraph,
+      the default) or ``"graphql-directive"`` (on the first field of the GraphQL mutation
+      held there, after its arguments, as Shopify takes ``@idempotent(key: "...")``; the
+      key is escaped as a GraphQL string).
+    - ``marker``: for a service that takes no key but stores text, the text that carries the
+      key (a template with ``{key}``, such as ``"intentlog-key {key}"``), appended as its own
+      paragraph to the text at ``reference`` (which it needs); a search then finds it by
+      containment. None: the key itself is the value at ``reference``.
     - ``source``: where these numbers come from, and when they were read.
     """
 
@@ -263,6 +400,10 @@ class Service:
     key_max_length: int | None
     search: Search | None
     key_reuse: KeyReuse | None
+    marker: str | None
+    marker_place: MarkerPlace
+    pinned: tuple[tuple[BodyPath, str], ...]
+    answer_errors: tuple[AnswerError, ...]
     source: str
 
     def __init__(
@@ -281,6 +422,10 @@ class Service:
         key_max_length: int | None = None,
         search: Search | None = None,
         key_reuse: KeyReuse | None = None,
+        marker: str | None = None,
+        marker_place: MarkerPlace = "end",
+        pinned: tuple[tuple[BodyPath, str], ...] = (),
+        answer_errors: AnswerError | tuple[AnswerError, ...] = (),
         source: str = "",
     ) -> None:
         if not isinstance(name, str) or not _NAME.match(name):
@@ -320,6 +465,31 @@ class Service:
                                "leave the search out", option="reference")  # fmt: skip
         if key_reuse is not None and not isinstance(key_reuse, KeyReuse):
             raise InvalidInput(f"{what}: key_reuse must be a KeyReuse(...), got {key_reuse!r}")
+        if marker is not None and (
+            not isinstance(marker, str) or marker.count("{key}") != 1 or len(marker) > 200
+        ):
+            raise InvalidInput(f"{what}: marker must be a text with one {{key}} placeholder, "
+                               f"got {marker!r}", option="marker")  # fmt: skip
+        if marker_place not in ("end", "graphql-directive"):
+            raise InvalidInput(f"{what}: marker_place must be 'end' or 'graphql-directive', "
+                               f"got {marker_place!r}", option="marker_place")  # fmt: skip
+        if marker is not None and reference is None:
+            raise InvalidInput(f"{what}: a marker is written into the text at reference=; "
+                               "state where", option="reference")  # fmt: skip
+        pairs = tuple(pinned) if isinstance(pinned, tuple | list) else None
+        if pairs is None or not all(
+            isinstance(p, tuple | list) and len(p) == 2 and isinstance(p[1], str) for p in pairs
+        ):
+            raise InvalidInput(f"{what}: pinned must be (path, text) pairs, got {pinned!r}",
+                               option="pinned")  # fmt: skip
+        pinned = tuple((_path(p, f"{what}: pinned path"), v) for p, v in pairs)
+        if isinstance(answer_errors, AnswerError):
+            answer_errors = (answer_errors,)
+        if not isinstance(answer_errors, tuple) or not all(
+            isinstance(a, AnswerError) for a in answer_errors
+        ):
+            raise InvalidInput(f"{what}: answer_errors must be AnswerError(...)s, got "
+                               f"{answer_errors!r}")  # fmt: skip
         if not isinstance(source, str) or len(source) > 3000:
             raise InvalidInput(f"{what}: source must be a string (where the numbers come from)")
         set_ = object.__setattr__
@@ -336,6 +506,10 @@ class Service:
         set_(self, "key_max_length", key_max_length)
         set_(self, "search", search)
         set_(self, "key_reuse", key_reuse)
+        set_(self, "marker", marker)
+        set_(self, "marker_place", marker_place)
+        set_(self, "pinned", pinned)
+        set_(self, "answer_errors", answer_errors)
         set_(self, "source", source)
 
     @property

@@ -15,9 +15,20 @@ is published), to be set to what your client really uses.
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
-from intentlog._service import FOREVER, KeyPlace, KeyReuse, Replay, Search, Service, seconds
+from intentlog._errors import InvalidInput
+from intentlog._service import (
+    FOREVER,
+    AnswerError,
+    KeyPlace,
+    KeyReuse,
+    Replay,
+    Search,
+    Service,
+    seconds,
+)
 
 __all__ = [
     "ADYEN",
@@ -32,6 +43,7 @@ __all__ = [
     "SQS_FIFO",
     "STRIPE",
     "nats_jetstream",
+    "slack",
 ]
 
 _READ = "2026-12-01"  # the date the sources below were read, unless one says otherwise
@@ -127,11 +139,35 @@ SHOPIFY_GRAPHQL = Service(
     key=KeyPlace.body("@idempotent(key:)"),
     retention=None,
     timeout=60,
+    reference=("query",),
+    marker='@idempotent(key: "{key}")',
+    marker_place="graphql-directive",
+    answer_errors=(
+        AnswerError(
+            ("extensions", "code"),
+            errors=("errors",),
+            transient=("INTERNAL_SERVER_ERROR",),
+            ran=("data", "*"),
+        ),
+        AnswerError(("message",), errors=("data", "*", "userErrors")),
+    ),
     source=f"https://shopify.dev/docs/api/usage/idempotent-requests (read {_READ}): "
     "mutations that support it take an @idempotent(key: ...) directive. "
     f"https://shopify.dev/docs/api/usage/implementing-idempotency (read {_READ}) speaks of a "
     f"retention window, but its length was not found in the public docs as of {_READ}: the "
-    "key is not counted on across a crash. Timeout: a client deadline chosen here.",
+    "key is not counted on across a crash. Timeout: a client deadline chosen here. "
+    f"Wire (read {_WIRE}): the body is a JSON GraphQL request (query, variables); the "
+    "directive goes on the mutation's field after its arguments, as in "
+    'inventoryAdjustQuantities(input: {...}) @idempotent(key: "...") { ... } '
+    "(https://shopify.dev/changelog/adding-idempotency-for-inventory-adjustments-and-refund-"
+    "mutations; mandatory for those mutations from 2026-04: https://shopify.dev/changelog/"
+    "making-idempotency-mandatory-for-inventory-adjustments-and-refund-mutations). Errors "
+    "come as HTTP 200 with a top-level errors list: THROTTLED ('all requests that are made "
+    "after the limit has been exceeded are throttled', https://shopify.dev/docs/api/usage/"
+    "rate-limits; not executed: a refusal) and INTERNAL_SERVER_ERROR ('something went wrong "
+    "on our end', as users report it: ambiguous); an error beside a mutation's data is "
+    "ambiguous; a mutation's userErrors are a refusal "
+    "(https://shopify.dev/docs/api/usage/response-codes). No lookup by the key.",
 )
 
 GITHUB = Service(
@@ -140,6 +176,13 @@ GITHUB = Service(
     lookup="reference",
     lookup_lag=timedelta(minutes=10),
     timeout=10,
+    reference=("body",),
+    marker="intentlog-key: {key}",
+    search=Search(
+        '../../../search/issues?q="{key}" repo:{segment[-3]}/{segment[-2]} in:body',
+        results="items",
+        incomplete="incomplete_results",
+    ),
     source=f"https://docs.github.com/en/rest (read {_READ}): no idempotency key was found for "
     "creating issues or comments; a marker written into the body can be searched for "
     f"(https://docs.github.com/en/rest/search/search, read {_READ}). No lag of the search "
@@ -149,7 +192,21 @@ GITHUB = Service(
     "published and reports differ (https://github.com/JasonEtco/todo/issues/24: not indexed, "
     "2017; https://github.com/pfnet-research/alertmanager-to-github/pull/28: indexed on "
     f"github.com, not on GitHub Enterprise, 2022; both read {_WIRE}): write the marker as "
-    "plain text. Timeout: a client deadline chosen here.",
+    "plain text. The marker 'intentlog-key: <key>' is the body's last paragraph; the "
+    'search is GET /search/issues?q="<key>" repo:OWNER/REPO in:body, results in items '
+    "(up to 1,000 per search, 30 searches a minute; incomplete_results is true when the "
+    "search timed out, read as Indeterminate), and a match counts only where its body "
+    f"holds the marker itself (https://docs.github.com/en/rest/search/search, read {_WIRE}). "
+    "The search covers issues and pull requests (POST /repos/OWNER/REPO/issues or /pulls); "
+    "it finds an issue by its comments but not the comment, so a comment effect needs a "
+    f"lookup of its own. https://docs.github.com/en/rest/issues/issues (read {_WIRE}): "
+    "bodies are JSON; 201 with the issue; 422 validation failed, 410 issues disabled; "
+    "creating content quickly may meet secondary rate limits. Timeout: a client deadline "
+    "chosen here.",
+)
+
+_SLACK_ERRORS = AnswerError(
+    ("error",), ok=("ok",), transient=("internal_error", "fatal_error", "service_unavailable")
 )
 
 SLACK = Service(
@@ -157,6 +214,9 @@ SLACK = Service(
     key=KeyPlace.metadata("message metadata"),
     lookup="reference",
     timeout=10,
+    reference=("metadata", "event_payload", "intentlog_key"),
+    pinned=((("metadata", "event_type"), "intentlog_operation"),),
+    answer_errors=_SLACK_ERRORS,
     source=f"https://docs.slack.dev/reference/methods/chat.postMessage (read {_READ}): no "
     "idempotency argument was found; the key rides in the message's metadata (event_type, "
     "event_payload: "
@@ -164,8 +224,48 @@ SLACK = Service(
     "conversations.history with include_all_metadata "
     f"(https://docs.slack.dev/reference/methods/conversations.history, read {_READ}). No lag "
     f"of the history behind a post was found in the public docs as of {_READ}: the lag is "
-    "taken as the request timeout. Timeout: a client deadline chosen here.",
+    "taken as the request timeout. Timeout: a client deadline chosen here. "
+    f"Wire (read {_WIRE}): bodies are JSON; the key is written to "
+    "metadata.event_payload.intentlog_key, with metadata.event_type intentlog_operation "
+    "(a message's metadata has one event_type, so a call may not give another). Errors "
+    "come as HTTP 200 with ok false and a code in error; of the errors common to Slack's "
+    "methods, internal_error and fatal_error say 'it's possible some aspect of the "
+    "operation succeeded before the error was raised' (https://api.slack.com/methods/"
+    f"calls.info, read {_WIRE}), read as ambiguous, as is service_unavailable; any other "
+    "code is a refusal. The history of one channel is the lookup: slack(channel) pins the "
+    "channel and reads GET conversations.history?channel=...&include_all_metadata=true"
+    "&limit=200, newest first; limit is at most 999 and fewer may come back before the end, "
+    "has_more says more exist (https://docs.slack.dev/reference/methods/conversations."
+    f"history, read {_WIRE}), so no match with has_more is Indeterminate.",
 )
+
+
+def slack(channel: str = "C0123456789") -> Service:
+    """Slack's chat.postMessage to one channel, with its ready lookup: that channel's history.
+
+    The history is read per channel, so the lookup needs it: the channel is pinned (written
+    into each call, and a call naming another channel is refused before anything is sent)
+    and read back with ``conversations.history`` (``include_all_metadata=true``, the 200
+    newest messages; a message further back than that settles nothing: Indeterminate). Give
+    the channel's id (``C...``), as the history takes: a channel name posts but does not
+    read back. The default names no real channel; it is there so the profile table can show
+    this function's row.
+    """
+    if not isinstance(channel, str) or not re.fullmatch(r"[A-Z0-9]{2,40}", channel):
+        raise InvalidInput(
+            f"slack(): channel must be a channel id such as 'C0123456789', got {channel!r}",
+            option="channel",
+        )
+    return SLACK.replace(
+        pinned=(*SLACK.pinned, (("channel",), channel)),
+        search=Search(
+            f"./conversations.history?channel={channel}&include_all_metadata=true&limit=200",
+            results="messages",
+            incomplete="has_more",
+            listing=True,
+        ),
+    )
+
 
 S3_CONDITIONAL = Service(
     "s3-conditional-put",

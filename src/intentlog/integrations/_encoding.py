@@ -13,13 +13,27 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import urllib.parse
+from collections.abc import Callable
 from typing import Any
 
 from intentlog._keys import canonical_json
-from intentlog._service import BodyPath, Encoding
+from intentlog._service import BodyPath, Encoding, MarkerPlace
 
-__all__ = ["FORM", "JSON", "Unsendable", "encode", "form", "value_at", "with_reference"]
+__all__ = [
+    "FORM",
+    "JSON",
+    "Unsendable",
+    "encode",
+    "form",
+    "graphql_directive",
+    "value_at",
+    "with_pinned",
+    "with_reference",
+]
+
+_Place = Callable[[bool, Any, str], Any]  # (a value is there, the value, where) -> new value
 
 JSON = "application/json"
 FORM = "application/x-www-form-urlencoded"
@@ -105,7 +119,55 @@ def _member(member: Any, parent: str) -> str:
     return f"{parent}[{member}]" if parent else member
 
 
-def with_reference(body: Any, path: BodyPath, key: str) -> Any:
+def graphql_directive(query: str, directive: str) -> str:
+    """``query`` (a GraphQL document) with ``directive`` on the first field of its mutation,
+    after that field's arguments, where Shopify takes ``@idempotent(key: "...")``
+    (``mutation { refundCreate(input: $i) @idempotent(key: "k") { ... } }``).
+
+    Strings, block strings and comments are skipped, so nothing inside them is mistaken for
+    syntax. Raises Unsendable for a document without a mutation, or whose mutation already
+    carries a directive of that name (the key is written there: leave it out of the call).
+    """
+    name = directive.split("(")[0]
+    spots: list[tuple[int, str]] = []  # (position, character) of the syntax outside strings
+    i, n = 0, len(query)
+    while i < n:
+        if query.startswith('"""', i):
+            end = query.find('"""', i + 3)
+            i = n if end < 0 else end + 3
+        elif query[i] == '"':
+            i += 1
+            while i < n and query[i] != '"':
+                i += 2 if query[i] == "\\" else 1
+            i += 1
+        elif query[i] == "#":
+            end = query.find("\n", i)
+            i = n if end < 0 else end
+        else:
+            spots.append((i, query[i]))
+            i += 1
+    code = "".join(c for _, c in spots)
+    if f"{name}(" in code.replace(" ", "") or f"{name} " in code:
+        raise Unsendable(f"the query already holds a {name} directive, where the key is "
+                         "written; leave it out of the call")  # fmt: skip
+    found = re.search(r"(?:^|[\s}])mutation\b[^{]*\{\s*(?:\w+\s*:\s*)?\w+\s*", code)
+    if found is None:
+        raise Unsendable(f"the query must hold a mutation for the {name} directive")
+    at = found.end()
+    if at < len(code) and code[at] == "(":  # the field's arguments: the directive follows
+        depth = 0
+        for close in range(at, len(code)):
+            depth += {"(": 1, ")": -1}.get(code[close], 0)
+            if depth == 0:
+                break
+        at = close + 1
+    where = spots[at][0] if at < len(spots) else n
+    return f"{query[:where].rstrip()} {directive} {query[where:].lstrip()}"
+
+
+def with_reference(
+    body: Any, path: BodyPath, key: str, marker: str | None = None, at: MarkerPlace = "end"
+) -> Any:
     """``body`` with ``key`` at ``path`` (member names and array indexes), for the service's
     search to find; the caller's value is not changed (the path is copied on write).
 
@@ -113,16 +175,61 @@ def with_reference(body: Any, path: BodyPath, key: str) -> Any:
     array item is not (what else it would need is not ours to invent). A value already at
     the path must be the key itself; anything else raises Unsendable, since the search
     would then find another operation's record, or none.
+
+    With a ``marker`` (a text template with ``{key}``), the text at the path keeps what the
+    caller wrote and gets the marker as its last paragraph (the marker alone where there
+    was none); a text that already ends with it is left as it is, so a body made again is
+    the same. A value there that is not text raises Unsendable.
     """
     if not isinstance(body, dict):
         raise Unsendable(
             f"the key is written into the body at {_spelled(path)}, so the body must be a JSON "
             f"object, not {_kind(body)}"
         )
-    return _put(body, path, 0, key)
+
+    def place(there: bool, value: Any, where: str) -> Any:
+        if marker is None:
+            if there and value != key:
+                raise Unsendable(
+                    f"the body already holds another value at {where}, where the key is "
+                    "written for the service's search; leave it out of the call"
+                )
+            return key
+        if at == "graphql-directive":
+            if not there or not isinstance(value, str):
+                raise Unsendable(f"{where} must be the GraphQL document that takes the key")
+            return graphql_directive(value, marker.replace("{key}", json.dumps(key)[1:-1]))
+        text = marker.replace("{key}", key)
+        if not there or value is None or value == "":
+            return text
+        if not isinstance(value, str):
+            raise Unsendable(f"{where} must be text to carry the key's marker, "
+                             f"not {_kind(value)}")  # fmt: skip
+        return value if value.endswith(text) else f"{value}\n\n{text}"
+
+    return _put(body, path, 0, place)
 
 
-def _put(container: Any, path: BodyPath, depth: int, key: str) -> Any:
+def with_pinned(body: Any, pinned: tuple[tuple[BodyPath, str], ...]) -> Any:
+    """``body`` with each pinned value at its path (written where the body has none, objects
+    created along the way); a body holding another value there raises Unsendable, since the
+    lookup would then look in the wrong place."""
+    for path, pin in pinned:
+        if not isinstance(body, dict):
+            raise Unsendable(f"the body must be a JSON object to hold {_spelled(path)}, "
+                             f"not {_kind(body)}")  # fmt: skip
+
+        def place(there: bool, value: Any, where: str, pin: str = pin) -> Any:
+            if there and value != pin:
+                raise Unsendable(f"{where} must be {pin!r}, where the service's lookup "
+                                 "finds the call; leave it out of the call")  # fmt: skip
+            return pin
+
+        body = _put(body, path, 0, place)
+    return body
+
+
+def _put(container: Any, path: BodyPath, depth: int, place: _Place) -> Any:
     step = path[depth]
     last = depth == len(path) - 1
     where = _spelled(path[: depth + 1])
@@ -132,27 +239,18 @@ def _put(container: Any, path: BodyPath, depth: int, key: str) -> Any:
                              f"not {_kind(container)}")  # fmt: skip
         copy = dict(container)
         if last:
-            if step in copy and copy[step] != key:
-                raise Unsendable(
-                    f"the body already holds another value at {where}, where the key is "
-                    "written for the service's search; leave it out of the call"
-                )
-            copy[step] = key
+            copy[step] = place(step in copy, copy.get(step), where)
         else:
-            copy[step] = _put(copy.get(step, {}), path, depth + 1, key)
+            copy[step] = _put(copy.get(step, {}), path, depth + 1, place)
         return copy
     if not isinstance(container, list) or step >= len(container):
         raise Unsendable(f"the body has no item {where} to hold the key "
                          f"(found {_kind(container)})")  # fmt: skip
     items = list(container)
     if last:
-        if items[step] != key:
-            raise Unsendable(
-                f"the body already holds another value at {where}, where the key is written "
-                "for the service's search; leave it out of the call"
-            )
+        items[step] = place(True, items[step], where)
     else:
-        items[step] = _put(items[step], path, depth + 1, key)
+        items[step] = _put(items[step], path, depth + 1, place)
     return items
 
 

@@ -7,8 +7,9 @@ from keywords. Bodies are sent canonical (JSON, or a form for a service that tak
 call made again sends the same bytes. Both share one mapping of answers to outcomes
 (:meth:`_Spec.receipt_of_answer`, :meth:`_Spec.lookup_result`, :meth:`_Spec.search_result`)
 and one protocol for the in-progress wait (:meth:`_Spec.submit_flow`), written as generators
-that yield the HTTP
-exchanges they need; a small sync runner and a small async runner perform them. Anything
+that yield the HTTP exchanges they need; a small sync runner and a small async runner
+(:mod:`._http_runner`) perform them. A service that answers errors inside a 200
+(``Service.answer_errors``: Slack, GraphQL) is read the same way. Anything
 that does not prove "applied" or "not applied" raises :class:`AmbiguousResponse`, never
 Rejected, so the decision settles it. Credentials belong in the client
 (``client=httpx.Client(headers=...)``): no request or answer header ever reaches the journal
@@ -17,29 +18,37 @@ or an error message.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
-import functools
 import json
 import re
 import time
 import urllib.parse
 import warnings
-from collections.abc import AsyncIterator, Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
-from intentlog import _observe
-from intentlog._crash import crashpoint
 from intentlog._effect import Effect
 from intentlog._effect_options import EffectOptions, effect_contract
 from intentlog._errors import InvalidInput, KeyConflict, Rejected
-from intentlog._flow import drive, drive_async
 from intentlog._hygiene import scrub_text
 from intentlog._model import Found, Indeterminate, LookupResult, NotFound
 from intentlog._service import KeyPlace, Replay, Search, Seconds, Service
 from intentlog._service import seconds as _seconds
-from intentlog.integrations import AmbiguousResponse, _call_body, _encoding, _require
+from intentlog.integrations import AmbiguousResponse, _call_body, _encoding
+from intentlog.integrations._http_runner import (
+    _MAX_ANSWER,
+    _Answer,
+    _async_client,
+    _drive_async,
+    _drive_sync,
+    _Flow,
+    _httpx,
+    _Pause,
+    _Send,
+    _sync_client,
+    _where,
+)
 
 if TYPE_CHECKING:
     import httpx
@@ -48,14 +57,9 @@ __all__ = ["AmbiguousResponse", "Lookup", "async_http_effect", "http_effect"]
 
 T = TypeVar("T")
 Receipt = dict[str, Any]
-_MAX_ANSWER = 1 << 20  # a receipt is small; a larger 2xx body is not the promised answer
 _METHODS = ("POST", "PUT", "PATCH", "DELETE")
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP header name (RFC 9110 token)
 NOT_APPLIED = (400, 401, 402, 403, 404, 405, 413, 415)
-
-
-def _httpx() -> Any:
-    return _require("httpx", "http")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,34 +91,6 @@ class Lookup:
 
     def url_for(self, key: str) -> str:
         return _with_key(self.url, key)
-
-
-@dataclasses.dataclass(frozen=True)
-class _Send:
-    """One HTTP exchange the protocol asks its runner for."""
-
-    method: str
-    url: str
-    content: bytes | None
-    headers: dict[str, str]
-    mark_sent: bool  # pass the after_send crash point once the request is written
-
-
-@dataclasses.dataclass(frozen=True)
-class _Pause:
-    seconds: float
-
-
-@dataclasses.dataclass(frozen=True)
-class _Answer:
-    status: int
-    body: bytes
-    truncated: bool
-    replayed: bool = False  # the service's replay header marked it as a repeated answer
-    problem: bool = False  # Content-Type application/problem+json: an error, never a receipt
-
-
-_Flow = Generator[_Send | _Pause, Any, T]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,8 +155,12 @@ class _Spec:
                 )
             body = {**body, place.name: key}
         try:
+            if service is not None and service.pinned:
+                body = _encoding.with_pinned(body, service.pinned)
             if service is not None and service.reference is not None:
-                body = _encoding.with_reference(body, service.reference, key)
+                body = _encoding.with_reference(
+                    body, service.reference, key, service.marker, service.marker_place
+                )
             content, headers["Content-Type"] = _encoding.encode(
                 body,
                 "json" if service is None else service.encoding,
@@ -261,6 +241,7 @@ class _Spec:
         status = answer.status
         where = f"{self.method} {_where(_with_key(self.url, key))}"
         if 200 <= status < 300:
+            self.raise_answer_error(key, answer, where)
             receipt, problem = self.receipt_in(answer)
             if receipt is not None:
                 return receipt
@@ -304,6 +285,29 @@ class _Spec:
             status=status,
             key=key,
         )
+
+    def raise_answer_error(self, key: str, answer: _Answer, where: str) -> None:
+        """Raise for a 2xx answer that says the call failed (the service's ``answer_errors``):
+        Rejected for a refusal, AmbiguousResponse for an error after which the call may have
+        been applied."""
+        specs = self.service.answer_errors if self.service is not None else ()
+        if not specs or answer.truncated:
+            return
+        data = _parse(answer.body)[0]
+        failed = [(spec, code) for spec in specs if (code := spec.failure(data)) is not None]
+        if not failed:
+            return
+        spec, code = failed[0]
+        if spec.ambiguous(data, code):
+            code = scrub_text(code, limit=100)
+            raise AmbiguousResponse(
+                f"{where} answered {answer.status} with error {code!r}; the request may have "
+                "been applied",
+                status=answer.status,
+                key=key,
+            )
+        code = scrub_text(code, limit=100)
+        raise Rejected(f"{where} refused the request: {code}", key=key, status=answer.status)
 
     def replayed_receipt(self, answer: _Answer) -> Receipt | None:
         """The receipt of a non-2xx answer that replays the original one, else None.
@@ -367,17 +371,31 @@ class _Spec:
         if answer.status != 200 or answer.truncated:
             return Indeterminate(f"search answered {answer.status}: {_detail(answer.body)}")
         data, problem = _parse(answer.body)
+        whole = data if isinstance(data, dict) else {}
         if problem is None and search.results is not None:
             data = data.get(search.results) if isinstance(data, dict) else None
         if not isinstance(data, list):
             member = f"a {search.results!r} list" if search.results else "a list"
             return Indeterminate(f"search answered 200 without {member} of matches")
+        if search.listing and service.reference is not None:
+            # A list of recent records: the ones holding this key are the matches.
+            path = service.reference
+            data = [m for m in data if _encoding.value_at(m, path) == (True, key)]
+        elif service.marker is not None and service.reference is not None:
+            # A text search matches words, not characters: only a record whose text holds
+            # the marker itself is this operation's.
+            text = service.marker.replace("{key}", key)
+            path = service.reference
+            data = [m for m in data if _holds(_encoding.value_at(m, path), text)]
         if not data:
+            if search.incomplete is not None and whole.get(search.incomplete) is True:
+                # The search gave up early (GitHub's timed-out search): "none" is not an answer.
+                return Indeterminate(f"search found nothing but says {search.incomplete}")
             return NotFound()
         if len(data) > 1:
             return Indeterminate(f"search found {len(data)} records for one key")
         (match,) = data
-        if service.reference is not None:
+        if service.reference is not None and service.marker is None:
             there, value = _encoding.value_at(match, service.reference)
             if there and value != key:
                 return Indeterminate("search found a record holding another key")
@@ -393,6 +411,11 @@ class _Spec:
         if missing:
             return None, f"no receipt field(s) {', '.join(map(repr, missing))}"
         return {f: data[f] for f in self.fields}, None
+
+
+def _holds(found: tuple[bool, Any], text: str) -> bool:
+    there, value = found
+    return there and isinstance(value, str) and text in value
 
 
 def _parse(body: bytes) -> tuple[Any, str | None]:
@@ -424,143 +447,6 @@ def _check_url(url: str) -> None:
 
 def _with_key(url: str, key: str) -> str:
     return url.replace("{key}", urllib.parse.quote(key, safe=""))
-
-
-def _where(url: str) -> str:
-    """The URL for messages: no user info, no query (either may hold a credential)."""
-    parts = urllib.parse.urlsplit(url)
-    host = parts.hostname or ""
-    with contextlib.suppress(ValueError):
-        host += f":{parts.port}" if parts.port else ""
-    return f"{parts.scheme}://{host}{parts.path}"
-
-
-# -- the runners: the only code that differs between sync and async -----------------------
-
-
-class _Exchange:
-    """One request's after_send mark and bounded body, shared by both runners."""
-
-    def __init__(self, step: _Send, spec: _Spec) -> None:
-        self.step, self.name, self.fired = step, spec.name, False
-        self.replay_header = spec.replay.header
-        self.chunks: list[bytes] = []
-        self.size = 0
-        trace = {"trace": self.trace} if step.mark_sent else None
-        self.args = (step.method, step.url)
-        headers = step.headers
-        hooks = _observe.hooks
-        if hooks is not None:  # tracing: the submit's (or reconcile's) trace context
-            headers = dict(headers)
-            hooks.inject(headers)
-        self.kwargs: dict[str, Any] = dict(
-            content=step.content, headers=headers, timeout=spec.timeout, extensions=trace
-        )
-
-    def trace(self, event: str, info: dict[str, Any]) -> None:
-        if event.endswith("send_request_body.complete"):  # httpcore's trace extension
-            self.mark()  # the request is written to the socket; nothing of the answer is read
-
-    async def atrace(self, event: str, info: dict[str, Any]) -> None:
-        self.trace(event, info)
-
-    def mark(self) -> None:
-        if self.step.mark_sent and not self.fired:
-            self.fired = True
-            crashpoint("after_send", self.name)
-
-    def add(self, chunk: bytes) -> bool:
-        """Keep a chunk of the answer; True once it is over the bound."""
-        self.chunks.append(chunk)
-        self.size += len(chunk)
-        return self.size > _MAX_ANSWER
-
-    def answer(self, status: int, headers: httpx.Headers) -> _Answer:
-        replayed = False
-        if self.replay_header is not None:
-            name, value = self.replay_header
-            replayed = headers.get(name, "").strip().lower() == value.lower()
-        media = headers.get("content-type", "").split(";")[0].strip().lower()
-        return _Answer(status, b"".join(self.chunks), self.size > _MAX_ANSWER, replayed,
-                       media == "application/problem+json")  # fmt: skip
-
-    def failed(self, exc: Exception) -> AmbiguousResponse:
-        return AmbiguousResponse(
-            f"{self.step.method} {_where(self.step.url)}: no answer ({type(exc).__name__}: "
-            f"{scrub_text(str(exc), limit=200)}); the request may have been applied"
-        )
-
-
-def _drive_sync(flow: _Flow[T], client: httpx.Client, spec: _Spec) -> T:
-    return drive(flow, functools.partial(_exchange_sync, client, spec))
-
-
-async def _drive_async(flow: _Flow[T], client: httpx.AsyncClient, spec: _Spec) -> T:
-    return await drive_async(flow, functools.partial(_exchange_async, client, spec))
-
-
-def _exchange_sync(client: httpx.Client, spec: _Spec, step: _Send | _Pause) -> _Answer | None:
-    """Perform one step: a pause, or an exchange whose answer it returns (a request that got
-    no answer raises AmbiguousResponse, which the flow is handed)."""
-    if isinstance(step, _Pause):
-        time.sleep(step.seconds)
-        return None
-    ex = _Exchange(step, spec)
-    try:
-        response = client.send(client.build_request(*ex.args, **ex.kwargs), stream=True)
-        try:
-            ex.mark()  # no-op if the trace did it; else a transport without trace events
-            for chunk in response.iter_bytes():
-                if ex.add(chunk):
-                    break
-        finally:
-            response.close()
-    except _httpx().HTTPError as exc:
-        raise ex.failed(exc) from exc
-    return ex.answer(response.status_code, response.headers)
-
-
-async def _exchange_async(
-    client: httpx.AsyncClient, spec: _Spec, step: _Send | _Pause
-) -> _Answer | None:
-    """See :func:`_exchange_sync`."""
-    if isinstance(step, _Pause):
-        await asyncio.sleep(step.seconds)
-        return None
-    ex = _Exchange(step, spec)
-    if step.mark_sent:
-        ex.kwargs["extensions"] = {"trace": ex.atrace}  # httpcore awaits an async one
-    try:
-        response = await client.send(client.build_request(*ex.args, **ex.kwargs), stream=True)
-        try:
-            ex.mark()
-            async for chunk in response.aiter_bytes():
-                if ex.add(chunk):
-                    break
-        finally:
-            await response.aclose()
-    except _httpx().HTTPError as exc:
-        raise ex.failed(exc) from exc
-    return ex.answer(response.status_code, response.headers)
-
-
-@contextlib.contextmanager
-def _sync_client(client: httpx.Client | None) -> Iterator[httpx.Client]:
-    if client is not None:
-        yield client
-        return
-    with _httpx().Client() as own:  # one per call: nothing left open between calls
-        yield own
-
-
-@contextlib.asynccontextmanager
-async def _async_client(client: httpx.AsyncClient | None) -> AsyncIterator[httpx.AsyncClient]:
-    if client is not None:
-        yield client
-        return
-    # One per call: an AsyncClient belongs to one event loop, and a journal may outlive it.
-    async with _httpx().AsyncClient() as own:
-        yield own
 
 
 # -- the builders ---------------------------------------------------------------------------
@@ -602,7 +488,13 @@ def _contract(
                  locks_in_flight=contract.locks_in_flight),
         )  # fmt: skip
     place = service.key
-    if place is not None and place.kind in ("message_id", "metadata"):
+    if (
+        place is not None
+        and service.reference is not None
+        and (place.kind == "metadata" or (place.kind == "body" and service.marker is not None))
+    ):
+        place = None  # the key rides in the body (the service's reference), nowhere else
+    elif place is not None and place.kind in ("message_id", "metadata"):
         raise InvalidInput(
             f"effect {name!r}: service {service.name!r} takes the key as {place.kind} "
             f"({place.name!r}), which an HTTP request has no place for; name the header, body "
@@ -672,8 +564,14 @@ def _spec(
     if both := sorted(sets["not_applied"] & set(contract.replay.statuses)):
         raise InvalidInput(f"effect {name!r}: status(es) {both} are replay statuses and in "
                            "not_applied; leave them out of not_applied")  # fmt: skip
+    if contract.key is None:
+        # A service that takes no key cannot say a key was reused: its 422 is a refusal.
+        sets["not_applied"] |= sets["key_reused"]
+        sets["key_reused"] = frozenset()
     wait = _seconds(in_progress_wait, "in_progress_wait", allow_zero=True)
     service = contract.service
+    if service is not None and service.search is not None:
+        service.search.url_for(url, "key")  # InvalidInput now for a segment the URL lacks
     # The service's key length is checked where every effect is made (Effect's constructor).
     if service is not None and lookup is None and service.search is not None:
         # The service's ready search (its URL is built per key by Search.url_for); a lookup

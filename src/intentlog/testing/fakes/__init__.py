@@ -1,4 +1,5 @@
-"""Fakes of Stripe, PayPal Orders v2, Adyen and Resend, written from their published rules.
+"""Fakes of Stripe, PayPal Orders v2, Adyen, Resend, GitHub, Slack and Shopify's GraphQL Admin
+API, written from their published rules.
 
 Each fake is a real HTTP server on 127.0.0.1 that models what its service promises about
 idempotency keys (encoding, key limits, retention on a clock the test moves, in-flight answers,
@@ -18,8 +19,11 @@ rule, the fake takes the side that is worst for a client and says so.
 from intentlog.testing.fakes._base import FakeService
 from intentlog.testing.fakes._record import Application, FakeRecord, RecordedRequest
 from intentlog.testing.fakes.adyen import AdyenFake
+from intentlog.testing.fakes.github import GitHubFake
 from intentlog.testing.fakes.paypal import PayPalFake
 from intentlog.testing.fakes.resend import ResendFake
+from intentlog.testing.fakes.shopify import ShopifyFake
+from intentlog.testing.fakes.slack import SlackFake
 from intentlog.testing.fakes.stripe import StripeFake
 
 __all__ = [
@@ -27,8 +31,11 @@ __all__ = [
     "Application",
     "FakeRecord",
     "FakeService",
+    "GitHubFake",
     "PayPalFake",
     "RecordedRequest",
     "ResendFake",
+    "ShopifyFake",
+    "SlackFake",
     "StripeFake",
 ]

@@ -16,8 +16,11 @@ import sys
 
 from intentlog.testing.fakes._base import FakeService
 from intentlog.testing.fakes.adyen import AdyenFake
+from intentlog.testing.fakes.github import GitHubFake
 from intentlog.testing.fakes.paypal import PayPalFake
 from intentlog.testing.fakes.resend import ResendFake
+from intentlog.testing.fakes.shopify import ShopifyFake
+from intentlog.testing.fakes.slack import SlackFake
 from intentlog.testing.fakes.stripe import StripeFake
 
 _FAKES: dict[str, type[FakeService]] = {
@@ -25,13 +28,17 @@ _FAKES: dict[str, type[FakeService]] = {
     "paypal": PayPalFake,
     "adyen": AdyenFake,
     "resend": ResendFake,
+    "github": GitHubFake,
+    "slack": SlackFake,
+    "shopify": ShopifyFake,
 }
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m intentlog.testing.fakes",
-        description="Run a fake Stripe, PayPal, Adyen or Resend service (for crash tests).",
+        description="Run a fake Stripe, PayPal, Adyen, Resend, GitHub, Slack or Shopify "
+        "service (for crash tests).",
     )
     parser.add_argument("service", choices=sorted(_FAKES))
     parser.add_argument("--host", default="127.0.0.1", help="default: 127.0.0.1")
