@@ -108,6 +108,8 @@ class Upstream(Protocol):
 
     async def tool(self, name: str, *, timeout: float) -> dict[str, Any] | None: ...
 
+    def listed(self) -> dict[str, dict[str, Any]] | None: ...
+
     def own_meta(self) -> dict[str, Any]: ...
 
 
@@ -165,6 +167,7 @@ class Calls:
         self.db = db
         self.handles = handles
         self._effects: dict[str, tuple[ToolPolicy, Effect]] = {}
+        self._annotated_policies: dict[str, tuple[dict[str, Any], ToolPolicy]] = {}
         self._flights: dict[tuple[str, str], asyncio.Task[tuple[Message, bool]]] = {}
 
     # -- policy ----------------------------------------------------------------------------
@@ -172,12 +175,31 @@ class Calls:
     async def policy(self, tool: str) -> ToolPolicy:
         """How calls of ``tool`` are treated: the tools file's entry, else the annotations
         the upstream lists for it, else a side effect that can do neither."""
+        known = self.known_policy(tool)
+        if known is not None:
+            return known
+        return self._annotated(tool, await self.upstream.tool(tool, timeout=self.file.timeout))
+
+    def known_policy(self, tool: str) -> ToolPolicy | None:
+        """:meth:`policy`, where it is known without asking the upstream (the tools file
+        names the tool, or the upstream's tool list is already read), else None."""
         configured = self.file.tools.get(tool)
         if configured is not None:
             return configured
-        definition = await self.upstream.tool(tool, timeout=self.file.timeout)
+        listed = self.upstream.listed()
+        return None if listed is None else self._annotated(tool, listed.get(tool))
+
+    def _annotated(self, tool: str, definition: dict[str, Any] | None) -> ToolPolicy:
+        """The policy from a tool's definition, made once per reading of the tool list
+        (the same object each call, so the effect made for it is reused too)."""
+        cached = self._annotated_policies.get(tool)
+        if cached is not None and cached[0] is definition:
+            return cached[1]
         annotations = definition.get("annotations") if definition else None
-        return default_policy(tool, annotations, timeout=self.file.timeout)
+        policy = default_policy(tool, annotations, timeout=self.file.timeout)
+        if definition is not None:  # only tools the server lists: a bounded set
+            self._annotated_policies[tool] = (definition, policy)
+        return policy
 
     def fallback_policy(self, tool: Any) -> ToolPolicy | None:
         """The policy when the upstream's tool list cannot be read: journaled, neither."""
