@@ -168,7 +168,7 @@ class Calls:
         self.handles = handles
         self._effects: dict[str, tuple[ToolPolicy, Effect]] = {}
         self._annotated_policies: dict[str, tuple[dict[str, Any], ToolPolicy]] = {}
-        self._flights: dict[tuple[str, str], asyncio.Task[tuple[Message, bool]]] = {}
+        self._flights: dict[tuple[str, str], asyncio.Future[tuple[Message, bool]]] = {}
 
     # -- policy ----------------------------------------------------------------------------
 
@@ -333,19 +333,39 @@ class Calls:
             return error_reply(request_id, INVALID_PARAMS, f"intentlog mcp: {exc}")
         flight = (task_id, key)
         running = self._flights.get(flight)
-        joined = running is not None
         if running is None:
             job = _Job(task_id, key, arguments, meta, extra, policy, effect)
-            running = asyncio.ensure_future(self._perform(job))
-            self._flights[flight] = running
-            running.add_done_callback(lambda _: self._flights.pop(flight, None))
-        # Shielded: an agent's cancel, or the session ending, never interrupts a send.
-        reply, fresh = await asyncio.shield(running)
-        if joined and fresh and "result" in reply:
-            reply = {**reply, "result": _mark_joined(reply["result"])}
+            reply, fresh = await self._lead(flight, job)
+        else:
+            # Shielded: a joining call that goes away leaves the one it joined alone.
+            reply, fresh = await asyncio.shield(running)
+            if fresh and "result" in reply:
+                reply = {**reply, "result": _mark_joined(reply["result"])}
         if isinstance(reply.get("result"), dict):  # answered in the agent's own revision
             reply = {**reply, "result": in_revision(reply["result"], version)}
         return {"jsonrpc": "2.0", "id": request_id, **reply}
+
+    async def _lead(self, flight: tuple[str, str], job: _Job) -> tuple[Message, bool]:
+        """Perform ``job`` in the caller's task, the flight the same call joins meanwhile.
+
+        Performed here, not in a task of its own: the caller is the bridge's task for this
+        request, which the bridge never cancels (an agent's cancel only drops the answer,
+        and the session's end waits for it; only stopping the proxy cancels it, as it would
+        a task of its own), so no cancel from the agent can interrupt the send, and a task
+        of its own would cost three more turns of the event loop on every journaled call.
+        """
+        outcome: asyncio.Future[tuple[Message, bool]] = asyncio.get_running_loop().create_future()
+        self._flights[flight] = outcome
+        try:
+            result = await self._perform(job)
+        except BaseException:
+            outcome.cancel()  # only a cancel gets here (_perform answers every error)
+            raise
+        finally:
+            self._flights.pop(flight, None)
+        if not outcome.done():  # a drain cancelled meanwhile cancels the future alone
+            outcome.set_result(result)
+        return result
 
     async def drain(self) -> None:
         """Wait for the calls in flight (their receipts must be recorded)."""
