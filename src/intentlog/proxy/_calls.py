@@ -359,7 +359,7 @@ class Calls:
         try:
             result = await self._perform(job)
         except BaseException:
-            outcome.cancel()  # only a cancel gets here (_perform answers every error)
+            outcome.cancel()  # a cancel (the proxy stopping): _perform answers every error
             raise
         finally:
             self._flights.pop(flight, None)

@@ -192,7 +192,7 @@ class _Inline(concurrent.futures.Executor):
     (``asyncio.wrap_future`` wraps only a concurrent one), so awaiting the step costs no
     trip through the loop. A concurrent future would be copied over with
     ``call_soon_threadsafe``: a wake-up of the loop's self-pipe and two more turns of the
-    loop for every journal step, two per call, on the path of every journaled call.
+    loop for every journal step (two steps per journaled call, both on its path).
     """
 
     def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
