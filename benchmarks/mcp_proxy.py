@@ -1,7 +1,7 @@
 """What `intentlog mcp` adds to a tool call: the latency of the same tool called directly and
 through the proxy, call by call in alternation, with raw SQLite commits timed in the same run.
 
-    .venv/bin/python benchmarks/mcp_proxy.py [--calls 500] [--json PATH]
+    .venv/bin/python benchmarks/mcp_proxy.py [--calls 500] [--json PATH] [--baseline SRC]
 
 One trivial MCP server (written with the MCP SDK, started over stdio) offers three tools:
 ``write`` (state-changing, takes an idempotency key: journaled by the proxy, two commits per
@@ -21,13 +21,16 @@ targets:
   plus 1 ms over the direct call, at the median;
 - a read pass-through adds at most 0.5 ms at the median.
 
-Nothing is asserted: a missed target is printed as MISS.
+Nothing is asserted: a missed target is printed as MISS. ``--baseline SRC`` (another
+checkout's ``src`` folder) adds a third session, a proxy run from that code, to the same
+alternation: a before and after measured in the same minutes, whatever the machine's load.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import statistics
@@ -84,8 +87,12 @@ def _p(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def measure(tmp: Path, calls: int) -> dict[str, Any]:
-    """Every row's per-call latencies, direct and proxied, and the raw commits between."""
+async def measure(tmp: Path, calls: int, baseline: Path | None = None) -> dict[str, Any]:
+    """Every row's per-call latencies, direct and proxied, and the raw commits between.
+
+    ``baseline``: the ``src`` folder of another checkout; a second proxy, run from it, is
+    timed in the same alternation (``"baseline"``), so a before and after share the minutes.
+    """
     from mcp import ClientSession, StdioServerParameters
     from mcp.client.stdio import stdio_client
 
@@ -95,53 +102,62 @@ async def measure(tmp: Path, calls: int) -> dict[str, Any]:
     tools = tmp / "tools.toml"
     tools.write_text(TOOLS_TOML)
     server = [sys.executable, str(HERE), "--serve"]
-    proxy = [sys.executable, "-m", "intentlog.cli", "mcp", "--db", str(tmp / "journal.db"),
-             "--task", "bench", "--tools", str(tools), "--", *server]  # fmt: skip
-    env = dict(os.environ)
 
-    def params(command: list[str]) -> StdioServerParameters:
+    def proxy(name: str) -> list[str]:
+        (tmp / name).mkdir()
+        journal = tmp / name / "journal.db"
+        return [sys.executable, "-m", "intentlog.cli", "mcp", "--db", str(journal),
+                "--task", "bench", "--tools", str(tools), "--", *server]  # fmt: skip
+
+    def params(command: list[str], src: Path | None = None) -> StdioServerParameters:
+        env = dict(os.environ)
+        if src is not None:
+            env["PYTHONPATH"] = str(src.resolve())
         return StdioServerParameters(command=command[0], args=command[1:], env=env)
 
+    sides = {"direct": params(server), "proxied": params(proxy("proxied"))}
+    if baseline is not None:
+        sides["baseline"] = params(proxy("baseline"), baseline)
+    journaled = [name for name in sides if name != "direct"]
     raw_dir = tmp / "raw"
     raw_dir.mkdir()
     raw = RawSQLite(raw_dir)  # warmed past its first checkpoint, like the journal below
     raw_times: list[float] = []
     rows: dict[str, dict[str, list[float]]] = {}
     counter = iter(range(10**9))
-    async with (
-        stdio_client(params(server)) as (dr, dw),
-        ClientSession(dr, dw) as direct,
-        stdio_client(params(proxy)) as (pr, pw),
-        ClientSession(pr, pw) as proxied,
-    ):
-        await direct.initialize()
-        await proxied.initialize()
+    async with contextlib.AsyncExitStack() as stack:
+        sessions: dict[str, ClientSession] = {}
+        for name, side in sides.items():
+            read, write = await stack.enter_async_context(stdio_client(side))
+            sessions[name] = await stack.enter_async_context(ClientSession(read, write))
+            await sessions[name].initialize()
 
-        async def call(session: ClientSession, tool: str, *, through: bool) -> float:
+        async def call(name: str, tool: str) -> float:
             n = next(counter)
             arguments: dict[str, Any] = {"n": n}
-            if tool == "write" and not through:  # through the proxy, the proxy adds the key
+            if tool == "write" and name == "direct":  # through the proxy, the proxy adds the key
                 arguments["idempotency_key"] = f"k{n}"
             start = time.perf_counter()
-            result = await session.call_tool(tool, arguments)
+            result = await sessions[name].call_tool(tool, arguments)
             elapsed = time.perf_counter() - start
             if result.is_error:
                 raise SystemExit(f"{tool} failed: {result.content}")
             return elapsed
 
         for i in range(WARM_JOURNALED):  # untimed; the journal's WAL wraps within these
-            await call(proxied, "write" if i % 2 else "note", through=True)
+            for name in journaled:
+                await call(name, "write" if i % 2 else "note")
+        names = list(sides)
         for tool in COMMITS:
-            for _ in range(20):  # untimed: both paths warm for this tool
-                await call(direct, tool, through=False)
-                await call(proxied, tool, through=True)
-            times: dict[str, list[float]] = {"direct": [], "proxied": []}
+            for _ in range(20):  # untimed: every path warm for this tool
+                for name in names:
+                    await call(name, tool)
+            times: dict[str, list[float]] = {name: [] for name in names}
             for i in range(calls):
-                order = ((direct, False), (proxied, True))
-                for session, through in order if i % 2 else order[::-1]:
-                    times["proxied" if through else "direct"].append(
-                        await call(session, tool, through=through)
-                    )
+                # Each side goes first, second, ... in turn, both ways round.
+                order = names[i % len(names) :] + names[: i % len(names)]
+                for name in order if (i // len(names)) % 2 else order[::-1]:
+                    times[name].append(await call(name, tool))
                 if i % BLOCK == BLOCK - 1:
                     for _ in range(BLOCK):
                         raw_times.append(raw.run(1))
@@ -154,6 +170,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=500, help="call pairs per tool (>= 400)")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        metavar="SRC",
+        help="also time a proxy run from another checkout's src folder, in the same alternation",
+    )
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
@@ -161,7 +184,7 @@ def main() -> None:
         return
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="intentlog-bench-mcp-") as tmp:
-        measured = asyncio.run(measure(Path(tmp), args.calls))
+        measured = asyncio.run(measure(Path(tmp), args.calls, args.baseline))
     load = (load_before, os.getloadavg()[0])
     raw_ms = statistics.median(measured["raw"]) * 1e3
     raw_p99 = _p(measured["raw"], 0.99) * 1e3
@@ -197,6 +220,15 @@ def main() -> None:
               f"{row['proxied_median_ms']:>11.3f} {row['proxied_p99_ms']:>7.2f} "
               f"{row['added_median_ms']:>9.3f} {target:>10.3f}  {row['status']} "
               f"({row['ratio_to_target']:.2f} of the target)")  # fmt: skip
+        baseline = times.get("baseline")
+        if baseline is not None:
+            before = statistics.median(baseline) - statistics.median(direct)
+            row["baseline_median_ms"] = statistics.median(baseline) * 1e3
+            row["baseline_p99_ms"] = _p(baseline, 0.99) * 1e3
+            row["baseline_added_median_ms"] = before * 1e3
+            print(f"{'':<6} {'':>7} {'baseline':>10} {'':>7} "
+                  f"{row['baseline_median_ms']:>11.3f} {row['baseline_p99_ms']:>7.2f} "
+                  f"{before * 1e3:>9.3f} {'':>10}  (the --baseline proxy, same run)")  # fmt: skip
     print(
         f"raw sqlite3 commit (WAL, synchronous=FULL) on this disk, same run: median "
         f"{raw_ms:.3f} ms, p99 {raw_p99:.3f} ms over {len(measured['raw'])} commits; "

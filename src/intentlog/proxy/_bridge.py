@@ -125,7 +125,7 @@ class Bridge:
             message = incoming.message
             if is_request(message):
                 self._remember_envelope(message)
-                if message.get("method") == "tools/call" and self.calls is not None:
+                if message.get("method") == "tools/call" and not self._passes_through(message):
                     self._spawn(self._tools_call(incoming))
                 else:
                     await self._forward(incoming)
@@ -254,6 +254,19 @@ class Bridge:
 
     # -- journaled tools/call --------------------------------------------------------------
 
+    def _passes_through(self, message: Message) -> bool:
+        """Whether a ``tools/call`` is known at once to pass through unjournaled: nothing
+        is journaled, or its tool's policy is known without asking the upstream and says
+        so. (Forwarded here, it costs no task of its own.)"""
+        if self.calls is None:
+            return True
+        params = message.get("params")
+        name = params.get("name") if isinstance(params, dict) else None
+        if not isinstance(name, str):
+            return True
+        policy = self.calls.known_policy(name)
+        return policy is not None and not policy.journaled
+
     async def _tools_call(self, incoming: Incoming) -> None:
         message = incoming.message
         request_id = message["id"]
@@ -311,7 +324,8 @@ class Bridge:
                 raise Rejected(f"not sent: {self._gone}")
             raise UpstreamGone(self._gone)
         request_id = f"intentlog-{self._nonce}-{next(self._ids)}"
-        future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Message] = loop.create_future()
         self._own[request_id] = future
         message = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
         try:
@@ -321,8 +335,13 @@ class Bridge:
                 raise UpstreamGone(self._gone or f"the upstream server is gone: {exc}") from exc
             if effect is not None:
                 crashpoint("after_send", effect)
-            async with asyncio.timeout(timeout):
+            # A timer on the answer's future itself (not asyncio.timeout around the await):
+            # the same TimeoutError, at less cost on the path of every journaled call.
+            timer = loop.call_later(timeout, _expire, future)
+            try:
                 answer = await future
+            finally:
+                timer.cancel()
         except TimeoutError:
             if effect is None:  # a lookup or a listing: tell the server to stop working on it
                 cancel = {"requestId": request_id, "reason": "timed out"}
@@ -345,6 +364,11 @@ class Bridge:
         """The ``_meta`` the proxy's own requests carry: the protocol envelope the agent's
         requests carry (empty in revisions that negotiate once, at initialize)."""
         return dict(self.envelope)
+
+    def listed(self) -> dict[str, dict[str, Any]] | None:
+        """The upstream's tools by name as last read, or None: not read since the server
+        last said its list changed (or at all)."""
+        return self._tools
 
     async def tool(self, name: str, *, timeout: float) -> dict[str, Any] | None:
         """The upstream's definition of tool ``name`` (from ``tools/list``, read once and
@@ -395,6 +419,11 @@ def _lookup_unresolved(policy: Any, params: Any) -> str | None:
     except InvalidInput as exc:
         return f"intentlog mcp: {policy.tool!r}: {exc}"
     return None
+
+
+def _expire(future: asyncio.Future[Message]) -> None:
+    if not future.done():
+        future.set_exception(TimeoutError())
 
 
 def _hashable(value: Any) -> bool:

@@ -108,6 +108,8 @@ class Upstream(Protocol):
 
     async def tool(self, name: str, *, timeout: float) -> dict[str, Any] | None: ...
 
+    def listed(self) -> dict[str, dict[str, Any]] | None: ...
+
     def own_meta(self) -> dict[str, Any]: ...
 
 
@@ -165,19 +167,39 @@ class Calls:
         self.db = db
         self.handles = handles
         self._effects: dict[str, tuple[ToolPolicy, Effect]] = {}
-        self._flights: dict[tuple[str, str], asyncio.Task[tuple[Message, bool]]] = {}
+        self._annotated_policies: dict[str, tuple[dict[str, Any], ToolPolicy]] = {}
+        self._flights: dict[tuple[str, str], asyncio.Future[tuple[Message, bool]]] = {}
 
     # -- policy ----------------------------------------------------------------------------
 
     async def policy(self, tool: str) -> ToolPolicy:
         """How calls of ``tool`` are treated: the tools file's entry, else the annotations
         the upstream lists for it, else a side effect that can do neither."""
+        known = self.known_policy(tool)
+        if known is not None:
+            return known
+        return self._annotated(tool, await self.upstream.tool(tool, timeout=self.file.timeout))
+
+    def known_policy(self, tool: str) -> ToolPolicy | None:
+        """:meth:`policy`, where it is known without asking the upstream (the tools file
+        names the tool, or the upstream's tool list is already read), else None."""
         configured = self.file.tools.get(tool)
         if configured is not None:
             return configured
-        definition = await self.upstream.tool(tool, timeout=self.file.timeout)
+        listed = self.upstream.listed()
+        return None if listed is None else self._annotated(tool, listed.get(tool))
+
+    def _annotated(self, tool: str, definition: dict[str, Any] | None) -> ToolPolicy:
+        """The policy from a tool's definition, made once per reading of the tool list
+        (the same object each call, so the effect made for it is reused too)."""
+        cached = self._annotated_policies.get(tool)
+        if cached is not None and cached[0] is definition:
+            return cached[1]
         annotations = definition.get("annotations") if definition else None
-        return default_policy(tool, annotations, timeout=self.file.timeout)
+        policy = default_policy(tool, annotations, timeout=self.file.timeout)
+        if definition is not None:  # only tools the server lists: a bounded set
+            self._annotated_policies[tool] = (definition, policy)
+        return policy
 
     def fallback_policy(self, tool: Any) -> ToolPolicy | None:
         """The policy when the upstream's tool list cannot be read: journaled, neither."""
@@ -311,19 +333,39 @@ class Calls:
             return error_reply(request_id, INVALID_PARAMS, f"intentlog mcp: {exc}")
         flight = (task_id, key)
         running = self._flights.get(flight)
-        joined = running is not None
         if running is None:
             job = _Job(task_id, key, arguments, meta, extra, policy, effect)
-            running = asyncio.ensure_future(self._perform(job))
-            self._flights[flight] = running
-            running.add_done_callback(lambda _: self._flights.pop(flight, None))
-        # Shielded: an agent's cancel, or the session ending, never interrupts a send.
-        reply, fresh = await asyncio.shield(running)
-        if joined and fresh and "result" in reply:
-            reply = {**reply, "result": _mark_joined(reply["result"])}
+            reply, fresh = await self._lead(flight, job)
+        else:
+            # Shielded: a joining call that goes away leaves the one it joined alone.
+            reply, fresh = await asyncio.shield(running)
+            if fresh and "result" in reply:
+                reply = {**reply, "result": _mark_joined(reply["result"])}
         if isinstance(reply.get("result"), dict):  # answered in the agent's own revision
             reply = {**reply, "result": in_revision(reply["result"], version)}
         return {"jsonrpc": "2.0", "id": request_id, **reply}
+
+    async def _lead(self, flight: tuple[str, str], job: _Job) -> tuple[Message, bool]:
+        """Perform ``job`` in the caller's task, the flight the same call joins meanwhile.
+
+        Performed here, not in a task of its own: the caller is the bridge's task for this
+        request, which the bridge never cancels (an agent's cancel only drops the answer,
+        and the session's end waits for it; only stopping the proxy cancels it, as it would
+        a task of its own), so no cancel from the agent can interrupt the send, and a task
+        of its own would cost three more turns of the event loop on every journaled call.
+        """
+        outcome: asyncio.Future[tuple[Message, bool]] = asyncio.get_running_loop().create_future()
+        self._flights[flight] = outcome
+        try:
+            result = await self._perform(job)
+        except BaseException:
+            outcome.cancel()  # a cancel (the proxy stopping): _perform answers every error
+            raise
+        finally:
+            self._flights.pop(flight, None)
+        if not outcome.done():  # a drain cancelled meanwhile cancels the future alone
+            outcome.set_result(result)
+        return result
 
     async def drain(self) -> None:
         """Wait for the calls in flight (their receipts must be recorded)."""

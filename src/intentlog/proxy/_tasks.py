@@ -26,7 +26,10 @@ class TaskHandles:
         self._locks: dict[str, asyncio.Lock] = {}
 
     def lock(self, task_id: str) -> asyncio.Lock:
-        return self._locks.setdefault(task_id, asyncio.Lock())
+        lock = self._locks.get(task_id)
+        if lock is None:  # made once per task, not (as setdefault would) once per call
+            lock = self._locks[task_id] = asyncio.Lock()
+        return lock
 
     async def get(self, task_id: str) -> AsyncTask:
         handle = self._handles.get(task_id)

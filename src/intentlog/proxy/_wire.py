@@ -90,8 +90,12 @@ def error_reply(request_id: RequestId | None, code: int, text: str, data: Any = 
     return {"jsonrpc": "2.0", "id": request_id, "error": error}
 
 
+#: Made once: ``json.dumps`` with options builds a new encoder for every message.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
 def _encode(message: Message) -> bytes:
-    return (json.dumps(message, separators=(",", ":"), ensure_ascii=False) + "\n").encode()
+    return (_ENCODER.encode(message) + "\n").encode()
 
 
 def _decode(line: bytes, side: str) -> Message | None:
