@@ -432,6 +432,9 @@ def test_frameworks_are_imported_only_when_used() -> None:
     assert done.returncode == 0, done.stderr
 
 
+# Four engines' recipes in one test: on a loaded machine it needs more than the suite's
+# 120 s per test (the doc tests get 600 s for the same reason).
+@pytest.mark.timeout(600)
 @pytest.mark.xdist_group("temporal")  # its Temporal example uses the session's dev server
 def test_frameworks_doc_examples_run(
     tmp_path: Path,
