@@ -545,16 +545,15 @@ _UPDATE_OP = (
 _FENCE = " AND EXISTS (SELECT 1 FROM tasks WHERE task_id = ? AND epoch = ?)"
 _UPDATE_OP_FENCED = _UPDATE_OP + _FENCE
 # The insert reads the task's row on its epoch (the fence: no row, no insert) and takes the
-# next id of the task's range (one seek to the range's end), if the range has one left; a
-# key already taken is left as it is. Parameters: the row, then the task id and the epoch.
-# (Not a WITH clause: Python's sqlite3 reports no rowcount for a statement that does not
-# start with INSERT.)
+# next id of the task's range (one seek to the range's end), unless the range's last id is
+# taken (ids are given in order, so the range is full); a key already taken is left as it is.
+# Parameters: the row, then the task id and the epoch.
 _INSERT_OP_FENCED = (
     f"INSERT INTO operations (id, {', '.join(OP_COLUMNS)})"
-    f" SELECT id, {', '.join('?' for _ in OP_COLUMNS)} FROM (SELECT t.seq,"
-    f" (SELECT coalesce(max(o.id) + 1, t.seq << 24) FROM operations o WHERE {_OPS_OF_T}) AS id"
-    " FROM tasks t WHERE t.task_id = ? AND t.epoch = ?)"
-    f" WHERE id < (seq << 24) + {OPS_PER_TASK} ON CONFLICT (key) DO NOTHING"
+    " SELECT (SELECT coalesce(max(o.id) + 1, t.seq << 24) FROM operations o"
+    f" WHERE {_OPS_OF_T}), {', '.join('?' for _ in OP_COLUMNS)}"
+    " FROM tasks t WHERE t.task_id = ? AND t.epoch = ? AND NOT EXISTS (SELECT 1 FROM"
+    f" operations o WHERE o.id = (t.seq << 24) + {OPS_PER_TASK - 1}) ON CONFLICT (key) DO NOTHING"
 )
 
 

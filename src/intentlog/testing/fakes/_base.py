@@ -66,6 +66,10 @@ class FakeService:
       service's rule, stated in its class.
     - ``requests()`` / ``applied()``: the record (see `RecordedRequest`, `Application`);
       ``record_path`` is its file, readable from other processes with `FakeRecord`.
+    - ``lag`` and ``catch_up()``, for a service whose lookup (a search, a history) lags its
+      writes: objects made while ``lag`` is True stay out of the lookup until ``catch_up``;
+      made while it is False, they are in it at once. Each such fake names it for its
+      service (``index_lag``, ``history_lag``).
     """
 
     service: ClassVar[str]
@@ -99,6 +103,8 @@ class FakeService:
         self._conn: sqlite3.Connection | None = None
         self._server: Server | None = None
         self._thread: threading.Thread | None = None
+        self._lag = False
+        self._listed: set[str] = set()  # the ids the lookup shows
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -314,6 +320,37 @@ class FakeService:
     def _all_objects(self) -> list[dict[str, Any]]:
         with self._lock:
             return list(self._objects.values())
+
+    # -- the lookup's lag ------------------------------------------------------------------------
+
+    @property
+    def lag(self) -> bool:
+        """True: objects made from now on stay out of the lookup until `catch_up`."""
+        return self._lag
+
+    @lag.setter
+    def lag(self, value: bool) -> None:
+        self._lag = value
+        if not value:
+            self.catch_up()
+
+    def catch_up(self) -> None:
+        """The lookup catches up: every object made so far is in it."""
+        # No lock: a set's add and update are atomic under the GIL, and these run from
+        # request handlers that may hold _lock already.
+        self._listed.update(self._listing_id(obj) for obj in self._all_objects())
+
+    def _listing_id(self, obj: dict[str, Any]) -> str:
+        """What the lookup knows an object by (its id; a fake may say otherwise)."""
+        return str(obj["id"])
+
+    def _made(self, listing_id: str) -> None:
+        """An object was just made: in the lookup at once unless it lags."""
+        if not self._lag:
+            self._listed.add(listing_id)
+
+    def _is_listed(self, listing_id: str) -> bool:
+        return listing_id in self._listed
 
     # -- the record ------------------------------------------------------------------------------
 

@@ -100,25 +100,11 @@ class GitHubFake(FakeService):
         self.token = token
         self.disable_issues = disable_issues
         self.time_out_searches = False
-        self._index_lag = index_lag
-        self._indexed: set[str] = set()
+        self.lag = index_lag
         self._numbers: dict[str, int] = {}
         self._searches: deque[float] = deque()
 
-    @property
-    def index_lag(self) -> bool:
-        """True: new issues and comments stay invisible to search until `catch_up`."""
-        return self._index_lag
-
-    @index_lag.setter
-    def index_lag(self, value: bool) -> None:
-        self._index_lag = value
-        if not value:
-            self.catch_up()
-
-    def catch_up(self) -> None:
-        """The search index catches up: everything created so far becomes searchable."""
-        self._indexed.update(str(obj["id"]) for obj in self._all_objects())
+    index_lag = FakeService.lag
 
     # -- routing ---------------------------------------------------------------------------------
 
@@ -195,8 +181,7 @@ class GitHubFake(FakeService):
                 "_kind": "issue",
             }
             self._store(request.header(self.key_header), issue_id, obj)
-            if not self._index_lag:
-                self._indexed.add(issue_id)
+            self._made(issue_id)
             return Reply(201, _public(obj), outcome="applied"), issue_id
 
         reply = self._idempotent(None, request, "", apply)
@@ -229,8 +214,7 @@ class GitHubFake(FakeService):
                 "_issue": issue["id"],
             }
             self._store(request.header(self.key_header), comment_id, obj)
-            if not self._index_lag:
-                self._indexed.add(comment_id)
+            self._made(comment_id)
             return Reply(201, _public(obj), outcome="applied"), comment_id
 
         reply = self._idempotent(None, request, "", apply)
@@ -266,13 +250,13 @@ class GitHubFake(FakeService):
         objects = self._all_objects()
         comments: dict[int, list[str]] = {}
         for obj in objects:
-            if obj["_kind"] == "comment" and str(obj["id"]) in self._indexed:
+            if obj["_kind"] == "comment" and self._is_listed(str(obj["id"])):
                 comments.setdefault(obj["_issue"], []).append(obj["body"])
         items = [
             _public(obj)
             for obj in reversed(objects)  # newest first
             if obj["_kind"] == "issue"
-            and str(obj["id"]) in self._indexed
+            and self._is_listed(str(obj["id"]))
             and match(obj, comments.get(obj["id"], []))
         ]
         body = {"total_count": len(items), "incomplete_results": False, "items": items[:100]}

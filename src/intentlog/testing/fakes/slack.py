@@ -86,26 +86,15 @@ class SlackFake(FakeService):
         super().__init__(retention=retention, record_path=record_path, host=host, port=port)
         self.token = token
         self.channels = channels
-        self._history_lag = history_lag
-        self._visible: set[str] = set()
+        self.lag = history_lag
         self._reads: deque[float] = deque()
         self._ts = 0
         self.failures_as_200 = False
 
-    @property
-    def history_lag(self) -> bool:
-        """True: new messages stay out of the history until `catch_up`."""
-        return self._history_lag
+    history_lag = FakeService.lag
 
-    @history_lag.setter
-    def history_lag(self, value: bool) -> None:
-        self._history_lag = value
-        if not value:
-            self.catch_up()
-
-    def catch_up(self) -> None:
-        """The history catches up: every message posted so far is in it."""
-        self._visible.update(obj["ts"] for obj in self._all_objects())
+    def _listing_id(self, obj: dict[str, Any]) -> str:
+        return str(obj["ts"])  # the history knows a message by its timestamp
 
     # -- routing ---------------------------------------------------------------------------------
 
@@ -161,8 +150,7 @@ class SlackFake(FakeService):
             if "metadata" in args:
                 message["metadata"] = args["metadata"]
             self._store(request.header(self.key_header), ts, {**message, "_channel": channel})
-            if not self._history_lag:
-                self._visible.add(ts)
+            self._made(ts)
             body = {"ok": True, "channel": channel, "ts": ts, "message": message}
             return Reply(200, body, outcome="applied"), ts
 
@@ -222,7 +210,7 @@ class SlackFake(FakeService):
         posted = [
             obj
             for obj in reversed(self._all_objects())  # newest first
-            if obj["_channel"] == channel and obj["ts"] in self._visible
+            if obj["_channel"] == channel and self._is_listed(obj["ts"])
         ]
         page = posted[start : start + limit]
         messages = [

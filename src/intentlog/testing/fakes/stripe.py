@@ -108,23 +108,9 @@ class StripeFake(FakeService):
     ) -> None:
         super().__init__(retention=retention, record_path=record_path, host=host, port=port)
         self.api_key = api_key
-        self._index_lag = index_lag
-        self._indexed: set[str] = set()
+        self.lag = index_lag
 
-    @property
-    def index_lag(self) -> bool:
-        """True: new objects stay invisible to search until `catch_up`."""
-        return self._index_lag
-
-    @index_lag.setter
-    def index_lag(self, value: bool) -> None:
-        self._index_lag = value
-        if not value:
-            self.catch_up()
-
-    def catch_up(self) -> None:
-        """The search index catches up: every object created so far becomes searchable."""
-        self._indexed.update(obj["id"] for obj in self._all_objects())
+    index_lag = FakeService.lag
 
     # -- routing ---------------------------------------------------------------------------------
 
@@ -187,8 +173,7 @@ class StripeFake(FakeService):
             obj = {"id": f"{prefix}_{secrets.token_hex(12)}", "object": kind, **values}
             obj["created"] = int(self.now())
             self._store(key, obj["id"], obj)
-            if not self._index_lag:
-                self._indexed.add(obj["id"])
+            self._made(obj["id"])
             return Reply(200, obj, outcome="applied"), obj["id"]
 
         reply = self._idempotent(key, request, fingerprint, apply)
@@ -257,7 +242,7 @@ class StripeFake(FakeService):
             obj
             for obj in reversed(self._all_objects())  # newest first
             if obj["object"] == kind
-            and obj["id"] in self._indexed
+            and self._is_listed(obj["id"])
             and all(obj["metadata"].get(k) == v for k, v in clauses)
         ]
         body = {
