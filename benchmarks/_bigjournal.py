@@ -174,8 +174,8 @@ def build(path: Path, n_ops: int, open_ops: int) -> None:
             _task_rows(n_ops, open_ops, start),
         )
         conn.executemany(
-            f"INSERT INTO operations (id, {', '.join(OP_COLUMNS)})"
-            f" VALUES (?, {', '.join('?' for _ in OP_COLUMNS)})",
+            f"INSERT INTO operations (id, placed, {', '.join(OP_COLUMNS)})"
+            f" VALUES (?, 1, {', '.join('?' for _ in OP_COLUMNS)})",
             _rows(n_ops, open_ops, start),
         )
         conn.execute("COMMIT")

@@ -637,8 +637,8 @@ def test_a_task_whose_range_of_ids_is_full_is_refused_clearly(store: SQLiteStore
     last = (seq << 24) + OPS_PER_TASK - 1
     row = op_values(_op(store, "last"), 1)
     store._conn.execute(
-        f"INSERT INTO operations (id, {', '.join(OP_COLUMNS)})"
-        f" VALUES (?, {', '.join('?' for _ in OP_COLUMNS)})",
+        f"INSERT INTO operations (id, placed, {', '.join(OP_COLUMNS)})"
+        f" VALUES (?, 1, {', '.join('?' for _ in OP_COLUMNS)})",
         (last, *row),
     )
     with pytest.raises(JournalError, match="already holds 16,777,216 operations"):
@@ -647,3 +647,26 @@ def test_a_task_whose_range_of_ids_is_full_is_refused_clearly(store: SQLiteStore
     store.insert_op(_op(store, "theirs", task_id="t2"), second.epoch, TTL)
     assert [op.key for op in store.list_ops(task_id="t2")] == ["theirs"]
     assert [op.key for op in store.list_ops(task_id="t1")] == ["last"]
+
+
+def test_an_older_workers_insert_into_a_migrated_journal_fails_before_anything_is_sent(
+    store: SQLiteStore,
+) -> None:
+    # A worker of schema 6, still running when its journal is migrated, inserts without an id
+    # (SQLite would place the row outside its task's range): its statement, verbatim, is
+    # refused, and nothing is written.
+    record = store.claim_task("t1", "a", TTL, None)
+    assert record is not None
+    older = (
+        f"INSERT INTO operations ({', '.join(OP_COLUMNS)})"
+        f" SELECT {', '.join('?' for _ in OP_COLUMNS)} WHERE TRUE"
+        " AND EXISTS (SELECT 1 FROM tasks WHERE task_id = ? AND epoch = ?)"
+        " ON CONFLICT (key) DO NOTHING"
+    )
+    values = (*op_values(_op(store, "old"), 1), "t1", record.epoch)
+    with pytest.raises(
+        sqlite3.IntegrityError, match=r"NOT NULL constraint failed: operations\.placed"
+    ):
+        store._conn.execute(older, values)
+    assert store.get_op("old") is None
+    assert store.insert_op(_op(store, "new"), record.epoch, TTL)[1] is True

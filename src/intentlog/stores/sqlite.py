@@ -141,7 +141,10 @@ _MIGRATIONS: tuple[str, ...] = (
     # writes its row and its key (2 pages, was 4), a receipt its row alone (1, was 2).
     # ``tasks.seq`` is an INTEGER PRIMARY KEY, so VACUUM keeps it (a plain rowid it may
     # renumber); ``unsettled`` marks a task completed while some of its operations were open
-    # (the completing write sets it), so those stay listed.
+    # (the completing write sets it), so those stay listed. ``placed`` (always 1) is
+    # required and named by this version's insert alone: a worker of an older version, still
+    # running when its journal is migrated, would insert without an id and so outside its
+    # task's range; its intent write fails instead, before anything is sent.
     """
     CREATE TABLE tasks_v7 (
         seq           INTEGER PRIMARY KEY,
@@ -196,14 +199,15 @@ _MIGRATIONS: tuple[str, ...] = (
         note               TEXT,
         locks_in_flight    INTEGER NOT NULL DEFAULT 0,
         service            TEXT,
-        receipt_fields     TEXT
+        receipt_fields     TEXT,
+        placed             INTEGER NOT NULL
     );
     INSERT INTO operations_v7 SELECT (t.seq << 24) + row_number() OVER (PARTITION BY o.task_id
         ORDER BY o.created_at, o.rowid) - 1, o.key, o.task_id, o.effect, o.fingerprint,
         o.state, o.version, o.can_reconcile, o.idempotent, o.key_retention, o.timeout,
         o.lookup_lag, o.created_at, o.updated_at, o.attempts, o.submitted_at,
         o.first_submitted_at, o.submitted_by, o.lookup_failures, o.receipt, o.error, o.args,
-        o.note, o.locks_in_flight, o.service, o.receipt_fields
+        o.note, o.locks_in_flight, o.service, o.receipt_fields, 1
         FROM operations o JOIN tasks_v7 t ON t.task_id = o.task_id;
     DROP TABLE operations;
     DROP TABLE tasks;
@@ -549,9 +553,9 @@ _UPDATE_OP_FENCED = _UPDATE_OP + _FENCE
 # taken (ids are given in order, so the range is full); a key already taken is left as it is.
 # Parameters: the row, then the task id and the epoch.
 _INSERT_OP_FENCED = (
-    f"INSERT INTO operations (id, {', '.join(OP_COLUMNS)})"
+    f"INSERT INTO operations (id, placed, {', '.join(OP_COLUMNS)})"
     " SELECT (SELECT coalesce(max(o.id) + 1, t.seq << 24) FROM operations o"
-    f" WHERE {_OPS_OF_T}), {', '.join('?' for _ in OP_COLUMNS)}"
+    f" WHERE {_OPS_OF_T}), 1, {', '.join('?' for _ in OP_COLUMNS)}"
     " FROM tasks t WHERE t.task_id = ? AND t.epoch = ? AND NOT EXISTS (SELECT 1 FROM"
     f" operations o WHERE o.id = (t.seq << 24) + {OPS_PER_TASK - 1}) ON CONFLICT (key) DO NOTHING"
 )
