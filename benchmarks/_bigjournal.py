@@ -27,7 +27,8 @@ import intentlog
 from intentlog import Operation, Policy, State
 from intentlog._keys import canonical_json, derive_key, fingerprint
 from intentlog.stores._base import OP_COLUMNS, TASK_COLUMNS, op_to_row
-from intentlog.stores.sqlite import SCHEMA_VERSION
+from intentlog.stores.sqlite import _LIVE, _OPS_OF_T, SCHEMA_VERSION
+from intentlog.stores.sqlite import OPS_PER_TASK as TASK_RANGE
 
 BUILD_VERSION = 1  # bump when the layout below changes
 OPS_PER_TASK = 100
@@ -131,8 +132,8 @@ def _rows(n_ops: int, open_ops: int, start: float) -> Iterator[tuple[Any, ...]]:
             if row["submitted_at"] is not None:
                 row["submitted_at"] = row["first_submitted_at"] = at
             # The journal's layout (SQLite schema 7): task seq t + 1 holds ids from its
-            # seq << 24, in creation order.
-            yield (((t + 1) << 24) + i, *(row[c] for c in OP_COLUMNS))
+            # seq * TASK_RANGE, in creation order.
+            yield ((t + 1) * TASK_RANGE + i, *(row[c] for c in OP_COLUMNS))
 
 
 def _task_rows(n_ops: int, open_ops: int, start: float) -> Iterator[tuple[Any, ...]]:
@@ -221,10 +222,8 @@ def raw_open_rows(path: Path) -> float:
     try:
         start = time.perf_counter()
         conn.execute(
-            "SELECT o.* FROM tasks t JOIN operations o"
-            " ON o.id BETWEEN t.seq << 24 AND (t.seq << 24) + 16777215"
-            " WHERE (t.completed = 0 OR t.unsettled = 1)"
-            " AND o.state NOT IN ('CONFIRMED', 'FAILED')"
+            f"SELECT o.* FROM tasks t JOIN operations o ON {_OPS_OF_T}"
+            f" WHERE {_LIVE} AND o.state NOT IN ('CONFIRMED', 'FAILED')"
         ).fetchall()
         return time.perf_counter() - start
     finally:

@@ -28,27 +28,15 @@ from intentlog._keys import canonical_json, derive_key, fingerprint
 from intentlog._model import Operation, Policy, State
 from intentlog.stores._base import OP_COLUMNS, op_to_row, op_values
 from intentlog.stores.sqlite import SQLiteStore
+from intentlog.testing.store_contract import make_op
 
 TTL = 30.0
 
 
 def _op(store: SQLiteStore, key: str, task_id: str = "t1", **changes: Any) -> Operation:
-    now = store.now()
-    op = Operation(
-        key=key,
-        task_id=task_id,
-        effect="charge",
-        fingerprint="f" * 64,
-        state=State.SUBMITTED,
-        policy=Policy(idempotent=True, key_retention=60.0, timeout=5.0, lookup_lag=1.5),
-        created_at=now,
-        updated_at=now,
-        attempts=1,
-        submitted_at=now,
-        first_submitted_at=now,
-        submitted_by="host:1:2:abcd",
-    )
-    return op.replace(**changes)
+    """The contract suite's operation, with a deduplicating policy and no receipt yet."""
+    policy = Policy(idempotent=True, key_retention=60.0, timeout=5.0, lookup_lag=1.5)
+    return make_op(store, key, task_id, **{"policy": policy, "receipt": None, **changes})
 
 
 @pytest.fixture

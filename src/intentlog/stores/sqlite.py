@@ -510,9 +510,10 @@ _GET_TASK = "SELECT * FROM tasks WHERE task_id = ?"
 _GET_OP = "SELECT * FROM operations WHERE key = ?"
 _OPEN = frozenset(State) - {State.CONFIRMED, State.FAILED}
 # Operations one task can hold: task ``seq`` holds ids ``seq << 24`` to that + 2**24 - 1.
-OPS_PER_TASK = 1 << 24
-_OPS_OF_T = "o.id BETWEEN t.seq << 24 AND (t.seq << 24) + 16777215"
-_OPS_OF_SEQ = "o.id BETWEEN ?1 << 24 AND (?1 << 24) + 16777215"
+_SHIFT = 24
+OPS_PER_TASK = 1 << _SHIFT
+_OPS_OF_T = f"o.id BETWEEN t.seq << {_SHIFT} AND (t.seq << {_SHIFT}) + {OPS_PER_TASK - 1}"
+_OPS_OF_SEQ = _OPS_OF_T.replace("t.seq", "?1")
 # The tasks that can hold open operations: not completed, or completed while some were open.
 # Spelled exactly as the partial index tasks_live's condition, or SQLite cannot prove the
 # index covers the query and scans every task instead.
@@ -554,10 +555,11 @@ _UPDATE_OP_FENCED = _UPDATE_OP + _FENCE
 # Parameters: the row, then the task id and the epoch.
 _INSERT_OP_FENCED = (
     f"INSERT INTO operations (id, placed, {', '.join(OP_COLUMNS)})"
-    " SELECT (SELECT coalesce(max(o.id) + 1, t.seq << 24) FROM operations o"
+    f" SELECT (SELECT coalesce(max(o.id) + 1, t.seq << {_SHIFT}) FROM operations o"
     f" WHERE {_OPS_OF_T}), 1, {', '.join('?' for _ in OP_COLUMNS)}"
     " FROM tasks t WHERE t.task_id = ? AND t.epoch = ? AND NOT EXISTS (SELECT 1 FROM"
-    f" operations o WHERE o.id = (t.seq << 24) + {OPS_PER_TASK - 1}) ON CONFLICT (key) DO NOTHING"
+    f" operations o WHERE o.id = (t.seq << {_SHIFT}) + {OPS_PER_TASK - 1})"
+    " ON CONFLICT (key) DO NOTHING"
 )
 
 

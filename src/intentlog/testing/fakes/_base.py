@@ -227,7 +227,9 @@ class FakeService:
         raise NotImplementedError
 
     def _in_flight(self, key: str, entry: Entry, request: Request) -> Reply | None:
-        """The answer to a same-key request while the first executes; None executes it again."""
+        """The answer to a same-key request while the first executes; None executes it again.
+        Never asked of a request without a key, so a service that keeps none leaves it (and
+        ``_replay``) alone."""
         raise NotImplementedError
 
     def _replay(self, key: str, entry: Entry, fingerprint: str, request: Request) -> Reply:

@@ -15,7 +15,7 @@ from collections import deque
 from datetime import UTC, datetime
 from typing import Any
 
-from intentlog.testing.fakes._base import Entry, FakeService, Reply, Request
+from intentlog.testing.fakes._base import FakeService, Reply, Request
 
 __all__ = ["GitHubFake"]
 
@@ -262,13 +262,7 @@ class GitHubFake(FakeService):
         body = {"total_count": len(items), "incomplete_results": False, "items": items[:100]}
         return Reply(200, body, outcome="read", params=params)
 
-    # -- the idempotency layer's questions: GitHub keeps no keys, so they are never asked ----
-
-    def _in_flight(self, key: str, entry: Entry, request: Request) -> Reply | None:
-        return None
-
-    def _replay(self, key: str, entry: Entry, fingerprint: str, request: Request) -> Reply:
-        raise AssertionError("GitHub keeps no keys: nothing is replayed")
+    # -- answers to failures (GitHub keeps no keys: the layer's key questions are never asked) --
 
     def _failure(self, status: int, applied: bool) -> tuple[Reply, bool]:
         return _error(status, "Server Error"), False

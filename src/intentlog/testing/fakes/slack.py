@@ -14,7 +14,7 @@ import urllib.parse
 from collections import deque
 from typing import Any
 
-from intentlog.testing.fakes._base import Entry, FakeService, Reply, Request
+from intentlog.testing.fakes._base import FakeService, Reply, Request
 
 __all__ = ["SlackFake"]
 
@@ -226,13 +226,7 @@ class SlackFake(FakeService):
         }
         return Reply(200, body, outcome="read", params=args)
 
-    # -- the idempotency layer's questions: Slack keeps no keys, so they are never asked -----
-
-    def _in_flight(self, key: str, entry: Entry, request: Request) -> Reply | None:
-        return None
-
-    def _replay(self, key: str, entry: Entry, fingerprint: str, request: Request) -> Reply:
-        raise AssertionError("Slack keeps no keys: nothing is replayed")
+    # -- answers to failures (Slack keeps no keys: the layer's key questions are never asked) --
 
     def _failure(self, status: int, applied: bool) -> tuple[Reply, bool]:
         return _fail("internal_error", 200 if self.failures_as_200 else status), False
