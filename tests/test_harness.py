@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 
 import intentlog
 from intentlog.testing import CRASH_POINTS, MatrixReport, ReferenceService, ServiceInfo
+from intentlog.testing._harness import resolve_from_record
 
 HERE = Path(__file__).parent
 IN_FLIGHT = {"after_submit_mark", "after_send", "after_remote_commit"}
@@ -117,6 +119,34 @@ def test_lagging_lookup_early_not_found_does_not_trigger_a_resend(
         second = run_child(tmp_path, info)
         assert second.returncode == 0, second.stderr
         assert list(service.truth().values()) == [charges]
+
+
+def test_resolving_from_the_record_waits_for_a_request_still_executing(tmp_path: Path) -> None:
+    # The worker gave up on its request (a timeout here, a SIGKILL in the soak) while the
+    # service was still executing it. Read too early, the record lacks the payment and calls
+    # for a retry that applies it twice; the resolution must wait until the service has
+    # handled every request it received. The request is released from a second thread, before
+    # or after the resolution starts to wait: the outcome must not depend on which.
+    with ReferenceService("neither") as service:
+        service.set_faults(hold=300.0)
+        effect = ServiceInfo(service.url, "neither", timeout=0.2).payment_effect()
+        with intentlog.open(tmp_path / "journal.db") as journal:
+            with journal.task("order") as task, pytest.raises(intentlog.OutcomeUnknown) as err:
+                task.run(effect, amount=100)
+            key = err.value.key
+            assert key is not None and service.truth() == {}
+            release = threading.Timer(0.3, service.clear_faults)
+            release.start()
+            try:
+                resolve_from_record(journal, key, service, who="test")
+            finally:
+                release.join()
+            op = journal.operation(key)
+            assert op.state is intentlog.State.CONFIRMED
+            assert op.receipt == {"id": service.applied()[key][0], "status": "succeeded"}
+            with journal.task("order") as task:
+                assert task.run(effect, amount=100) == op.receipt  # no second send
+        assert service.truth() == {key: 1}
 
 
 def test_plugin_reference_service_fixture(

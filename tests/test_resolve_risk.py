@@ -99,6 +99,21 @@ def test_stripe_margin_window_is_a_risky_retry() -> None:
     assert risk.phrase == "retry charge"
 
 
+@pytest.mark.parametrize("name", ["no dedupe", "no dedupe + lookup"])
+def test_a_retry_without_dedupe_says_when_a_check_can_be_trusted(name: str) -> None:
+    # A person who checks the service while the latest request may still execute can miss
+    # it: the risk says how long that lasts, and says nothing of it once the window passed.
+    policy = POLICIES[name]
+    op = _op(policy, State.UNRESOLVED, T0)
+    early = resolve_risk(op, policy, T0 + 0.01, "retry", submitter_gone=True)
+    late = resolve_risk(op, policy, in_flight_until(op, policy) + 1, "retry",
+                        submitter_gone=True)  # fmt: skip
+    assert early is not None and late is not None
+    assert "may still be executing" in early.reason and "check after that" in early.reason
+    assert "executing" not in late.reason
+    assert early.until is None  # waiting alone never makes a resend without dedupe safe
+
+
 # -- the faces, on a real journal -----------------------------------------------------------
 
 

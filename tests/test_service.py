@@ -309,6 +309,33 @@ def test_timeout_propagates_and_the_payment_still_lands(start_service: Factory) 
     assert service.truth() == {"k": 1}
 
 
+def test_hold_keeps_a_request_executing_until_released_and_settle_waits_for_it(
+    start_service: Factory,
+) -> None:
+    service = start_service("neither")
+    service.set_faults(hold=300.0)
+
+    with pytest.raises(TRANSPORT_ERRORS):
+        ServiceClient(service.url, timeout=0.1).pay("k", {"amount": 5})
+
+    # The client gave up; its request is still executing and the record does not show it.
+    assert service.truth() == {}
+    with pytest.raises(TimeoutError, match="still running"):
+        service.settle(timeout=0.2)
+    service.clear_faults()  # releases the held request
+    service.settle()
+    assert service.truth() == {"k": 1}
+
+
+def test_settle_returns_at_once_when_nothing_is_running(start_service: Factory) -> None:
+    service = start_service("neither")
+    ServiceClient(service.url).pay("k", {"amount": 5})
+
+    service.settle(timeout=30.0)
+
+    assert service.truth() == {"k": 1}
+
+
 def test_fault_counts_run_in_sequence_and_only_for_their_key(start_service: Factory) -> None:
     service = start_service("dedupe")
     client = ServiceClient(service.url)
@@ -325,6 +352,7 @@ def test_fault_counts_run_in_sequence_and_only_for_their_key(start_service: Fact
         "error_before_commit": 0,
         "error_after_commit": 0,
         "delay": 0.0,
+        "hold": 0.0,
         "key": "target",
     }
     with pytest.raises(TRANSPORT_ERRORS):
@@ -352,6 +380,7 @@ def test_faults_endpoint_replaces_reads_and_clears(start_service: Factory) -> No
         "error_before_commit": 0,
         "error_after_commit": 0,
         "delay": 0.0,
+        "hold": 0.0,
         "key": None,
     }
 
@@ -364,6 +393,7 @@ def test_faults_endpoint_replaces_reads_and_clears(start_service: Factory) -> No
         {"error_before_commit": True},
         {"delay": "slow"},
         {"delay": -1},
+        {"hold": "long"},
         {"key": 5},
     ],
 )

@@ -439,6 +439,12 @@ def resolve_risk(
     )
     if not policy.idempotent:
         why = "the service does not deduplicate requests: a retry applies it twice if the "
+        if now < in_flight:
+            # A check made now can miss a request the service is still executing.
+            ask += (
+                f" The latest request (sent {_ago(now, op.submitted_at)}) may still be "
+                f"executing for {_duration(in_flight - now)}: check after that."
+            )
         return Risk(outcome, why + "first request landed." + ask, phrase)
     if not _inside_retention(op, policy, now):
         assert policy.key_retention is not None  # forever is always inside

@@ -276,7 +276,14 @@ def resolve_from_record(
 ) -> None:
     """Resolve an UNRESOLVED operation from the service's own record, as a person with its
     dashboard would: confirmed with the payment it applied (its id and status, as the
-    dashboard shows them), or retry if it applied none."""
+    dashboard shows them), or retry if it applied none.
+
+    The record is read only after every request that reached the service has been handled
+    (`ReferenceService.settle`): a worker killed mid-request, or one that timed out, leaves
+    its request executing, and a record read before it commits would call for a retry that
+    applies the payment twice. A person waits out the in-flight window for the same reason
+    (the risk that ``resolve`` names)."""
+    service.settle()
     ids = service.applied().get(key)
     if ids:
         seen = {"id": ids[-1], "status": "succeeded"}  # every payment it applies succeeded

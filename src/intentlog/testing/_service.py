@@ -104,11 +104,12 @@ class _Faults:
     error_before_commit: int = 0
     error_after_commit: int = 0
     delay: float = 0.0
+    hold: float = 0.0
     key: str | None = None
 
     @classmethod
     def parse(cls, raw: dict[str, Any]) -> _Faults:
-        unknown = sorted(set(raw) - {*_COUNTED_FAULTS, "delay", "key"})
+        unknown = sorted(set(raw) - {*_COUNTED_FAULTS, "delay", "hold", "key"})
         if unknown:
             raise ValueError(f"unknown fault setting(s): {', '.join(unknown)}")
         for name in _COUNTED_FAULTS:
@@ -119,8 +120,9 @@ class _Faults:
         if key is not None and not isinstance(key, str):
             raise ValueError(f"key must be a string or null, got {key!r}")
         delay = _seconds("delay", raw.get("delay", 0.0), finite=True)
+        hold = _seconds("hold", raw.get("hold", 0.0), finite=True)
         counts = {name: raw.get(name, 0) for name in _COUNTED_FAULTS}
-        return cls(**counts, delay=delay, key=key)
+        return cls(**counts, delay=delay, hold=hold, key=key)
 
     def matches(self, key: str) -> bool:
         return self.key is None or self.key == key
@@ -156,9 +158,30 @@ def _connect(path: str) -> sqlite3.Connection:
 
 
 class _Server(LoopbackServer):
+    """Counts the connections it accepted and those still being handled, for `settle`."""
+
     def __init__(self, address: tuple[str, int], service: ReferenceService) -> None:
         self.service = service
+        self.accepted = 0  # connections accepted so far, numbered from 1
+        self.handling: dict[Any, int] = {}  # connection -> its number, until its handler ends
+        self.changed = threading.Condition()
         super().__init__(address, _Handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        # On the accepting thread, before the handler thread starts: a connection is counted
+        # the moment it leaves the listen queue, so `settle` never misses one.
+        with self.changed:
+            self.accepted += 1
+            self.handling[request] = self.accepted
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self.changed:
+                del self.handling[request]
+                self.changed.notify_all()
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -254,6 +277,7 @@ class ReferenceService:
         self._lock = threading.Lock()
         self._lifecycle = threading.Lock()
         self._stopping = threading.Event()  # wakes handlers sleeping in an injected delay
+        self._released = threading.Event()  # wakes requests held by the current faults
         self._conn: sqlite3.Connection | None = None
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
@@ -302,6 +326,8 @@ class ReferenceService:
         """Stop serving, wait for requests in flight, close the record. Idempotent."""
         with self._lifecycle:
             self._stopping.set()
+            with self._lock:
+                self._released.set()
             if self._server is not None:
                 self._server.shutdown()
                 self._server.server_close()  # joins the handler threads
@@ -332,6 +358,34 @@ class ReferenceService:
         with contextlib.closing(_connect(self._db_path)) as conn:
             return self._truth(conn)
 
+    def settle(self, timeout: float = 60.0) -> None:
+        """Return once every request that reached the service before this call has been
+        handled: applied and answered, refused, or dropped. TimeoutError after ``timeout``.
+
+        A client that timed out or was killed does not stop its request: the service may still
+        be executing it, and `applied` does not show it until it commits. Read the record after
+        `settle` to decide that a request which reached the service did not apply.
+
+        Guarantees: a connection made before the call (even one still waiting in the listen
+        queue) is handled by the time this returns. It sends a request of its own and waits
+        for the answer: the kernel hands connections over in the order they were made, so
+        every earlier one has been accepted by then; then it waits until those handlers end.
+        """
+        server = self._server
+        if server is None:
+            raise RuntimeError("the reference service is not running; call start() first")
+        ServiceClient(self.url, timeout=timeout).truth()
+        deadline = time.monotonic() + timeout
+        with server.changed:
+            mark = server.accepted  # every connection made before the call is numbered <= mark
+            while any(n <= mark for n in server.handling.values()):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(
+                        f"requests to the reference service still running after {timeout}s"
+                    )
+                server.changed.wait(left)
+
     def applied(self) -> dict[str, list[str]]:
         """Ground truth with ids: key -> the payment ids applied for it, oldest first."""
         with self._lock:
@@ -350,17 +404,27 @@ class ReferenceService:
         answer / answered 500. A request uses at most one count, checked in that order, so
         several counts script a sequence. ``delay``: seconds to wait after the commit before
         answering, for every matching request that applied or replayed while it is set (409 and
-        422 answers are never delayed). ``key``: only requests with this Idempotency-Key match
+        422 answers are never delayed). ``hold``: seconds every matching ``POST /payments``
+        waits before it is checked or applied (a slow service: the request is executing and the
+        record does not show it yet), cut short when the faults are replaced or cleared or the
+        service stops. ``key``: only requests with this Idempotency-Key match
         (None: all). ``GET /_truth`` ignores faults.
         """
         parsed = _Faults.parse(faults)
         with self._lock:
             self._faults = parsed
+            self._release_held()
 
     def clear_faults(self) -> None:
         """Remove every fault setting."""
         with self._lock:
             self._faults = _Faults()
+            self._release_held()
+
+    def _release_held(self) -> None:
+        # Under _lock: requests held by the settings just replaced go on.
+        self._released.set()
+        self._released = threading.Event()
 
     # -- request handling, on handler threads ---------------------------------------------------
 
@@ -397,6 +461,11 @@ class ReferenceService:
         key = _check_key(key_header)
         payload = _parse_object(raw)
         canonical = _canonical(payload)
+        with self._lock:
+            hold = self._faults.hold if self._faults.matches(key) else 0.0
+            released = self._released
+        if hold:
+            released.wait(hold)
         with self._lock:
             faults = self._faults
             if faults.matches(key) and faults.error_before_commit:
