@@ -201,17 +201,43 @@ class Operation:
 
     def replace(self, **changes: Any) -> Operation:
         """A copy with ``changes`` (field names only). Faster than dataclasses.replace, which
-        matters on the per-effect path."""
+        matters on the per-effect path. The copy's :attr:`changed` is this one's plus the
+        names changed."""
         if not changes.keys() <= _OPERATION_FIELDS:
             raise TypeError(f"Operation has no fields {sorted(changes.keys() - _OPERATION_FIELDS)}")
         new = object.__new__(Operation)
         fields = new.__dict__
         fields.update(self.__dict__)
         fields.update(changes)
+        if "_changed" in fields:  # else unknown, and it stays so
+            fields["_changed"] = fields["_changed"].union(changes)
+        return new
+
+    @property
+    def changed(self) -> frozenset[str] | None:
+        """The fields that may differ from the row a store holds at this operation's
+        ``version``, or None when that is not known (every field may differ).
+
+        Guarantee: an operation built by its constructor (by hand, or from a row read back)
+        answers None; one returned by :meth:`as_stored` answers the empty set, and each
+        :meth:`replace` adds the names it changes. A store's compare-and-set on ``version``
+        finds the row at exactly that version, so an update may write only these fields
+        (and the version) and store the whole operation."""
+        return self.__dict__.get("_changed")
+
+    def as_stored(self, version: int) -> Operation:
+        """This operation as a store now holds it, at ``version``: what a store returns
+        after writing it whole (its :attr:`changed` is empty)."""
+        new = object.__new__(Operation)
+        fields = new.__dict__
+        fields.update(self.__dict__)
+        fields["version"] = version
+        fields["_changed"] = _UNCHANGED
         return new
 
 
 _OPERATION_FIELDS = frozenset(f.name for f in dataclasses.fields(Operation))
+_UNCHANGED: frozenset[str] = frozenset()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

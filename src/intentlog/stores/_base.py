@@ -35,6 +35,7 @@ __all__ = [
     "Store",
     "TaskResolution",
     "TaskUpdate",
+    "columns_of",
     "lease_lost",
     "op_from_row",
     "op_to_row",
@@ -69,6 +70,20 @@ OP_COLUMNS = (
     "service",
     "receipt_fields",
 )
+_POLICY_COLUMNS = frozenset(
+    ("can_reconcile", "idempotent", "key_retention", "timeout", "lookup_lag",
+     "locks_in_flight", "service", "receipt_fields")
+)  # fmt: skip
+
+
+def columns_of(changed: frozenset[str]) -> tuple[str, ...]:
+    """The columns of :data:`OP_COLUMNS` that hold the Operation fields ``changed`` (its
+    ``policy`` is eight columns; every other field is the column of its name), in order."""
+    return tuple(
+        c for c in OP_COLUMNS if c in changed or ("policy" in changed and c in _POLICY_COLUMNS)
+    )
+
+
 TASK_COLUMNS = (
     "task_id",
     "epoch",

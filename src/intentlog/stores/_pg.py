@@ -26,6 +26,7 @@ that task leased to an owner that will not run it, until its lease expires.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
@@ -39,6 +40,7 @@ from intentlog.stores._base import (
     Resolution,
     TaskResolution,
     TaskUpdate,
+    columns_of,
     lease_lost,
     op_from_row,
     op_values,
@@ -202,7 +204,7 @@ _LISTED = (  # listed operations with their rows, whose state decides (see migra
 # The task id in every write's WHERE clause, though the key alone finds the row: so each write
 # names the one task it touches, as a database sharded by task id needs (docs/deploy.md).
 _CAS_OP = (
-    "UPDATE {s}.operations o SET " + _SET_OP + "{source}"
+    "UPDATE {s}.operations o SET {set}{source}"
     " WHERE o.key = %s AND o.version = %s AND o.task_id = %s RETURNING o.key, o.task_id, o.state"
 )
 _INSERT_RESOLUTION = (
@@ -368,7 +370,7 @@ class PostgresPlans:
         # The primary key is the claim: of two workers racing for one key, one inserts; the
         # other waits for its commit, inserts nothing, and reads the winner's row below.
         if (yield Q(sql, (*fence, *also_params, *row))).rows:
-            return op.replace(version=1), True
+            return op.as_stored(1), True
         # Nothing inserted: the lease was lost, or the key was taken (by someone else, or by
         # our own earlier attempt whose reply was lost).
         yield from self._plan_check_epoch(op.task_id, epoch)
@@ -376,7 +378,7 @@ class PostgresPlans:
         if not stored:  # deleted by gc between the two statements
             raise JournalError(f"operation {op.key!r} vanished while being claimed", key=op.key)
         if _same(stored[0], row):
-            return op.replace(version=1), True
+            return op.as_stored(1), True
         return op_from_row(stored[0]), False
 
     def plan_update_op(
@@ -388,23 +390,23 @@ class PostgresPlans:
         if epoch is not None:
             ctes, also_params = _also(also)
             fence = (op.task_id, epoch)
-            cas = f"cas AS ({_CAS_OP.replace('{source}', ' FROM fence')})"
+            cas = f"cas AS ({_cas(op, ' FROM fence')})"
             sql = f"WITH {', '.join([_FENCE, *ctes, cas, listed])} SELECT 1 FROM cas"
-            params: tuple[Any, ...] = (*fence, *also_params, *row[1:], *where)
+            params: tuple[Any, ...] = (*fence, *also_params, *_set_values(op, row), *where)
         elif resolution is not None:
             # An operator's write: not fenced; the audit record in the same statement.
-            cas = f"cas AS ({_CAS_OP.replace('{source}', '')})"
+            cas = f"cas AS ({_cas(op, '')})"
             r = resolution
             audit = (r.key, r.task_id, r.at, r.from_state.value, r.to_state.value, r.note)
             receipt = row[OP_COLUMNS.index("receipt")]  # the op's, as SQLite keeps it
             sql = f"WITH {cas}, {listed}, audit AS ({_INSERT_RESOLUTION}) SELECT id FROM audit"
-            params = (*row[1:], *where, *audit, receipt, r.actor)
+            params = (*_set_values(op, row), *where, *audit, receipt, r.actor)
         else:
-            cas = f"cas AS ({_CAS_OP.replace('{source}', '')})"
+            cas = f"cas AS ({_cas(op, '')})"
             sql = f"WITH {cas}, {listed} SELECT 1 FROM cas"
-            params = (*row[1:], *where)
+            params = (*_set_values(op, row), *where)
         if (yield Q(sql, params)).rows:
-            return op.replace(version=op.version + 1)
+            return op.as_stored(op.version + 1)
         if epoch is not None:
             yield from self._plan_check_epoch(op.task_id, epoch)
         if resolution is not None:
@@ -413,11 +415,11 @@ class PostgresPlans:
             r = resolution
             mine = (r.key, r.at, r.actor, r.from_state.value, r.to_state.value)
             if (yield Q(_FIND_RESOLUTION, mine)).rows:
-                return op.replace(version=op.version + 1)
+                return op.as_stored(op.version + 1)
             return None
         stored = (yield Q(_GET_OP, (op.key,))).rows
         if stored and _same(stored[0], row):  # our own earlier attempt
-            return op.replace(version=op.version + 1)
+            return op.as_stored(op.version + 1)
         return None  # the version had moved on: nothing was written
 
     def plan_list_ops(
@@ -471,10 +473,34 @@ def _also(also: Sequence[Operation]) -> tuple[list[str], list[Any]]:
     ctes: list[str] = []
     params: list[Any] = []
     for number, op in enumerate(also):
-        ctes.append(f"also{number} AS ({_CAS_OP.replace('{source}', ' FROM fence')})")
+        ctes.append(f"also{number} AS ({_cas(op, ' FROM fence')})")
         ctes.append(_track(f"also{number}", op.state))
-        params += [*_op_values(op, op.version + 1)[1:], op.key, op.version, op.task_id]
+        params += [*_set_values(op, _op_values(op, op.version + 1)), op.key, op.version, op.task_id]
     return ctes, params
+
+
+def _cas(op: Operation, source: str) -> str:
+    """The compare-and-set of ``op`` reading from ``source``; it assigns the columns of the
+    fields that ``op.changed`` says may differ from the row at its version (all if unknown)."""
+    changed = op.changed
+    assigned = _SET_OP if changed is None else _partial_set(changed)[0]
+    return _CAS_OP.replace("{set}", assigned).replace("{source}", source)
+
+
+def _set_values(op: Operation, row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The values :func:`_cas` assigns, from the operation's whole ``row``."""
+    changed = op.changed
+    return row[1:] if changed is None else _partial_set(changed)[1](row)
+
+
+@functools.lru_cache(maxsize=64)
+def _partial_set(
+    changed: frozenset[str],
+) -> tuple[str, Callable[[tuple[Any, ...]], tuple[Any, ...]]]:
+    # Fewer values to adapt and send: a confirmation assigns 4 columns instead of 24.
+    indexes = [OP_COLUMNS.index(c) for c in columns_of(changed | {"version"}) if c != "key"]
+    assigned = ", ".join(f"{OP_COLUMNS[i]} = %s" for i in indexes)
+    return assigned, lambda row: tuple([row[i] for i in indexes])
 
 
 def _track(source: str, state: State) -> str:

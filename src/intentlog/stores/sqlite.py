@@ -21,6 +21,7 @@ what to do.
 
 from __future__ import annotations
 
+import functools
 import operator
 import os
 from collections.abc import Callable, Collection, Iterable
@@ -34,6 +35,7 @@ from intentlog.stores._base import (
     Resolution,
     TaskResolution,
     TaskUpdate,
+    columns_of,
     lease_lost,
     op_from_row,
     op_values,
@@ -383,7 +385,7 @@ class SQLitePlans:
         values = (*op_values(op, 1), op.task_id, epoch)
         if also:
             return self._insert_op(values, op, epoch, also)
-        inserted = (op.replace(version=1), True)
+        inserted = (op.as_stored(1), True)
         return Alone(_INSERT_OP_FENCED, values, inserted, self._insert_op, (values, op, epoch))
 
     def _insert_op(
@@ -391,7 +393,7 @@ class SQLitePlans:
     ) -> Plan[tuple[Operation, bool]]:
         if (yield Q(_INSERT_OP_FENCED, values)).rowcount == 1:
             yield from _store_also(also)
-            return op.replace(version=1), True
+            return op.as_stored(1), True
         yield from _check_fence(op.task_id, epoch)
         rows = (yield Q(_GET_OP, (op.key,))).rows
         if not rows:  # the key is free and the fence held: the task's range of ids is full
@@ -411,7 +413,7 @@ class SQLitePlans:
         sql, params = _update_op_statement(op, epoch, values)
         if also or resolution is not None:
             return self._update_op(sql, params, op, epoch, values[_RECEIPT], resolution, also)
-        done = op.replace(version=op.version + 1)
+        done = op.as_stored(op.version + 1)
         return Alone(sql, params, done, self._update_op, (sql, params, op, epoch))
 
     def _update_op(
@@ -433,7 +435,7 @@ class SQLitePlans:
             r = resolution
             audit = (r.key, r.task_id, r.at, r.from_state.value, r.to_state.value, r.note)
             yield Q(_INSERT_AUDIT, (*audit, receipt, r.actor))  # the op's receipt, as stored
-        return op.replace(version=op.version + 1)
+        return op.as_stored(op.version + 1)
 
     def plan_list_ops(
         self, task_id: str | None, states: Iterable[State] | None
@@ -541,11 +543,13 @@ _RUNNABLE = (
 # (the operations_by_task leaf) in the WAL.
 _IDENTITY = ("key", "task_id", "effect", "fingerprint", "created_at")
 _UPDATE_COLUMNS = [c for c in OP_COLUMNS if c not in _IDENTITY]
-_update_values = operator.itemgetter(*(OP_COLUMNS.index(c) for c in _UPDATE_COLUMNS))
+_update_values: Callable[[tuple[Any, ...]], tuple[Any, ...]] = operator.itemgetter(
+    *(OP_COLUMNS.index(c) for c in _UPDATE_COLUMNS)
+)
 _RECEIPT = OP_COLUMNS.index("receipt")
+_WHERE_VERSION = " WHERE key = ? AND version = ?"
 _UPDATE_OP = (
-    f"UPDATE operations SET {', '.join(f'{c} = ?' for c in _UPDATE_COLUMNS)}"
-    " WHERE key = ? AND version = ?"
+    f"UPDATE operations SET {', '.join(f'{c} = ?' for c in _UPDATE_COLUMNS)}" + _WHERE_VERSION
 )
 _FENCE = " AND EXISTS (SELECT 1 FROM tasks WHERE task_id = ? AND epoch = ?)"
 _UPDATE_OP_FENCED = _UPDATE_OP + _FENCE
@@ -569,9 +573,30 @@ def _update_op_statement(
     """The compare-and-set of ``op`` on its version (and, with ``epoch``, on the task's epoch)
     as a statement and its parameters; it changes one row if it stored ``op``. ``row``:
     ``op_values(op, op.version + 1)`` if the caller has it. The identity columns (key, task
-    id, effect, fingerprint, creation time) are the stored ones."""
+    id, effect, fingerprint, creation time) are the stored ones; so are those of fields that
+    ``op.changed`` says are as stored (the row at ``op.version`` holds them)."""
     if row is None:
         row = op_values(op, op.version + 1)
+    changed = op.changed
+    if changed is None:
+        sql, fenced, values = _UPDATE_OP, _UPDATE_OP_FENCED, _update_values
+    else:
+        sql, fenced, values = _partial_update(changed)
     if epoch is None:
-        return _UPDATE_OP, (*_update_values(row), op.key, op.version)
-    return _UPDATE_OP_FENCED, (*_update_values(row), op.key, op.version, op.task_id, epoch)
+        return sql, (*values(row), op.key, op.version)
+    return fenced, (*values(row), op.key, op.version, op.task_id, epoch)
+
+
+@functools.lru_cache(maxsize=64)
+def _partial_update(
+    changed: frozenset[str],
+) -> tuple[str, str, Callable[[tuple[Any, ...]], tuple[Any, ...]]]:
+    # Binding and copying fewer values is most of a receipt write's CPU in SQLite (a
+    # confirmation changes 4 of the 20 columns: 27k fewer instructions per effect).
+    columns = [c for c in columns_of(changed | {"version"}) if c not in _IDENTITY]
+    indexes = [OP_COLUMNS.index(c) for c in columns]
+    sql = f"UPDATE operations SET {', '.join(f'{c} = ?' for c in columns)}" + _WHERE_VERSION
+    if len(indexes) == 1:  # an itemgetter of one index returns the value, not a tuple
+        (only,) = indexes
+        return sql, sql + _FENCE, lambda row: (row[only],)
+    return sql, sql + _FENCE, operator.itemgetter(*indexes)

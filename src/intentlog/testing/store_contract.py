@@ -180,6 +180,29 @@ class StoreContract:
         assert current is not None and current.state is State.CONFIRMED
         assert current.receipt == {"id": 1}
 
+    def test_update_op_stores_the_whole_operation_given(self, store: Store) -> None:
+        # A store may write only the fields an operation's ``changed`` names (the row at its
+        # version holds the rest); whatever it writes, what it reads back is the whole
+        # operation: after a chain of writes, and for one built by hand (``changed`` None).
+        store.claim_task("t1", "a", TTL, None)
+        stored, _ = store.insert_op(make_op(store), 1, TTL)
+        resent = stored.replace(
+            attempts=2, submitted_by="host:9:9:beef", lookup_failures=3, note="resent",
+            policy=Policy(can_reconcile=True, timeout=9.0, service="acme"),
+        )  # fmt: skip
+        after_resend = store.update_op(resent, 1, TTL)
+        assert after_resend is not None and store.get_op("k1") == resent.replace(version=2)
+        done = after_resend.replace(state=State.CONFIRMED, receipt={"id": 7}, error=None)
+        after_done = store.update_op(done, 1, TTL)
+        assert after_done is not None and store.get_op("k1") == done.replace(version=3)
+        fields = {f.name: getattr(after_done, f.name) for f in dataclasses.fields(Operation)}
+        by_hand = Operation(**{**fields, "state": State.FAILED, "receipt": None, "attempts": 5,
+                               "error": {"why": "x"}, "note": None, "lookup_failures": 0,
+                               "policy": Policy(idempotent=True, key_retention=60.0)})  # fmt: skip
+        assert by_hand.changed is None
+        assert store.update_op(by_hand, 1, TTL) is not None
+        assert store.get_op("k1") == by_hand.replace(version=4)
+
     def test_fenced_update_op_refuses_a_stale_epoch(self, store: Store) -> None:
         store.claim_task("t1", "a", TTL, None)
         stored, _ = store.insert_op(make_op(store), 1, TTL)
