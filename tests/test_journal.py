@@ -611,3 +611,42 @@ def test_a_journal_of_an_older_schema_is_migrated_in_place(tmp_path: Path) -> No
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_store.SCHEMA_VERSION
     conn.close()
+
+
+def test_an_operator_resolving_between_the_decision_and_the_send_mark_sends_nothing(
+    tmp_path: Path,
+) -> None:
+    # The worker decided to send (a PLANNED operation, resolved as "retry" earlier); before
+    # its SUBMITTED mark is written, an operator resolves the operation as failed. The mark's
+    # compare-and-set loses: the worker looks again and follows the operator, sending nothing.
+    from intentlog import _observe
+
+    sent: list[str] = []
+
+    def submit(key: str, n: int) -> dict[str, Any]:
+        sent.append(key)
+        raise ConnectionError("reset")  # ambiguous: the first run ends UNRESOLVED
+
+    effect = intentlog.Effect("mail", submit)
+    path = tmp_path / "j.db"
+    with intentlog.open(path) as journal:
+        with journal.task("t") as task, pytest.raises(intentlog.OutcomeUnknown) as err:
+            task.run(effect, n=1)
+        key = err.value.key
+        assert key is not None
+        journal.resolve(key, "retry", note="not sent", accept_risk=True)
+
+    class Operator(_observe.Observer):
+        def resend(self, core: Any, effect: str, reason: str) -> None:
+            with intentlog.open(path) as other:
+                other.resolve(key, "failed", note="sent by hand meanwhile")
+
+    _observe.install("operator", Operator())
+    try:
+        with intentlog.open(path) as journal, journal.task("t") as task:
+            with pytest.raises(intentlog.Rejected, match="sent by hand meanwhile"):
+                task.run(effect, n=1)
+            assert journal.operation(key).state is State.FAILED
+    finally:
+        _observe.uninstall("operator")
+    assert sent == [key]  # the first run's request only

@@ -220,6 +220,14 @@ class TaskCore:
         hooks = _observe.hooks
         if hooks is not None:
             hooks.intent(self, op, created)
+        if created and op.state is State.PLANNED:
+            # Planned by this very call (an effect that can neither deduplicate nor be asked
+            # writes PLANNED first): nothing was sent, so the decision could only say SUBMIT.
+            sending = yield from self.mark_sending_flow(op, effect)
+            if sending is None:  # an operator resolved it meanwhile: the decision follows
+                op = yield from self.reload_flow(op)
+                return (yield from self.drive_flow(op, effect, args, kwargs))
+            op = sending
         if created and op.state is State.SUBMITTED:
             try:
                 return (yield from self.send_flow(op, effect, args, kwargs, lazy=lazy))
@@ -394,8 +402,12 @@ class TaskCore:
             if hooks is not None and decision.resend is not None:
                 why = decision.resend if last_error is None else "after_error"
                 hooks.resend(self, effect.name, why)
+            sending = yield from self.mark_sending_flow(op, effect)
+            if sending is None:  # changed under us (an operator resolved it): look again
+                op = yield from self.reload_flow(op)
+                continue
+            op = sending
             sends += 1
-            op = yield from self.mark_sending_flow(op, effect)
             try:
                 return (yield from self.send_flow(op, effect, args, kwargs, lazy=effect.lazy))
             except _Ambiguous as amb:
@@ -519,7 +531,9 @@ class TaskCore:
             )
         )
 
-    def mark_sending_flow(self, op: Operation, effect: Effect) -> Flow[Operation]:
+    def mark_sending_flow(self, op: Operation, effect: Effect) -> Flow[Operation | None]:
+        """Record that ``op`` is being sent (SUBMITTED, one more attempt) before the send.
+        None if it changed under us (an operator resolved it): nothing may be sent then."""
         now = self.store.now()
         sending = op.replace(
             state=State.SUBMITTED,
@@ -530,16 +544,15 @@ class TaskCore:
             submitted_by=self.owner,
             lookup_failures=0,
             # A resend never loosens what the first send was judged by.
-            policy=judged_by(op, effect),
+            **_policy_change(op, judged_by(op, effect)),
         )
         try:
             stored = yield from self._fenced(Store.update_op, sending, self.record.epoch, self.ttl)
         except JournalUnreachable:
             self.unsent[op.key] = sending.replace(version=op.version + 1)
             raise
-        if stored is None:
-            raise _Ambiguous(RuntimeError("operation changed while being resubmitted"))
-        crashpoint("after_submit_mark", effect.name)
+        if stored is not None:
+            crashpoint("after_submit_mark", effect.name)
         return stored
 
     def mark_flow(
@@ -547,7 +560,10 @@ class TaskCore:
     ) -> Flow[Operation | None]:
         # What the operation was judged by is recorded with it, so that pending() and the CLI
         # judge it as strictly afterwards (a resend or a mark never loosens it).
-        changes: dict[str, Any] = {"updated_at": self.store.now(), "policy": judged_by(op, effect)}
+        changes: dict[str, Any] = {
+            "updated_at": self.store.now(),
+            **_policy_change(op, judged_by(op, effect)),
+        }
         if decision.lookup_failed:
             changes["lookup_failures"] = op.lookup_failures + 1
         if decision.mark is not None:
@@ -662,6 +678,12 @@ def judged_by(op: Operation, effect: Effect) -> Policy:
     if op.first_submitted_at is None:
         return effect.policy
     return strictest(op.policy, effect.policy)
+
+
+def _policy_change(op: Operation, policy: Policy) -> dict[str, Policy]:
+    """``{"policy": policy}`` if it is not the one ``op`` records, else nothing: a write
+    that names the policy assigns its eight columns (see ``Operation.changed``)."""
+    return {} if policy is op.policy or policy == op.policy else {"policy": policy}
 
 
 def _same_mark(stored: Operation, mark: Operation) -> bool:

@@ -16,7 +16,9 @@ Writing a backend. A backend is three things, and no store class:
    (one statement that is usually the whole write), and a plan method may be marked with
    :func:`runs` (see :mod:`intentlog.stores._plan` for both).
    Every write plan should recognise its own earlier attempt, so that an executor may retry
-   it after a lost connection (see ``intentlog.stores._pg`` for how PostgreSQL does).
+   it after a lost connection (see ``intentlog.stores._pg`` for how PostgreSQL does). An
+   operation write may assign only the fields ``Operation.changed`` names (None: all of
+   them), and returns ``op.as_stored(version)`` so that the next one can too.
 2. Its executor: what runs a plan on its connections (:class:`Executor`, and
    :class:`AsyncExecutor` for asyncio): transactions, durability, retries, and driver errors
    mapped to intentlog's.

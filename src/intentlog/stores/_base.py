@@ -452,7 +452,10 @@ class Store(abc.ABC):
         The stored version becomes ``op.version + 1``. With ``epoch`` the write is fenced (and
         extends the lease); with ``epoch`` None it is an operator's write, not fenced, and
         ``resolution`` is appended to the audit log in the same transaction. Returns the new
-        record, or None if the version had moved on (nothing was written).
+        record, or None if the version had moved on (nothing was written). The stored row
+        equals ``op`` in every field (but the version) afterwards; since the row at
+        ``op.version`` is the one replaced, writing the fields ``op.changed`` names is enough
+        (all of them when it is None).
         """
 
     @abc.abstractmethod
