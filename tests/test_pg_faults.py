@@ -403,6 +403,19 @@ def test_workers_ride_out_server_restarts(tmp_path: Path, mode: str) -> None:
                     left = TASKS - completed()
                     assert left > 0, "the run ended before the restart"
                 wait_for(completed, TASKS, "tasks completed")
+
+            def reconnected() -> int:
+                # A worker that lost a connection at the second restart may still be in its
+                # backoff when the others finish the run: its reconnect line comes with its
+                # next statement (its next poll for work), so wait for it before stopping it.
+                done = 0
+                for log in logs:
+                    lines = log.read_text(errors="replace").splitlines()
+                    lost = sum(1 for line in lines if LOST.fullmatch(line))
+                    done += lost == sum(1 for line in lines if BACK.fullmatch(line))
+                return done
+
+            wait_for(reconnected, WORKERS, "workers reconnected after every outage")
             for log, proc in zip(logs, procs, strict=True):
                 # SIGTERM is handled once the worker says it started (it has by now).
                 assert "started" in log.read_text()
