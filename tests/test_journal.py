@@ -7,6 +7,7 @@ import os
 import pickle
 import sqlite3
 import stat
+import time
 from pathlib import Path
 from typing import Any
 
@@ -650,3 +651,41 @@ def test_an_operator_resolving_between_the_decision_and_the_send_mark_sends_noth
     finally:
         _observe.uninstall("operator")
     assert sent == [key]  # the first run's request only
+
+
+def test_an_operator_resolving_while_the_intent_is_restamped_is_followed(tmp_path: Path) -> None:
+    # The intent's write stalled past the send slack, so the worker stamps it again before
+    # sending; an operator resolved it as "retry" meanwhile and the stamp's compare-and-set
+    # loses. Nothing was sent: the worker follows the resolution and sends once, even with
+    # a single attempt per run (it used to count the lost stamp as an ambiguous send and
+    # raise a bare RuntimeError).
+    from intentlog import _observe
+
+    sent: list[str] = []
+
+    def submit(key: str, n: int) -> dict[str, Any]:
+        sent.append(key)
+        return {"id": f"p{n}"}
+
+    effect = intentlog.Effect(
+        "pay", submit, idempotent=True, key_retention=intentlog.FOREVER, timeout=0.2
+    )
+    path = tmp_path / "j.db"
+
+    class Operator(_observe.Observer):
+        def intent(self, core: Any, op: intentlog.Operation, created: bool) -> None:
+            if created:
+                time.sleep(0.3)  # past the send slack (0.1 s at this timeout): a restamp
+                with intentlog.open(path) as other:
+                    other.resolve(op.key, "retry", note="resend it", accept_risk=True)
+
+    _observe.install("operator", Operator())
+    try:
+        with intentlog.open(path, attempts_per_run=1) as journal, journal.task("t") as task:
+            assert task.run(effect, n=1) == {"id": "p1"}
+            (op,) = journal.operations("t")
+    finally:
+        _observe.uninstall("operator")
+    assert sent == [op.key] and op.state is State.CONFIRMED
+    with intentlog.open(path) as journal:
+        assert [r.to_state for r in journal.resolutions(op.key)] == [State.PLANNED]

@@ -671,6 +671,7 @@ def test_an_operation_knows_which_fields_may_differ_from_its_stored_row() -> Non
     done = stored.replace(state=State.CONFIRMED, receipt={"id": 1}).replace(updated_at=3.0)
     assert done.changed == {"state", "receipt", "updated_at"}
     assert stored.changed == frozenset()  # replace never changes the original
+    assert done.replace(version=7).changed is None  # another version's row: unknown
     assert done == Operation(
         "k", "t", "e", "f", State.CONFIRMED, Policy(), 1.0, 3.0, 2, receipt={"id": 1}
     )  # equality is the fields' alone

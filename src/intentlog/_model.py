@@ -210,7 +210,11 @@ class Operation:
         fields.update(self.__dict__)
         fields.update(changes)
         if "_changed" in fields:  # else unknown, and it stays so
-            fields["_changed"] = fields["_changed"].union(changes)
+            if "version" in changes:
+                # Another version's row: what differs from it is not known.
+                del fields["_changed"]
+            else:
+                fields["_changed"] = fields["_changed"].union(changes)
         return new
 
     @property
@@ -220,7 +224,8 @@ class Operation:
 
         Guarantee: an operation built by its constructor (by hand, or from a row read back)
         answers None; one returned by :meth:`as_stored` answers the empty set, and each
-        :meth:`replace` adds the names it changes. A store's compare-and-set on ``version``
+        :meth:`replace` adds the names it changes (one that sets ``version`` makes it None:
+        the row at another version may differ in anything). A store's compare-and-set on ``version``
         finds the row at exactly that version, so an update may write only these fields
         (and the version) and store the whole operation."""
         return self.__dict__.get("_changed")

@@ -235,6 +235,8 @@ class TaskCore:
                 # Exactly like a crash during the request: let the decision settle it.
                 op = yield from self.reload_flow(op)
                 return (yield from self.drive_flow(op, effect, args, kwargs, amb.error))
+            except _Changed:
+                op = yield from self.reload_flow(op)
         return (yield from self.drive_flow(op, effect, args, kwargs))
 
     def intent_flow(
@@ -339,6 +341,10 @@ class TaskCore:
                     last_error = amb.error
                     op = yield from self.reload_flow(op)
                     continue
+                except _Changed:
+                    sends -= 1
+                    op = yield from self.reload_flow(op)
+                    continue
             now = self.store.now()
             gone = op.submitted_by in (None, self.owner) or holder_is_dead(op.submitted_by)
             decision = decide(
@@ -413,6 +419,9 @@ class TaskCore:
             except _Ambiguous as amb:
                 last_error = amb.error
                 op = yield from self.reload_flow(op)
+            except _Changed:
+                sends -= 1
+                op = yield from self.reload_flow(op)
 
     def send_flow(
         self,
@@ -438,7 +447,8 @@ class TaskCore:
         lazy: bool,
     ) -> Flow[JSON]:
         """Send a SUBMITTED operation and record the outcome. Raises _Ambiguous when the
-        request may or may not have landed. ``lazy``: keep the receipt for the next write.
+        request may or may not have landed, _Changed when an operator resolved the operation
+        before it was sent (nothing was). ``lazy``: keep the receipt for the next write.
 
         Guarantee: the request leaves within ``send_slack`` of the operation's recorded
         ``submitted_at`` (the in-flight window counts that in), however long the intent's
@@ -521,7 +531,7 @@ class TaskCore:
             stamped = op.replace(updated_at=now, submitted_at=now)
             stored = yield from self._fenced(Store.update_op, stamped, self.record.epoch, self.ttl)
             if stored is None:
-                raise _Ambiguous(RuntimeError("operation changed before it was sent"))
+                raise _Changed  # an operator resolved it: nothing was sent
             op = stored
         # Nothing was sent; the decision settles the operation (it reads as in flight).
         raise _Ambiguous(
@@ -694,6 +704,11 @@ def _same_mark(stored: Operation, mark: Operation) -> bool:
         stored.submitted_at,
         stored.submitted_by,
     ) == (mark.version, mark.attempts, mark.submitted_at, mark.submitted_by)
+
+
+class _Changed(Exception):
+    """Internal: the operation changed under us (an operator resolved it) before anything was
+    sent; the caller reads it again and the decision follows it."""
 
 
 class _Ambiguous(Exception):

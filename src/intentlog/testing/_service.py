@@ -173,15 +173,22 @@ class _Server(LoopbackServer):
         with self.changed:
             self.accepted += 1
             self.handling[request] = self.accepted
-        super().process_request(request, client_address)
+        try:
+            super().process_request(request, client_address)
+        except BaseException:  # no handler thread will end it: settle must not wait for it
+            self._handled(request)
+            raise
+
+    def _handled(self, request: Any) -> None:
+        with self.changed:
+            self.handling.pop(request, None)
+            self.changed.notify_all()
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
-            with self.changed:
-                del self.handling[request]
-                self.changed.notify_all()
+            self._handled(request)
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -374,8 +381,8 @@ class ReferenceService:
         server = self._server
         if server is None:
             raise RuntimeError("the reference service is not running; call start() first")
-        ServiceClient(self.url, timeout=timeout).truth()
         deadline = time.monotonic() + timeout
+        ServiceClient(self.url, timeout=timeout).truth()
         with server.changed:
             mark = server.accepted  # every connection made before the call is numbered <= mark
             while any(n <= mark for n in server.handling.values()):
