@@ -220,22 +220,19 @@ class TaskCore:
         hooks = _observe.hooks
         if hooks is not None:
             hooks.intent(self, op, created)
-        if created and op.state is State.PLANNED:
-            # Planned by this very call (an effect that can neither deduplicate nor be asked
-            # writes PLANNED first): nothing was sent, so the decision could only say SUBMIT.
-            sending = yield from self.mark_sending_flow(op, effect)
-            if sending is None:  # an operator resolved it meanwhile: the decision follows
-                op = yield from self.reload_flow(op)
-                return (yield from self.drive_flow(op, effect, args, kwargs))
-            op = sending
-        if created and op.state is State.SUBMITTED:
+        if created:
             try:
+                if op.state is State.PLANNED:
+                    # Planned by this very call (an effect that can neither deduplicate nor be
+                    # asked writes PLANNED first): nothing was sent, so the decision could
+                    # only say SUBMIT.
+                    op = yield from self.mark_sending_flow(op, effect)
                 return (yield from self.send_flow(op, effect, args, kwargs, lazy=lazy))
             except _Ambiguous as amb:
                 # Exactly like a crash during the request: let the decision settle it.
                 op = yield from self.reload_flow(op)
                 return (yield from self.drive_flow(op, effect, args, kwargs, amb.error))
-            except _Changed:
+            except _Changed:  # an operator resolved it meanwhile: the decision follows
                 op = yield from self.reload_flow(op)
         return (yield from self.drive_flow(op, effect, args, kwargs))
 
@@ -326,7 +323,7 @@ class TaskCore:
         """
         give_up = time.monotonic() + self.options.max_wait
         lookup: LookupResult | LookupFailed | None = None
-        sends = 0 if last_error is None else 1
+        sends = 0 if last_error is None else 1  # ambiguous sends this call made
         while True:
             mark = self.unsent.pop(op.key, None)
             if mark is not None and _same_mark(op, mark):
@@ -334,15 +331,13 @@ class TaskCore:
                 # not confirm: it sent nothing on it (a send follows a confirmed mark only),
                 # so the request is sent now, as it would have been. After a restart nobody
                 # could know that; the decision would escalate it.
-                sends += 1
                 try:
                     return (yield from self.send_flow(op, effect, args, kwargs, lazy=effect.lazy))
                 except _Ambiguous as amb:
-                    last_error = amb.error
+                    sends, last_error = sends + 1, amb.error
                     op = yield from self.reload_flow(op)
                     continue
                 except _Changed:
-                    sends -= 1
                     op = yield from self.reload_flow(op)
                     continue
             now = self.store.now()
@@ -408,19 +403,13 @@ class TaskCore:
             if hooks is not None and decision.resend is not None:
                 why = decision.resend if last_error is None else "after_error"
                 hooks.resend(self, effect.name, why)
-            sending = yield from self.mark_sending_flow(op, effect)
-            if sending is None:  # changed under us (an operator resolved it): look again
-                op = yield from self.reload_flow(op)
-                continue
-            op = sending
-            sends += 1
             try:
+                op = yield from self.mark_sending_flow(op, effect)
                 return (yield from self.send_flow(op, effect, args, kwargs, lazy=effect.lazy))
             except _Ambiguous as amb:
-                last_error = amb.error
+                sends, last_error = sends + 1, amb.error
                 op = yield from self.reload_flow(op)
-            except _Changed:
-                sends -= 1
+            except _Changed:  # an operator resolved it before the send: look again
                 op = yield from self.reload_flow(op)
 
     def send_flow(
@@ -541,9 +530,9 @@ class TaskCore:
             )
         )
 
-    def mark_sending_flow(self, op: Operation, effect: Effect) -> Flow[Operation | None]:
+    def mark_sending_flow(self, op: Operation, effect: Effect) -> Flow[Operation]:
         """Record that ``op`` is being sent (SUBMITTED, one more attempt) before the send.
-        None if it changed under us (an operator resolved it): nothing may be sent then."""
+        Raises _Changed if it changed under us (an operator resolved it): nothing is sent."""
         now = self.store.now()
         sending = op.replace(
             state=State.SUBMITTED,
@@ -561,8 +550,9 @@ class TaskCore:
         except JournalUnreachable:
             self.unsent[op.key] = sending.replace(version=op.version + 1)
             raise
-        if stored is not None:
-            crashpoint("after_submit_mark", effect.name)
+        if stored is None:
+            raise _Changed
+        crashpoint("after_submit_mark", effect.name)
         return stored
 
     def mark_flow(
