@@ -76,11 +76,17 @@ _POLICY_COLUMNS = frozenset(
 )  # fmt: skip
 
 
-def columns_of(changed: frozenset[str]) -> tuple[str, ...]:
-    """The columns of :data:`OP_COLUMNS` that hold the Operation fields ``changed`` (its
-    ``policy`` is eight columns; every other field is the column of its name), in order."""
+def columns_of(changed: frozenset[str] | None) -> tuple[str, ...]:
+    """The columns of :data:`OP_COLUMNS`, in order, that a write of an operation whose
+    ``Operation.changed`` is ``changed`` assigns: the version and those holding the fields
+    named (its ``policy`` is eight columns; every other field is the column of its name);
+    all of them for None (nothing is known to be as stored)."""
+    if changed is None:
+        return OP_COLUMNS
     return tuple(
-        c for c in OP_COLUMNS if c in changed or ("policy" in changed and c in _POLICY_COLUMNS)
+        c
+        for c in OP_COLUMNS
+        if c == "version" or c in changed or ("policy" in changed and c in _POLICY_COLUMNS)
     )
 
 

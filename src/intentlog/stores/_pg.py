@@ -170,8 +170,6 @@ _TYPES = {  # for the casts of INSERT ... SELECT, whose parameters have no colum
     ),
     **dict.fromkeys(("submitted_at", "first_submitted_at"), "float8"),
 }
-_UPDATED = [c for c in OP_COLUMNS if c != "key"]
-_SET_OP = ", ".join(f"{c} = %s" for c in _UPDATED)
 # The fence of an operation write: a shared row lock on the task, taken only if its epoch is
 # still the writer's. Why this is enough, and cheaper than an UPDATE of the task:
 # - A takeover (claim_task, claim_next) is an UPDATE of the task row, which takes FOR NO KEY
@@ -390,21 +388,23 @@ class PostgresPlans:
         if epoch is not None:
             ctes, also_params = _also(also)
             fence = (op.task_id, epoch)
-            cas = f"cas AS ({_cas(op, ' FROM fence')})"
+            statement, assigned = _cas(op, " FROM fence", row)
+            cas = f"cas AS ({statement})"
             sql = f"WITH {', '.join([_FENCE, *ctes, cas, listed])} SELECT 1 FROM cas"
-            params: tuple[Any, ...] = (*fence, *also_params, *_set_values(op, row), *where)
+            params: tuple[Any, ...] = (*fence, *also_params, *assigned, *where)
         elif resolution is not None:
             # An operator's write: not fenced; the audit record in the same statement.
-            cas = f"cas AS ({_cas(op, '')})"
+            statement, assigned = _cas(op, "", row)
+            cas = f"cas AS ({statement})"
             r = resolution
             audit = (r.key, r.task_id, r.at, r.from_state.value, r.to_state.value, r.note)
             receipt = row[OP_COLUMNS.index("receipt")]  # the op's, as SQLite keeps it
             sql = f"WITH {cas}, {listed}, audit AS ({_INSERT_RESOLUTION}) SELECT id FROM audit"
-            params = (*_set_values(op, row), *where, *audit, receipt, r.actor)
+            params = (*assigned, *where, *audit, receipt, r.actor)
         else:
-            cas = f"cas AS ({_cas(op, '')})"
-            sql = f"WITH {cas}, {listed} SELECT 1 FROM cas"
-            params = (*_set_values(op, row), *where)
+            statement, assigned = _cas(op, "", row)
+            sql = f"WITH cas AS ({statement}), {listed} SELECT 1 FROM cas"
+            params = (*assigned, *where)
         if (yield Q(sql, params)).rows:
             return op.as_stored(op.version + 1)
         if epoch is not None:
@@ -473,34 +473,29 @@ def _also(also: Sequence[Operation]) -> tuple[list[str], list[Any]]:
     ctes: list[str] = []
     params: list[Any] = []
     for number, op in enumerate(also):
-        ctes.append(f"also{number} AS ({_cas(op, ' FROM fence')})")
+        statement, assigned = _cas(op, " FROM fence", _op_values(op, op.version + 1))
+        ctes.append(f"also{number} AS ({statement})")
         ctes.append(_track(f"also{number}", op.state))
-        params += [*_set_values(op, _op_values(op, op.version + 1)), op.key, op.version, op.task_id]
+        params += [*assigned, op.key, op.version, op.task_id]
     return ctes, params
 
 
-def _cas(op: Operation, source: str) -> str:
-    """The compare-and-set of ``op`` reading from ``source``; it assigns the columns of the
-    fields that ``op.changed`` says may differ from the row at its version (all if unknown)."""
-    changed = op.changed
-    assigned = _SET_OP if changed is None else _partial_set(changed)[0]
-    return _CAS_OP.replace("{set}", assigned).replace("{source}", source)
-
-
-def _set_values(op: Operation, row: tuple[Any, ...]) -> tuple[Any, ...]:
-    """The values :func:`_cas` assigns, from the operation's whole ``row``."""
-    changed = op.changed
-    return row[1:] if changed is None else _partial_set(changed)[1](row)
+def _cas(op: Operation, source: str, row: tuple[Any, ...]) -> tuple[str, tuple[Any, ...]]:
+    """The compare-and-set of ``op`` reading from ``source``, and the values it assigns
+    (picked from the operation's whole ``row``): the columns :func:`columns_of` names for
+    ``op.changed`` (all but the key when nothing is known)."""
+    statement, values = _assigning(op.changed)
+    return statement.replace("{source}", source), values(row)
 
 
 @functools.lru_cache(maxsize=64)
-def _partial_set(
-    changed: frozenset[str],
+def _assigning(
+    changed: frozenset[str] | None,
 ) -> tuple[str, Callable[[tuple[Any, ...]], tuple[Any, ...]]]:
     # Fewer values to adapt and send: a confirmation assigns 4 columns instead of 24.
-    indexes = [OP_COLUMNS.index(c) for c in columns_of(changed | {"version"}) if c != "key"]
+    indexes = [OP_COLUMNS.index(c) for c in columns_of(changed) if c != "key"]
     assigned = ", ".join(f"{OP_COLUMNS[i]} = %s" for i in indexes)
-    return assigned, lambda row: tuple([row[i] for i in indexes])
+    return _CAS_OP.replace("{set}", assigned), lambda row: tuple([row[i] for i in indexes])
 
 
 def _track(source: str, state: State) -> str:
