@@ -12,6 +12,7 @@ import os
 import re
 import time
 from collections import deque
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -161,12 +162,11 @@ class GitHubFake(FakeService):
             return _error(422, "Validation Failed", errors=[error])
         full = f"{owner}/{repo}".lower()
 
-        def apply() -> tuple[Reply, str]:
+        def make(issue_id: str) -> dict[str, Any]:
             with self._lock:
                 number = self._numbers[full] = self._numbers.get(full, 0) + 1
-            issue_id = str(time.time_ns())
             html = f"https://github.com/{owner}/{repo}/issues/{number}"
-            obj = {
+            return {
                 "id": int(issue_id),
                 "number": number,
                 "title": str(title),
@@ -180,13 +180,8 @@ class GitHubFake(FakeService):
                 "_repo": full,
                 "_kind": "issue",
             }
-            self._store(request.header(self.key_header), issue_id, obj)
-            self._made(issue_id)
-            return Reply(201, _public(obj), outcome="applied"), issue_id
 
-        reply = self._idempotent(None, request, "", apply)
-        reply.params = params
-        return reply
+        return self._create(request, params, make)
 
     def _create_comment(self, request: Request, owner: str, repo: str, number: str) -> Reply:
         params, bad = self._params(request)
@@ -201,9 +196,8 @@ class GitHubFake(FakeService):
             error = {"resource": "IssueComment", "code": "missing_field", "field": "body"}
             return _error(422, "Validation Failed", errors=[error])
 
-        def apply() -> tuple[Reply, str]:
-            comment_id = str(time.time_ns())
-            obj = {
+        def make(comment_id: str) -> dict[str, Any]:
+            return {
                 "id": int(comment_id),
                 "body": body,
                 "html_url": f"{issue['html_url']}#issuecomment-{comment_id}",
@@ -213,9 +207,21 @@ class GitHubFake(FakeService):
                 "_kind": "comment",
                 "_issue": issue["id"],
             }
-            self._store(request.header(self.key_header), comment_id, obj)
-            self._made(comment_id)
-            return Reply(201, _public(obj), outcome="applied"), comment_id
+
+        return self._create(request, params, make)
+
+    def _create(
+        self, request: Request, params: dict[str, Any], make: Callable[[str], dict[str, Any]]
+    ) -> Reply:
+        """Apply a create (GitHub takes no key: every one applies) of the object ``make``
+        builds for a new id, and answer 201 with it."""
+
+        def apply() -> tuple[Reply, str]:
+            object_id = str(time.time_ns())
+            obj = make(object_id)
+            self._store(request.header(self.key_header), object_id, obj)
+            self._made(object_id)
+            return Reply(201, _public(obj), outcome="applied"), object_id
 
         reply = self._idempotent(None, request, "", apply)
         reply.params = params
