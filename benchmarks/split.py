@@ -50,15 +50,16 @@ class _Timed:
 def split(kind: str, sync: str, n: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as d:
         session = w.Sequential(Path(d) / "journal.db", kind)
-        store: Any = session.journal.store
-        if not all(hasattr(store, name) for name in ("_conn", "_reader", "_writer")):
+        executor: Any = getattr(session.journal.store, "executor", None)
+        if not all(hasattr(executor, name) for name in ("conn", "reader", "writer")):
             raise SystemExit(
-                "the SQLite store no longer has _conn/_reader/_writer: update split.py"
+                "the SQLite store's executor no longer has conn/reader/writer: update split.py"
             )
-        store._conn.execute(f"PRAGMA synchronous = {sync}")
+        executor.conn.execute(f"PRAGMA synchronous = {sync}")
         spent: defaultdict[str, float] = defaultdict(float)
-        store._conn, store._reader = _Timed(store._conn, spent), _Timed(store._reader, spent)
-        store._writer.conn = store._conn  # writes run on the group commit's connection
+        executor.conn = _Timed(executor.conn, spent)
+        executor.reader = _Timed(executor.reader, spent)
+        executor.writer.conn = executor.conn  # writes run on the group commit's connection
         session.start()
         session.run(max(n // 10, 50))  # warm-up
         spent.clear()
@@ -85,7 +86,7 @@ def split(kind: str, sync: str, n: int) -> dict[str, float]:
 def wal_pages(session: w.Sequential, path: Path, effects: int = 200) -> float:
     """Pages per commit: the frames ``effects`` more effects add to an emptied WAL that is
     not checkpointed meanwhile, over the commits they made."""
-    conn = session.journal.store._conn
+    conn = session.journal.store.executor.conn
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     conn.execute("PRAGMA wal_autocheckpoint = 0")
     page_size = conn.execute("PRAGMA page_size").fetchone()[0]

@@ -9,6 +9,11 @@ Variants:
            is the only change; the store itself sets WAL and synchronous=NORMAL.
   default  the store as shipped: WAL, synchronous=NORMAL (a commit survives a process kill
            but not a power loss: the WAL is not fsync'ed at each commit).
+  off      synchronous=OFF: no fsync at all, so the rate is its CPU per effect (compare
+           benchmarks/split.py's OFF line for ours). Not a row of run.py: a diagnosis.
+  store    synchronous=OFF, the store's own two calls per effect (``claim`` then ``commit``,
+           as ``@once`` makes them) without the decorator: its statements and the little
+           Python of its store. The decorator's share is the difference from ``off``.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ def _run(directory: Path, n: int, warm: int, variant: str) -> tuple[float, str]:
     conn = store._conn  # type: ignore[attr-defined]
     if variant == "full":
         conn.execute("PRAGMA synchronous = FULL")
+    elif variant in ("off", "store"):
+        conn.execute("PRAGMA synchronous = OFF")
     mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
     sync = conn.execute("PRAGMA synchronous").fetchone()[0]
 
@@ -35,13 +42,26 @@ def _run(directory: Path, n: int, warm: int, variant: str) -> tuple[float, str]:
     def effect(i: int) -> dict[str, Any]:
         return {"id": f"ch_{i}", "ok": True}
 
+    result = b'{"id":"ch_0","ok":true}'
+    if variant == "store":
+
+        def effect(i: int) -> dict[str, Any]:  # the store's two calls, as @once makes them
+            key = f"charge:{i}"
+            store.claim(key, fingerprint="0" * 64, lease_ttl=None)
+            store.commit(key, result)
+            return {"id": "ch_0", "ok": True}
+
     for i in range(n, n + warm):  # warm-up in the same file (past the first WAL checkpoint)
         effect(i)
     start = time.perf_counter()
     for i in range(n):
         effect(i)
     rate = n / (time.perf_counter() - start)
-    if effect(0) != {"id": "ch_0", "ok": True}:
+    if variant == "store":
+        record = store.get("charge:0")
+        if record is None or record.result != result:
+            raise RuntimeError("the store did not keep the committed result")
+    elif effect(0) != {"id": "ch_0", "ok": True}:
         raise RuntimeError("replay did not return the stored result")
     store.close()
     return rate, f"journal_mode={mode}, synchronous={sync} (1=NORMAL, 2=FULL)"
@@ -57,4 +77,4 @@ def measure(args: argparse.Namespace, directory: Path) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main(measure, ["full", "default"])
+    main(measure, ["full", "default", "off", "store"])
