@@ -148,11 +148,13 @@ async def measure(tmp: Path, calls: int, baseline: Path | None = None) -> dict[s
             direct = name in ("direct", HAND)
             if tool == "write" and direct:  # through the proxy, the proxy adds the key
                 arguments["idempotency_key"] = f"k{n}"
-            before, after = (COMMITS[tool] - 1, 1) if name == HAND else (0, 0)
+            by_hand = name == HAND
             start = time.perf_counter()
-            hand.run(before)  # the intent (and, for "note", the SUBMITTED mark)
+            if by_hand:  # the intent (and, for "note", the SUBMITTED mark)
+                hand.run(COMMITS[tool] - 1)
             result = await sessions["direct" if direct else name].call_tool(tool, arguments)
-            hand.run(after)  # the receipt
+            if by_hand:  # the receipt
+                hand.run(1)
             elapsed = time.perf_counter() - start
             if result.is_error:
                 raise SystemExit(f"{tool} failed: {result.content}")
