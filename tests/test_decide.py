@@ -224,6 +224,27 @@ def test_notfound_exactly_at_the_trust_boundary(gone: bool) -> None:
     assert before.action is Action.WAIT and before.not_before == boundary
 
 
+@pytest.mark.parametrize("gone", [False, True])
+def test_notfound_counts_from_when_the_lookup_was_asked(gone: bool) -> None:
+    # A slow lookup reads the service's records, then takes a while to answer: a NotFound
+    # read before the trust boundary says nothing of a request that landed after the read,
+    # however late the answer arrives. It is asked again, never trusted.
+    sent = 1700000000.1
+    boundary = sent + send_slack(RECON) + RECON.timeout + RECON.lookup_lag
+    op = op_at(State.SUBMITTED, RECON, sent=sent)
+    late = boundary + 5.0
+    stale = decide(op, RECON, late, lookup=NotFound(), asked_at=boundary - 0.5, submitter_gone=gone)
+    assert stale.action is Action.RECONCILE and stale.mark is None
+    fresh = decide(op, RECON, late, lookup=NotFound(), asked_at=boundary, submitter_gone=gone)
+    assert fresh.action is Action.SUBMIT and fresh.resend == "not_found"
+    early = decide(op, RECON, boundary - 1.0, lookup=NotFound(), asked_at=boundary - 2.0)
+    assert early.action is Action.WAIT and early.not_before == boundary
+    # An ask time after the decision's own (a clock that stepped back) counts as now.
+    assert decide(op, RECON, boundary - 1.0, lookup=NotFound(), asked_at=late).action is (
+        Action.WAIT
+    )
+
+
 def test_dedupe_waits_out_the_deadline_even_when_the_sender_is_dead() -> None:
     # A dead sender's request may still be executing on the service, whose idempotency layer
     # may deduplicate only completed requests: no resend before the request's deadline.
@@ -387,6 +408,7 @@ NUDGE_ST = st.sampled_from(["at", "ulp-before"]) | st.floats(-1e6, 1e6)
 STATE_ST = st.sampled_from(State)
 FAILURES_ST = st.integers(0, 10)
 LIMIT_ST = st.integers(1, 10)
+ASKED_BACK_ST = st.sampled_from([None, 0.0, 0.5, 5.0, 1e4])
 SPREAD_ST = st.just(0.0) | st.floats(0.0, 1e6)
 FIRST_ST = st.floats(0.0, 2e9)
 
@@ -416,8 +438,10 @@ def scenario(
     else:
         now = base + nudge
     op = op_at(draw(states), policy, sent=sent, first=first, failures=draw(FAILURES_ST))
+    back = draw(ASKED_BACK_ST)  # how long before ``now`` the lookup was asked (None: now)
     kwargs = {
         "lookup": draw(LOOKUP_ST),
+        "asked_at": None if back is None else now - back,
         "submitter_gone": draw(st.booleans()),
         "lookup_limit": draw(LIMIT_ST),
     }
@@ -438,11 +462,11 @@ def test_the_guarantee(case: tuple[Operation, Policy, float, dict[str, Any]]) ->
             ret is None or now < op.first_submitted_at + ret - retention_margin(policy)
         )
         window_over = now >= op.submitted_at + send_slack(policy) + policy.timeout
-        trusted_notfound = (
+        asked = now if kwargs["asked_at"] is None else min(kwargs["asked_at"], now)
+        trusted_notfound = (  # asked (not answered) after the request could no longer land
             policy.can_reconcile
             and isinstance(lookup, NotFound)
-            and window_over
-            and now >= op.submitted_at + send_slack(policy) + policy.timeout + policy.lookup_lag
+            and asked >= op.submitted_at + send_slack(policy) + policy.timeout + policy.lookup_lag
         )
         # a deduplicating resend waits out the latest request's deadline, unless the service
         # refuses a same-key request while one runs and nobody alive is sending it
@@ -519,7 +543,9 @@ def test_a_reconciler_never_makes_recovery_slower(
     # The same operation, policy and time, once with a lookup that does not settle it
     # (NotFound that may lag, Indeterminate, a failing lookup) and once with no lookup at all.
     op, policy, now, kwargs = case
-    kwargs = {**kwargs, "lookup": lookup}
+    # Answered as it is asked: a stale answer is asked again (RECONCILE), which is not a
+    # recovery of its own to compare.
+    kwargs = {**kwargs, "lookup": lookup, "asked_at": None}
     alone = dataclasses.replace(policy, can_reconcile=False)
     without = decide(op, alone, now, submitter_gone=kwargs["submitter_gone"])
     with_lookup = decide(op, policy, now, **kwargs)

@@ -15,6 +15,7 @@ import pytest
 
 import intentlog
 from intentlog import Action, State
+from intentlog._decide import in_flight_until
 from remote import Remote, make_effect
 
 
@@ -241,6 +242,47 @@ def test_ambiguous_error_after_remote_commit_is_reconciled_in_process(
         receipt = task.run(effect, amount=9)
     assert remote.count() == 1
     assert receipt["id"] == remote.ids()[0]
+
+
+class _Died(BaseException):
+    """The worker dies with its request on the wire (nothing catches a BaseException)."""
+
+
+def test_a_slow_lookup_is_judged_by_when_it_was_asked(tmp_path: Path, remote: Remote) -> None:
+    """A lookup reads the service's records, then its answer takes a while to come back. A
+    NotFound read while the request could still land is no proof it did not, even when the
+    answer arrives after the in-flight window: it is asked again, never trusted."""
+    asked: list[float] = []
+    path = tmp_path / "journal.db"
+
+    def charge(key: str, amount: int) -> dict[str, Any]:
+        if not asked:
+            raise _Died  # the request left; it lands at the service while the lookup runs
+        return remote.apply(key, amount, dedupe=False)
+
+    def slow_lookup(key: str) -> intentlog.Found | intentlog.NotFound:
+        answer = remote.lookup(key)  # what the service holds as it is asked
+        asked.append(time.time())
+        if len(asked) == 1:
+            with intentlog.open(path) as reader:
+                op = reader.operation(key)
+            assert op.submitted_at is not None
+            trusted_at = in_flight_until(op, op.policy) + op.policy.lookup_lag
+            assert asked[0] < trusted_at, "the test's premise: asked inside the window"
+            remote.apply(key, 7, dedupe=False)  # the first request lands, inside its deadline
+            while time.time() <= trusted_at:  # the answer comes back after the window
+                time.sleep(0.01)
+        return answer
+
+    effect = intentlog.Effect("charge", charge, reconcile=slow_lookup, timeout=2.0)
+    with intentlog.open(path, max_wait=30.0) as journal:
+        with pytest.raises(_Died), journal.task("t") as task:
+            task.run(effect, amount=7)
+        with journal.task("t") as task:  # restarted at once: the lookup is asked in flight
+            receipt = task.run(effect, amount=7)
+    assert remote.count() == 1, f"applied {remote.count()} times"
+    assert receipt["id"] == remote.ids()[0]
+    assert len(asked) == 2  # the stale NotFound was asked again, and found it
 
 
 def test_ambiguous_error_on_a_neither_effect_is_unresolved(journal: intentlog.Journal) -> None:

@@ -156,6 +156,7 @@ def decide(
     now: float,
     *,
     lookup: LookupResult | LookupFailed | None = None,
+    asked_at: float | None = None,
     submitter_gone: bool = False,
     lookup_limit: int = DEFAULT_LOOKUP_LIMIT,
 ) -> Decision:
@@ -163,7 +164,9 @@ def decide(
 
     ``policy`` describes the effect's service: the one recorded with the operation, or
     :func:`strictest` of the recorded and the live effect's. ``lookup`` is the reconciler's
-    answer, when one was asked for. ``submitter_gone`` is true when no live process can still
+    answer, when one was asked for, and ``asked_at`` the store-clock time it was asked
+    (default ``now``): what a lookup says is what the service held when it read its records,
+    however late the answer comes back. ``submitter_gone`` is true when no live process can still
     be sending the latest request: its process is known to be dead, or it is this very caller
     whose request already ended.
 
@@ -171,9 +174,9 @@ def decide(
     deduplicates and the key is inside its retention (minus :func:`retention_margin`) and
     either the latest request can no longer be running (:func:`in_flight_until` has passed)
     or the service locks a key while a request runs and no live worker is sending it (what
-    a lookup answered, short of Found, does not matter then); or an authoritative lookup
-    said the operation did not land, after the request could no longer land and the lookup
-    could no longer lag.
+    a lookup answered, short of Found, does not matter then); or a lookup asked after the
+    request could no longer land and the lookup could no longer lag said the operation did
+    not land.
 
     A reconciler never makes recovery slower: for the same operation and time, a lookup that
     answers NotFound, Indeterminate or fails leads to a resend no later than the same policy
@@ -196,7 +199,8 @@ def decide(
         return Decision(
             Action.ESCALATE, f"outcome unknown{why}; resolve it (confirmed, failed or retry)"
         )
-    return _decide_submitted(op, policy, now, lookup, submitter_gone, lookup_limit)
+    asked = now if asked_at is None else min(asked_at, now)
+    return _decide_submitted(op, policy, now, lookup, asked, submitter_gone, lookup_limit)
 
 
 def _decide_submitted(
@@ -204,6 +208,7 @@ def _decide_submitted(
     policy: Policy,
     now: float,
     lookup: LookupResult | LookupFailed | None,
+    asked: float,
     submitter_gone: bool,
     lookup_limit: int,
 ) -> Decision:
@@ -231,8 +236,10 @@ def _decide_submitted(
             # A request sent by a process that has since died may still sit in the
             # service's queue, and the lookup may lag behind a commit: NotFound is only
             # authoritative once neither can be true any more.
+            # Judged by when the service was asked, not by when its answer came back: a
+            # slow lookup may have read its records before the request landed.
             trusted_at = in_flight + policy.lookup_lag
-            if now >= trusted_at:
+            if asked >= trusted_at:
                 return Decision(
                     Action.SUBMIT,
                     "the service says it did not land; send again",
@@ -251,6 +258,11 @@ def _decide_submitted(
                     "not found yet, and the latest request may still be executing; resend "
                     "the same key after its deadline",
                     not_before=resend_at,
+                )
+            if now >= trusted_at:
+                return Decision(
+                    Action.RECONCILE,
+                    "not found, but asked before the request could no longer land; ask again",
                 )
             return Decision(
                 Action.WAIT,

@@ -323,6 +323,7 @@ class TaskCore:
         """
         give_up = time.monotonic() + self.options.max_wait
         lookup: LookupResult | LookupFailed | None = None
+        asked_at: float | None = None  # when ``lookup`` was asked (store clock)
         sends = 0 if last_error is None else 1  # ambiguous sends this call made
         while True:
             mark = self.unsent.pop(op.key, None)
@@ -347,10 +348,11 @@ class TaskCore:
                 judged_by(op, effect),
                 now,
                 lookup=lookup,
+                asked_at=asked_at,
                 submitter_gone=gone,
                 lookup_limit=self.options.lookup_limit,
             )
-            lookup = None
+            lookup = asked_at = None
             if decision.mark is not None or decision.lookup_failed:
                 marked = yield from self.mark_flow(op, decision, effect)
                 if marked is None:  # changed under us (an operator resolved it): look again
@@ -377,6 +379,7 @@ class TaskCore:
                     state=op.state.value,
                 )
             if action is Action.RECONCILE:
+                asked_at = self.store.now()  # what the lookup says holds as of now, not later
                 lookup = yield from self.lookup_flow(effect, op.key)
                 continue
             if action is Action.WAIT:
