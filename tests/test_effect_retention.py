@@ -115,6 +115,52 @@ def test_a_retention_without_deduplication_or_one_lost_with_the_process_is_refus
     assert "does not deduplicate across a crash" in str(error) and error.option == "key_retention"
 
 
+@pytest.mark.parametrize(
+    "retention", [120, timedelta(seconds=120), 120.0], ids=["int", "timedelta", "float"]
+)
+def test_a_retention_set_after_construction_is_kept_as_seconds(
+    tmp_path: Path, retention: Any
+) -> None:
+    # An attribute set after construction takes any spelling the constructor takes; before,
+    # anything but a float became None with idempotent still True: a stated FOREVER.
+    charge = intentlog.Effect("charge", _send, idempotent=True, key_retention=60.0)
+    charge.key_retention = retention
+    assert charge.policy.idempotent and charge.policy.key_retention == 120.0
+    # So a crash an hour old is past the retention: it is not resent.
+    now = 10_000.0
+    op = intentlog.Operation(
+        key="k", task_id="t", effect="charge", fingerprint="f", state=intentlog.State.SUBMITTED,
+        policy=charge.policy, created_at=now - 3600, updated_at=now - 3600, attempts=1,
+        submitted_at=now - 3600, first_submitted_at=now - 3600,
+    )  # fmt: skip
+    decision = intentlog.decide(op, charge.policy, now, submitter_gone=True)
+    assert decision.action is intentlog.Action.ESCALATE, decision
+
+
+def test_an_attribute_set_after_construction_is_checked_when_the_effect_is_used(
+    tmp_path: Path,
+) -> None:
+    charge = intentlog.Effect("charge", _send, idempotent=True, key_retention=60.0)
+    charge.key_retention = intentlog.PROCESS
+    error = _refused(lambda: charge.policy)
+    assert "does not deduplicate across a crash" in str(error)
+    for name, value in [("key_retention", -5), ("key_retention", "a day"), ("timeout", None),
+                        ("timeout", 0), ("lookup_lag", float("nan"))]:  # fmt: skip
+        charge = intentlog.Effect("charge", _send, idempotent=True, key_retention=60.0)
+        setattr(charge, name, value)
+        error = _refused(lambda: charge.policy)  # noqa: B023 - called at once
+        assert name in str(error) and repr(value) in str(error), error
+        with intentlog.open(tmp_path / "j.db") as journal, journal.task("t") as task:
+            with pytest.raises(intentlog.InvalidInput):
+                task.run(charge)
+            assert journal.operations("t") == []  # refused before anything was journaled
+    charge = intentlog.Effect("charge", _send, idempotent=True, key_retention=60.0)
+    charge.timeout = timedelta(seconds=5)
+    assert charge.policy.timeout == 5.0
+    charge.idempotent = False  # no longer deduplicates: the retention no longer counts
+    assert not charge.policy.idempotent and charge.policy.key_retention == 60.0
+
+
 def test_the_integrations_built_on_profiles_state_their_retention() -> None:
     # AWS, SMTP and NATS take no deduplication keywords: their services state it.
     s3 = intentlog.Effect("put", _send, service=profiles.S3_CONDITIONAL)

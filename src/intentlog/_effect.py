@@ -10,7 +10,8 @@ from intentlog._effect_options import EffectOptions, check_names, effect_contrac
 from intentlog._errors import InvalidInput
 from intentlog._keys import _slug, validate_label
 from intentlog._model import LookupResult, Policy
-from intentlog._service import Retention, Seconds, Service
+from intentlog._service import FOREVER, PROCESS, Retention, Seconds, Service
+from intentlog._validate import seconds
 
 __all__ = ["Effect", "EffectOptions", "Seconds", "effect"]
 
@@ -124,20 +125,33 @@ class Effect:
             None if self.receipt is None or callable(self.receipt) else tuple(self.receipt),
         )
         if of != self._policy_of:  # cached (asked several times per run); rebuilt on change
-            self._policy_of = of
             retention = self.key_retention
-            self._policy = Policy(
+            # Deduplication counts only with a stated retention (attributes changed after
+            # construction included): an unstated one takes the safe side, as a Service's.
+            stated = retention is not None
+            kept: float | None = None  # None with a stated retention: FOREVER
+            what = f"effect {self.name!r}"
+            if retention is PROCESS and self.idempotent:
+                raise InvalidInput(
+                    f"{what}: key_retention=intentlog.PROCESS (keys lost when the service's "
+                    "process ends) does not deduplicate across a crash; set idempotent=False",
+                    option="key_retention",
+                )
+            if stated and retention is not FOREVER and retention is not PROCESS:
+                # Set after construction, it may be an int, a timedelta or nonsense: seconds
+                # or a clear error, never a silent FOREVER.
+                kept = seconds(f"{what}: key_retention", retention, positive=True, bounded=False)
+            policy = Policy(
                 can_reconcile=self.reconcile is not None,
-                # Deduplication counts only with a stated retention (attributes changed after
-                # construction included): an unstated one takes the safe side, as a Service's.
-                idempotent=self.idempotent and retention is not None,
-                key_retention=retention if isinstance(retention, float) else None,
-                timeout=self.timeout,
-                lookup_lag=self.lookup_lag,
-                locks_in_flight=self.locks_in_flight and retention is not None,
+                idempotent=bool(self.idempotent) and stated and retention is not PROCESS,
+                key_retention=kept,
+                timeout=seconds(f"{what}: timeout", self.timeout, positive=True, bounded=False),
+                lookup_lag=seconds(f"{what}: lookup_lag", self.lookup_lag, bounded=False),
+                locks_in_flight=bool(self.locks_in_flight) and stated,
                 service=self.service.name if self.service is not None else None,
                 receipt_fields=of[7],
             )
+            self._policy_of, self._policy = of, policy
         return self._policy
 
     @property
