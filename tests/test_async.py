@@ -14,6 +14,7 @@ import pytest
 
 import intentlog
 from intentlog import Action, State
+from intentlog._decide import send_slack
 from intentlog.stores.sqlite_async import AsyncSQLiteStore
 from remote import Remote, make_effect
 
@@ -399,3 +400,63 @@ def test_a_claim_that_commits_after_the_caller_gave_up_is_given_back(tmp_path: P
                 return task.epoch
 
     assert arun(main()) == 2
+
+
+def test_a_sync_submit_that_waited_for_a_thread_leaves_within_its_recorded_window(
+    journal_url: str,
+) -> None:
+    """A synchronous submit on an asyncio journal runs in the journal's pool, and may wait
+    there behind other tasks' blocking calls after the flow checked that its recorded send
+    was fresh. The request must still leave within ``send_slack`` of the send the journal
+    records (the in-flight window a person and every other worker rely on): one that waited
+    longer is stamped again before it leaves, never sent on the stale stamp."""
+    sent: dict[str, float] = {}
+    key = "b-charge"
+
+    async def main() -> intentlog.Operation:
+        async with intentlog.open_async(journal_url, workers=1, max_wait=30.0) as journal:
+            store = journal.store
+            started, queued = asyncio.Event(), asyncio.Event()
+            loop = asyncio.get_running_loop()
+
+            def hold_the_pool(key: str) -> dict[str, Any]:
+                # The pool's one thread, held until the charge's send, queued behind it, is
+                # recorded and then stale (observed in the journal and on its clock).
+                loop.call_soon_threadsafe(started.set)
+                asyncio.run_coroutine_threadsafe(queued.wait(), loop).result(30)
+                op = asyncio.run_coroutine_threadsafe(store.get_op(key), loop).result(30)
+                assert op is not None and op.submitted_at is not None
+                while store.now() <= op.submitted_at + send_slack(op.policy) + 0.05:
+                    time.sleep(0.01)
+                return {"held": True}
+
+            def charge(given: str, amount: int) -> dict[str, Any]:
+                sent[given] = store.now()  # the request leaves now
+                return {"id": given, "amount": amount}
+
+            holder = intentlog.Effect("hold", hold_the_pool, idempotent=True,
+                                      key_retention=intentlog.FOREVER, timeout=30.0)  # fmt: skip
+            pay = intentlog.Effect("charge", charge, idempotent=True,
+                                   key_retention=intentlog.FOREVER, timeout=0.4)  # fmt: skip
+
+            async def held() -> None:
+                async with journal.task("a") as task:
+                    await task.run(holder)
+
+            async def paid() -> None:
+                await started.wait()  # the pool's one thread is taken
+                async with journal.task("b") as task:
+                    run = asyncio.ensure_future(task.run(pay, amount=7, key=key))
+                    while not await journal.operations("b"):
+                        await asyncio.sleep(0.01)
+                    queued.set()  # its intent is recorded: its send waits for the thread
+                    await run
+
+            await asyncio.gather(held(), paid())
+            return await journal.operation(key)
+
+    op = arun(main())
+    assert op.state is State.CONFIRMED and op.submitted_at is not None
+    assert sent[op.key] - op.submitted_at <= send_slack(op.policy), (
+        f"sent {sent[op.key] - op.submitted_at:.3f}s after its recorded send"
+    )

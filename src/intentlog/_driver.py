@@ -13,10 +13,12 @@ import concurrent.futures
 import functools
 import inspect
 import time
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from intentlog._errors import InvalidInput
 from intentlog._flow import (
+    NOT_STARTED,
     Call,
     Elsewhere,
     Finished,
@@ -115,8 +117,14 @@ async def _perform_on_loop(
     if inspect.iscoroutinefunction(request.fn):
         return await request.fn(*request.args, **request.kwargs)
     fn = functools.partial(request.fn, *request.args, **request.kwargs)
+    if request.gate is not None:  # it may wait for a thread: the flow's checks are redone
+        fn = functools.partial(_gated, request.gate, fn)
     result = await loop.run_in_executor(executor, fn)
     return (await result) if inspect.isawaitable(result) else result
+
+
+def _gated(gate: Callable[[], bool], fn: Callable[[], Any]) -> Any:
+    return fn() if gate() else NOT_STARTED
 
 
 def _perform_in_thread(store: Store, request: Request) -> Any:

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from intentlog.stores._base import Store
 
 __all__ = [
+    "NOT_STARTED",
     "Call",
     "Elsewhere",
     "Finished",
@@ -70,6 +71,15 @@ class User:
     what: str = ""
     #: ``fn`` is known not to be an ``async def`` (the effect said so): drivers skip asking.
     plain: bool = False
+    #: Asked in the thread that is about to call a synchronous ``fn``, when that call waited
+    #: in a queue for a thread (an asyncio journal's pool): False means ``fn`` is not called
+    #: and the request's value is :data:`NOT_STARTED`. What the flow checked before it made
+    #: the request may no longer hold after that wait; without one, it still does.
+    gate: Callable[[], bool] | None = None
+
+
+#: The value of a :class:`User` request whose ``gate`` said no: nothing was called.
+NOT_STARTED: Any = type("NotStarted", (), {"__repr__": lambda self: "NOT_STARTED"})()
 
 
 @dataclasses.dataclass(slots=True)

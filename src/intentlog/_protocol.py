@@ -9,6 +9,7 @@ is preceded by a durable, fenced write (the intent), and every receipt is durabl
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Concatenate, ParamSpec, TypeVar, cast
@@ -28,7 +29,7 @@ from intentlog._errors import (
     StillInFlight,
     TaskBusy,
 )
-from intentlog._flow import Call, Flow, Sleep, User, call
+from intentlog._flow import NOT_STARTED, Call, Flow, Sleep, User, call
 from intentlog._hygiene import (
     check_safe,
     describe,
@@ -445,41 +446,48 @@ class TaskCore:
         Guarantee: the request leaves within ``send_slack`` of the operation's recorded
         ``submitted_at`` (the in-flight window counts that in), however long the intent's
         write or anything else before the send took: when more has passed, the send is
-        stamped again first."""
-        assert op.submitted_at is not None
-        if self.store.now() - op.submitted_at > send_slack(op.policy):  # the intent stalled
-            op = yield from self.restamp_flow(op)
-        if time.monotonic() > self.lease_deadline - _LEASE_SAFETY * self.ttl:
-            # Paused (or starved) since the intent was written: the lease may be gone, so
-            # this handle must neither send nor write any more.
-            self.lost = LeaseLost(
-                f"task {self.id!r}: too little of the lease remains to send {op.key!r}",
-                task_id=self.id,
-                key=op.key,
+        stamped again first. That holds where the submit then waits for a thread (a
+        synchronous submit on an asyncio journal): the checks are made again in that thread,
+        right before the call, and a send that waited too long there is not made; it is
+        stamped again and queued again."""
+        result = NOT_STARTED
+        for _ in range(_RESTAMPS):
+            op = yield from self._ready_to_send(op)
+            try:
+                submit = effect.submit
+                hooks = _observe.hooks
+                if hooks is not None:
+                    submit = hooks.user_code(self, submit)
+                result = yield User(
+                    submit,
+                    (op.key, *args),
+                    kwargs,
+                    f"submit of effect {effect.name!r}",
+                    plain=not effect.is_async,
+                    gate=functools.partial(self._may_send, op),
+                )
+            except (Rejected, KeyConflict) as exc:
+                # The service said "not applied" (a KeyConflict is its 422 for a reused key).
+                # The message is made storable (and its str() may not even work): a definite
+                # refusal must reach the journal as FAILED, whatever text it carries.
+                error = {
+                    "message": scrub_text(describe(exc)),
+                    "type": scrub_text(type(exc).__name__),
+                }
+                failed = op.replace(state=State.FAILED, updated_at=self.store.now(), error=error)
+                yield from self._fenced(Store.update_op, failed, self.record.epoch, self.ttl)
+                raise
+            except Exception as exc:
+                raise _Ambiguous(exc) from exc
+            if result is not NOT_STARTED:
+                break
+        else:  # nothing was sent; the decision settles the operation (it reads as in flight)
+            raise _Ambiguous(
+                RuntimeError(
+                    f"the submit waited for a thread longer than {send_slack(op.policy):g}s "
+                    f"{_RESTAMPS} times in a row; not sending on a stale intent"
+                )
             )
-            raise self.lost
-        try:
-            submit = effect.submit
-            hooks = _observe.hooks
-            if hooks is not None:
-                submit = hooks.user_code(self, submit)
-            result = yield User(
-                submit,
-                (op.key, *args),
-                kwargs,
-                f"submit of effect {effect.name!r}",
-                plain=not effect.is_async,
-            )
-        except (Rejected, KeyConflict) as exc:
-            # The service said "not applied" (a KeyConflict is its 422 for a reused key). The
-            # message is made storable (and its str() may not even work): a definite refusal
-            # must reach the journal as FAILED, whatever text it carries.
-            error = {"message": scrub_text(describe(exc)), "type": scrub_text(type(exc).__name__)}
-            failed = op.replace(state=State.FAILED, updated_at=self.store.now(), error=error)
-            yield from self._fenced(Store.update_op, failed, self.record.epoch, self.ttl)
-            raise
-        except Exception as exc:
-            raise _Ambiguous(exc) from exc
         crashpoint("after_remote_commit", effect.name)
         # What the journal keeps, and so what run returns, now and on every replay. Warnings
         # about what was dropped come once it is durable: turned into errors, they must not
@@ -511,6 +519,32 @@ class TaskCore:
         crashpoint("after_confirm", effect.name)
         warn_receipt(dropped)
         return stored.receipt
+
+    def _ready_to_send(self, op: Operation) -> Flow[Operation]:
+        """``op`` stamped again if its recorded send is stale; LeaseLost (and this handle
+        unusable) if too little of the lease is left to send."""
+        assert op.submitted_at is not None
+        if self.store.now() - op.submitted_at > send_slack(op.policy):  # the intent stalled
+            op = yield from self.restamp_flow(op)
+        if time.monotonic() > self.lease_deadline - _LEASE_SAFETY * self.ttl:
+            # Paused (or starved) since the intent was written: the lease may be gone, so
+            # this handle must neither send nor write any more.
+            self.lost = LeaseLost(
+                f"task {self.id!r}: too little of the lease remains to send {op.key!r}",
+                task_id=self.id,
+                key=op.key,
+            )
+            raise self.lost
+        return op
+
+    def _may_send(self, op: Operation) -> bool:
+        """What :meth:`_ready_to_send` checked, asked again by the thread about to call the
+        submit: the recorded send is still fresh and enough of the lease is left."""
+        assert op.submitted_at is not None
+        return (
+            self.store.now() - op.submitted_at <= send_slack(op.policy)
+            and time.monotonic() <= self.lease_deadline - _LEASE_SAFETY * self.ttl
+        )
 
     def restamp_flow(self, op: Operation) -> Flow[Operation]:
         """``op``, stamped again as sent now if its recorded send lies more than
