@@ -7,6 +7,7 @@ import asyncio
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -222,3 +223,57 @@ def test_a_refused_actor_is_described_not_echoed() -> None:
     with pytest.raises(intentlog.InvalidInput) as caught:
         checked_actor(secret)
     assert secret[:20] not in str(caught.value) and "304 characters" in str(caught.value)
+
+
+def test_a_submitted_operation_of_a_task_a_live_worker_holds_is_a_risk(
+    journal_url: str, tmp_path: Path
+) -> None:
+    """A worker with lazy receipts has the receipt in hand while the journal still says
+    SUBMITTED; its next write carries the receipt. A person resolving the operation
+    meanwhile (its request can no longer land, so no in-flight risk shows) would make that
+    write skip it: the journal would say FAILED (next: a new attempt, a second charge) for
+    an effect that happened. While a live worker holds the task, every outcome is a risk
+    that needs the phrase, in the API, the CLI and the console alike."""
+    applied: list[str] = []
+
+    def charge(key: str, amount: int) -> dict[str, Any]:
+        applied.append(key)
+        return {"id": key, "amount": amount}
+
+    def lookup(key: str) -> intentlog.Found | intentlog.NotFound:
+        return intentlog.Found({"id": key}) if key in applied else intentlog.NotFound()
+
+    pay = intentlog.Effect("pay", charge, reconcile=lookup, timeout=0.2, lazy_receipt=True)
+    with intentlog.open(journal_url) as journal, journal.task("t") as task:
+        receipt = task.run(pay, amount=7)
+        (op,) = journal.operations("t")
+        assert op.state is State.SUBMITTED  # the receipt rides in the task's next write
+        while journal.store.now() <= in_flight_until(op, op.policy):
+            time.sleep(0.01)  # past the window: the in-flight risk alone would be gone
+        assert (
+            resolve_risk(op, op.policy, journal.store.now(), "failed", submitter_gone=False) is None
+        )
+        with intentlog.open(journal_url) as operator:
+            for outcome in ("failed", "confirmed"):  # a retry is a risk already (no dedupe)
+                given = {"id": "seen"} if outcome == "confirmed" else None
+                with pytest.raises(intentlog.InvalidInput, match="held by a live worker") as no:
+                    operator.resolve(op.key, outcome, receipt=given, actor="alice")
+                assert no.value.phrase == f"{outcome} pay"
+            record = operator.store.get_task("t")
+            shown = risks_of(operator.operation(op.key), tuple(intentlog.Outcome),
+                             operator.store.now(), record)  # fmt: skip
+            assert set(shown) == {"confirmed", "failed", "retry"}
+        if not journal_url.startswith("postgres"):
+            refused = CliRunner().invoke(cli, ["--db", journal_url, "resolve", op.key, "--failed"])
+            assert refused.exit_code == 1 and "held by a live worker" in refused.output
+            assert "--confirm 'failed pay'" in refused.output
+        task.checkpoint(next_step="ship")  # carries the receipt
+        stored = journal.operation(op.key)
+    assert stored.state is State.CONFIRMED and stored.receipt == receipt
+    assert journal_resolutions(journal_url) == []
+    assert applied == [op.key]
+
+
+def journal_resolutions(url: str) -> list[Any]:
+    with intentlog.open(url) as journal:
+        return journal.resolutions()

@@ -21,6 +21,7 @@ from intentlog._decide import (
     LookupFailed,
     Outlook,
     Risk,
+    confirm_phrase,
     decide,
     resolve_risk,
     task_action,
@@ -316,10 +317,13 @@ def resolve_flow(
                 key=key,
                 state=op.state.value,
             )
+        task = (
+            (yield from call(Store.get_task, op.task_id)) if op.state is State.SUBMITTED else None
+        )
         now = store.now()
         if to_state is State.CONFIRMED:
             _check_receipt_fields(op, receipt)
-        risk = risk_of(op, outcome, now)
+        risk = risk_of(op, outcome, now, task)
         if risk is not None and not accept_risk:
             raise InvalidInput(
                 f"operation {key!r} ({op.effect}) was not resolved as {outcome}: "
@@ -354,11 +358,43 @@ def resolve_flow(
             return stored
 
 
-def risk_of(op: Operation, outcome: str, now: float) -> Risk | None:
+def risk_of(op: Operation, outcome: str, now: float, task: TaskRecord | None = None) -> Risk | None:
     """What resolving ``op`` as ``outcome`` risks, judged by the policy recorded with it
-    (the effect's code is not needed: the recorded policy is what its sends were judged by)."""
+    (the effect's code is not needed: the recorded policy is what its sends were judged by)
+    and, given ``task`` (the operation's task as recorded), by who holds that task now."""
     gone = holder_is_dead(op.submitted_by)
-    return resolve_risk(op, op.policy, now, str(outcome), submitter_gone=gone)
+    risk = resolve_risk(op, op.policy, now, str(outcome), submitter_gone=gone)
+    if risk is None and task is not None:
+        risk = _held_risk(op, str(outcome), now, task)
+    return risk
+
+
+def _held_risk(op: Operation, outcome: str, now: float, task: TaskRecord) -> Risk | None:
+    """A SUBMITTED operation of a task that a live worker holds: that worker may have its
+    receipt and not have written it yet (a lazy receipt, or one whose write failed, rides in
+    the task's next write, which an operator's change would make it skip), or be deciding
+    it now. Whatever a person records meanwhile may contradict what the worker knows."""
+    if (
+        op.state is not State.SUBMITTED
+        or task.owner is None
+        or task.lease_expires <= now
+        or holder_is_dead(task.owner)
+    ):
+        return None
+    return Risk(
+        outcome,
+        f"its task is held by a live worker ({task.owner}, its lease renewed until "
+        f"{_lease_left(task.lease_expires - now)} from now), which may already have this "
+        "operation's receipt and not have written it yet (a lazy receipt is written with the "
+        "task's next write), or be settling it now: resolve it once the worker has let the "
+        "task go.",
+        confirm_phrase(outcome, op.effect),
+        until=task.lease_expires,
+    )
+
+
+def _lease_left(seconds: float) -> str:
+    return f"{seconds:.0f}s" if seconds >= 1 else f"{seconds:.1f}s"
 
 
 def missing_receipt_fields(op: Operation, receipt: JSON) -> list[str]:

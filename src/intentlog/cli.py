@@ -517,7 +517,9 @@ def resolve(
                 key, chosen[0], receipt=parsed, note=note, actor=actor, accept_risk=accept
             )
         except intentlog.InvalidInput as exc:
-            risk = risk_of(journal.operation(key), chosen[0], journal.store.now())
+            current = journal.operation(key)
+            task = journal.store.get_task(current.task_id)
+            risk = risk_of(current, chosen[0], journal.store.now(), task)
             if exc.phrase is None or risk is None:
                 raise
             raise _Failure(

@@ -245,7 +245,8 @@ class Console:
                 return "Nothing was written: the receipt is nested too deeply.", None
         # The decision module says what this choice risks; the journal refuses it too
         # without accept_risk, so the form's check and the journal's cannot disagree.
-        risk = risk_of(op, outcome, self.journal.store.now())
+        task = self.journal.store.get_task(op.task_id)
+        risk = risk_of(op, outcome, self.journal.store.now(), task)
         if risk is not None and fields["confirm"] != risk.phrase:
             return (
                 f"{_NOT_DONE[outcome]} {_sentence(risk.reason)} To resolve it so anyway, type "

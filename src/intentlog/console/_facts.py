@@ -188,7 +188,7 @@ def task_view(journal: intentlog.Journal, task_id: str) -> TaskView:
         else:  # settled: the decision needs no clock or lookup for these
             decision = intentlog.decide(op, op.policy, now)
             action, reason, not_before = decision.action, decision.reason, None
-        views.append(_op_view(journal, op, number, action, reason, not_before, now))
+        views.append(_op_view(journal, op, number, action, reason, not_before, now, info.record))
     record = info.record
     return TaskView(
         info=info,
@@ -200,10 +200,13 @@ def task_view(journal: intentlog.Journal, task_id: str) -> TaskView:
     )
 
 
-def risks_of(op: Operation, outcomes: tuple[Outcome, ...], now: float) -> dict[str, Risk]:
+def risks_of(
+    op: Operation, outcomes: tuple[Outcome, ...], now: float, task: TaskRecord | None = None
+) -> dict[str, Risk]:
     """What resolving ``op`` as each of ``outcomes`` risks at store-clock time ``now``, as
-    the journal's resolve judges it (the policy recorded with the operation)."""
-    found = {str(o): risk_of(op, o, now) for o in outcomes}
+    the journal's resolve judges it (the policy recorded with the operation, and who holds
+    ``task``, the operation's task)."""
+    found = {str(o): risk_of(op, o, now, task) for o in outcomes}
     return {outcome: risk for outcome, risk in found.items() if risk is not None}
 
 
@@ -215,6 +218,7 @@ def _op_view(
     reason: str,
     not_before: float | None,
     now: float,
+    task: TaskRecord | None = None,
 ) -> OpView:
     outcomes: tuple[Outcome, ...] = ()
     if op.state is State.PLANNED:
@@ -230,7 +234,7 @@ def _op_view(
         needs_person=action is Action.ESCALATE,
         outcomes=outcomes,
         policy_text=describe_policy(op.policy),
-        risks=risks_of(op, outcomes, now),
+        risks=risks_of(op, outcomes, now, task),
         receipt_fields=op.policy.receipt_fields or (),
         resolutions=journal.resolutions(op.key),
         receipt=_pretty(op.receipt),
