@@ -636,3 +636,29 @@ TASK_CASES = {
 def test_task_action(states: list[State], completed: bool, expected: Action | None) -> None:
     assert task_action(states, completed) is expected
     assert task_action(iter(states), completed) is expected  # any iterable, read once
+
+
+def test_a_retry_judged_by_a_looser_recorded_contract_is_asked_again() -> None:
+    # A person's retry, without risk by the recorded contract (the service deduplicates),
+    # reaches a driver whose effect now says the service does not: under that contract the
+    # retry may apply it twice, so it goes back to the person with that risk shown.
+    recorded = Policy(idempotent=True, key_retention=3600.0, timeout=30.0)
+    op = op_at(State.SUBMITTED, recorded, sent=T0)
+    resolved = T0 + 100.0  # after the in-flight window: a risk-free retry by the record
+    retried = op.replace(state=State.PLANNED, updated_at=resolved, attempts=1)
+    live = strictest(recorded, Policy(timeout=30.0))
+    d = decide(retried, live, resolved + 5.0, submitter_gone=True)
+    assert d.action is Action.ESCALATE and d.mark is State.UNRESOLVED, d
+    assert "stricter" in d.reason
+    same = decide(retried, recorded, resolved + 5.0, submitter_gone=True)
+    assert same.action is Action.SUBMIT and same.resend == "retry_resolved"
+    # A retry that was risky by the record as well was confirmed with the phrase: it stands.
+    loose = Policy(timeout=30.0)
+    risky = op_at(State.SUBMITTED, loose, sent=T0).replace(
+        state=State.PLANNED, updated_at=resolved, attempts=1
+    )
+    stricter = strictest(loose, Policy(timeout=60.0))
+    assert decide(risky, stricter, resolved + 5.0, submitter_gone=True).action is Action.SUBMIT
+    # A PLANNED operation never sent is sent, whatever the contracts.
+    fresh = retried.replace(attempts=0)
+    assert decide(fresh, live, resolved).action is Action.SUBMIT

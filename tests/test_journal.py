@@ -285,6 +285,40 @@ def test_a_slow_lookup_is_judged_by_when_it_was_asked(tmp_path: Path, remote: Re
     assert len(asked) == 2  # the stale NotFound was asked again, and found it
 
 
+def test_a_retry_shown_risk_free_by_a_looser_record_is_not_sent(
+    tmp_path: Path, remote: Remote
+) -> None:
+    """The effect was declared (wrongly) as deduplicating when its request was sent, and is
+    corrected since. A person's retry, judged by the recorded contract, shows no risk; the
+    driver, which has the corrected effect, must not send it on that judgement."""
+    died = [False]
+
+    def submit(key: str, amount: int) -> dict[str, Any]:
+        result = remote.apply(key, amount, dedupe=False)  # the service does not deduplicate
+        if not died[0]:
+            died[0] = True
+            raise _Died  # it landed; the worker died before recording it
+        return result
+
+    old = intentlog.Effect("charge", submit, idempotent=True, key_retention=3600, timeout=0.2)
+    with intentlog.open(tmp_path / "journal.db", max_wait=5.0) as journal:
+        with pytest.raises(_Died), journal.task("t") as task:
+            task.run(old, amount=7)
+        (op,) = journal.operations("t")
+        while journal.store.now() <= in_flight_until(op, op.policy):
+            time.sleep(0.01)  # past the window: by the record, a retry is without risk
+        journal.resolve(op.key, "retry", note="deduplicated, send it again")
+        new = intentlog.Effect("charge", submit, timeout=0.2)  # corrected: no deduplication
+        with journal.task("t") as task, pytest.raises(intentlog.OutcomeUnknown, match="stricter"):
+            task.run(new, amount=7)
+        stored = journal.operation(op.key)
+        assert stored.state is State.UNRESOLVED and not stored.policy.idempotent
+        # Asked again, the person now sees the risk the corrected contract gives.
+        with pytest.raises(intentlog.InvalidInput, match="does not deduplicate"):
+            journal.resolve(op.key, "retry")
+    assert remote.count() == 1, f"applied {remote.count()} times"
+
+
 def test_ambiguous_error_on_a_neither_effect_is_unresolved(journal: intentlog.Journal) -> None:
     def flaky(key: str) -> None:
         raise TimeoutError("no answer")

@@ -170,6 +170,11 @@ def decide(
     be sending the latest request: its process is known to be dead, or it is this very caller
     whose request already ended.
 
+    A PLANNED operation is sent (SUBMIT), unless it was sent before and a person's retry,
+    without risk by the contract recorded with it, is risky by ``policy``: then ESCALATE,
+    marking it UNRESOLVED (with the stricter contract recorded) for the person to decide
+    again with that risk shown.
+
     Guarantee: the result is SUBMIT for a SUBMITTED operation only if the service
     deduplicates and the key is inside its retention (minus :func:`retention_margin`) and
     either the latest request can no longer be running (:func:`in_flight_until` has passed)
@@ -185,6 +190,14 @@ def decide(
     if op.state is State.PLANNED:
         # Sent before and PLANNED again: a person resolved it as "retry".
         again = "retry_resolved" if op.attempts else None
+        if again and policy != op.policy and _retry_risky_only_now(op, policy, submitter_gone):
+            return Decision(
+                Action.ESCALATE,
+                "a person's retry was judged by the contract recorded with its sends, and the "
+                "effect now states a stricter one under which that retry may apply it twice; "
+                "resolve it again (confirmed, failed or retry)",
+                mark=State.UNRESOLVED,
+            )
         return Decision(
             Action.SUBMIT, "nothing was sent; submit with the recorded key", resend=again
         )
@@ -201,6 +214,18 @@ def decide(
         )
     asked = now if asked_at is None else min(asked_at, now)
     return _decide_submitted(op, policy, now, lookup, asked, submitter_gone, lookup_limit)
+
+
+def _retry_risky_only_now(op: Operation, policy: Policy, submitter_gone: bool) -> bool:
+    """Whether a person's retry of ``op`` (PLANNED again, resolved at ``updated_at``) was
+    without risk by the contract recorded with it, which the person was shown, and is risky
+    by ``policy`` (the stricter one the live effect states), judged at the same moment. A
+    retry that was risky either way was confirmed with the phrase: it stands."""
+    as_sent = op.replace(state=State.SUBMITTED)
+    at = op.updated_at
+    if resolve_risk(as_sent, policy, at, "retry", submitter_gone=submitter_gone) is None:
+        return False
+    return resolve_risk(as_sent, op.policy, at, "retry", submitter_gone=submitter_gone) is None
 
 
 def _decide_submitted(
