@@ -2,10 +2,16 @@
 
 The start time makes a reused pid distinguishable from the process that took the lease, so a
 restarted worker can take over its dead predecessor's lease at once instead of waiting it out.
+
+The host is the host name and, on Linux, the process's pid namespace: containers on one
+machine often share its host name (host networking) while each numbers its processes
+itself, so a pid read in one means nothing in another. A holder in another namespace is
+judged as one on another host: unknown, so alive.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import secrets
 import socket
@@ -25,21 +31,37 @@ def _start_ticks(pid: int) -> str | None:
     return fields[19] if len(fields) > 19 else None
 
 
+@functools.cache  # a process never leaves its pid namespace
+def _pid_namespace() -> str:
+    """``/<inode>`` of this process's pid namespace (Linux), else empty."""
+    try:
+        link = os.readlink("/proc/self/ns/pid")  # "pid:[4026531836]"
+    except OSError:
+        return ""
+    digits = "".join(c for c in link if c.isdigit())
+    return f"/{digits}" if digits else ""
+
+
+def _host() -> str:
+    return socket.gethostname() + _pid_namespace()
+
+
 def new_owner() -> str:
     """A fresh owner identity for one task handle of this process."""
     pid = os.getpid()
-    return f"{socket.gethostname()}:{pid}:{_start_ticks(pid) or '?'}:{secrets.token_hex(4)}"
+    return f"{_host()}:{pid}:{_start_ticks(pid) or '?'}:{secrets.token_hex(4)}"
 
 
 def holder_is_dead(owner: str | None) -> bool:
-    """True only when ``owner`` is known to be gone: same host and its process is not there
-    (or is another process that reused the pid). Unknown means alive."""
+    """True only when ``owner`` is known to be gone: same host and pid namespace, and its
+    process is not there (or is another process that reused the pid). Unknown means alive
+    (another host, another namespace, or an owner written before namespaces were)."""
     if not owner:
         return True
     parts = owner.rsplit(":", 3)
-    if len(parts) != 4 or parts[0] != socket.gethostname():
+    if len(parts) != 4 or parts[0] != _host():
         return False
-    _host, pid_text, ticks, _nonce = parts
+    _where, pid_text, ticks, _nonce = parts
     try:
         pid = int(pid_text)
     except ValueError:
@@ -59,4 +81,4 @@ def same_process(owner: str | None) -> bool:
     if not owner:
         return False
     parts = owner.rsplit(":", 3)
-    return len(parts) == 4 and parts[0] == socket.gethostname() and parts[1] == str(os.getpid())
+    return len(parts) == 4 and parts[0] == _host() and parts[1] == str(os.getpid())

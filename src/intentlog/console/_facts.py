@@ -278,7 +278,8 @@ def _lease_text(record: TaskRecord, alive: bool, now: float) -> str:
 def _lease(record: TaskRecord, now: float) -> Lease:
     owner = record.owner or ""
     parts = owner.rsplit(":", 3)
-    worker = ":".join(parts[:2]) if len(parts) == 4 else owner
+    # host:pid, as a person names a process (the pid namespace stays in the owner shown)
+    worker = f"{parts[0].split('/', 1)[0]}:{parts[1]}" if len(parts) == 4 else owner
     return Lease(
         record.task_id,
         owner,

@@ -1,0 +1,61 @@
+"""Who holds a lease, and when its holder is known to be gone: same host and pid namespace,
+and its process is not there. Anything else is unknown, so alive."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from intentlog._owner import _host, holder_is_dead, new_owner, same_process
+
+
+def _gone_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid  # reaped: no process has it (reuse within the test is not a concern)
+
+
+def test_a_holder_is_dead_only_in_this_host_and_namespace() -> None:
+    mine = new_owner()
+    assert not holder_is_dead(mine) and same_process(mine)
+    assert mine.startswith(_host() + ":")
+    gone = f"{_host()}:{_gone_pid()}:1:abcd"
+    assert holder_is_dead(gone)
+    # The same pid seen from another pid namespace, or from a host name alone (an owner
+    # written before namespaces were part of it, or by a container sharing the host name):
+    # a pid there means nothing here.
+    host_only, _, namespace = _host().partition("/")
+    elsewhere = f"{host_only}/1:{_gone_pid()}:1:abcd"
+    assert not holder_is_dead(elsewhere)
+    if namespace:
+        assert not holder_is_dead(f"{host_only}:{_gone_pid()}:1:abcd")
+    assert holder_is_dead(None) and holder_is_dead("")
+    assert not holder_is_dead("another-host:1:1:abcd")
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs util-linux unshare")
+def test_a_live_holder_in_another_pid_namespace_is_not_taken_for_dead() -> None:
+    """A worker in its own pid namespace (a container on this host with host networking)
+    is pid 1 or 2 there; read here, that pid is another process, which made it look dead
+    and let its live lease be taken over."""
+    command = ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c",
+               "import sys; from intentlog._owner import new_owner; print(new_owner(), "
+               "flush=True); sys.stdin.read()"]  # fmt: skip
+    with subprocess.Popen(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=os.environ
+    ) as child:
+        assert child.stdout is not None and child.stdin is not None
+        owner = child.stdout.readline().strip()
+        try:
+            if not owner:
+                pytest.skip("unshare --pid is not permitted here")
+            pid = int(owner.rsplit(":", 3)[1])
+            assert pid < 10, owner  # its own numbering: pid 1 or 2 there, another process here
+            assert not holder_is_dead(owner), owner  # alive, in its own namespace
+        finally:
+            child.stdin.close()
+            child.wait(timeout=60)
