@@ -83,6 +83,31 @@ def test_a_lookup_that_writes_is_refused_at_load(files: dict[str, Path]) -> None
     assert not files["db"].exists() or not intentlog.open(files["db"]).operations("t1")
 
 
+def test_a_key_argument_the_tool_does_not_take_is_refused_at_load(files: dict[str, Path]) -> None:
+    """The proxy writes the key into ``key_argument`` and resends on the strength of the
+    server deduplicating on it. A name the tool does not take (a typo) is dropped by the
+    server without a word: nothing deduplicates, and a resend after a crash applies the call
+    twice. The proxy does not start, and names the arguments the tool does take."""
+    files["tools"].write_text(
+        '[tools.edit_file]\nkey_argument = "idempotencyKey"\nkey_retention = "24h"\n'
+    )
+    for extra in ((), ("--list-tools",)):
+        done = run_proxy(files, *extra)
+        assert done.returncode == 1, done
+        assert "key_argument = 'idempotencyKey'" in done.stderr, done.stderr
+        assert "takes: new, old, path" in done.stderr, done.stderr
+    assert not files["db"].exists() or not intentlog.open(files["db"]).operations("t1")
+    # An argument the tool takes is accepted (whether the server deduplicates on it is the
+    # tools file's word), and a tool the server does not list is left to its listing.
+    files["tools"].write_text(
+        '[tools.edit_file]\nkey_argument = "path"\nkey_retention = "24h"\n\n'
+        '[tools.not_listed]\nkey_argument = "idempotencyKey"\nkey_retention = "24h"\n'
+    )
+    done = run_proxy(files)
+    assert done.returncode == 0, done.stderr
+    assert "'not_listed', which the server does not list" in done.stderr
+
+
 def test_a_placeholder_the_call_does_not_resolve_is_refused_before_anything_is_sent(
     files: dict[str, Path],
 ) -> None:

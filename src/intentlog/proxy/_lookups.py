@@ -13,7 +13,7 @@ from intentlog._errors import InvalidInput
 if TYPE_CHECKING:
     from intentlog.proxy._policy import ProxyFile
 
-__all__ = ["PLACEHOLDER", "Lookup", "lookup_refusals"]
+__all__ = ["PLACEHOLDER", "Lookup", "key_refusals", "lookup_refusals"]
 
 PLACEHOLDER = re.compile(r"\{(key|arguments\.[A-Za-z0-9_.-]+)\}")
 
@@ -127,4 +127,35 @@ def lookup_refusals(file: ProxyFile, listed: Mapping[str, Mapping[str, Any]]) ->
                 f"it must only read. Name a read-only tool, or, if {lookup.tool!r} truly only "
                 f"reads, say so in the tools file: [tools.{lookup.tool}] read_only = true"
             )
+    return refusals
+
+
+def key_refusals(file: ProxyFile, listed: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Why each ``key_argument`` of ``file`` may not be used with a server that lists
+    ``listed``; empty when every one may.
+
+    The proxy writes the key into that argument, and a resend after a crash is safe only
+    because the server deduplicates on it. An argument the tool does not take (a typo:
+    ``idempotencyKey`` for ``idempotency_key``) is dropped by most servers without a word,
+    so nothing deduplicates and the resend applies the call twice. A tool whose input
+    schema lists its arguments must list this one; a tool the server does not list, or
+    whose schema lists none, cannot be checked here.
+    """
+    refusals = []
+    for name, policy in sorted(file.tools.items()):
+        argument = policy.key_argument
+        definition = listed.get(name)
+        if argument is None or definition is None:
+            continue
+        schema = definition.get("inputSchema")
+        properties = schema.get("properties") if isinstance(schema, Mapping) else None
+        if not isinstance(properties, Mapping) or argument in properties:
+            continue
+        takes = ", ".join(sorted(str(p) for p in properties)) or "none"
+        refusals.append(
+            f"[tools.{name}] key_argument = {argument!r}, but the server's {name!r} takes no "
+            f"such argument (it takes: {takes}): the key would never reach the server, so "
+            "nothing would deduplicate a resend. Name the argument that carries its "
+            "idempotency key"
+        )
     return refusals

@@ -32,13 +32,14 @@ from intentlog._effect_options import EffectOptions, Spelling, effect_contract, 
 from intentlog._errors import InvalidInput
 from intentlog._service import FOREVER, PROCESS, Retention, Service
 from intentlog.proxy._lookups import PLACEHOLDER as _PLACEHOLDER
-from intentlog.proxy._lookups import Lookup, lookup_refusals
+from intentlog.proxy._lookups import Lookup, key_refusals, lookup_refusals
 
 __all__ = [
     "Lookup",
     "ProxyFile",
     "ToolPolicy",
     "default_policy",
+    "key_refusals",
     "load_tools",
     "lookup_refusals",
     "parse_tools",

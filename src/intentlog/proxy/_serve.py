@@ -17,7 +17,7 @@ from intentlog._errors import InvalidInput
 from intentlog._open import ENV_URL, open_store
 from intentlog.proxy._bridge import Bridge
 from intentlog.proxy._calls import Calls
-from intentlog.proxy._policy import ProxyFile, default_policy, lookup_refusals
+from intentlog.proxy._policy import ProxyFile, default_policy, key_refusals, lookup_refusals
 from intentlog.proxy._stdio import StdioAgent
 from intentlog.proxy._tasks import TaskHandles
 from intentlog.proxy._wire import End, StdioUpstream
@@ -74,10 +74,18 @@ class ProxyConfig:
 
 async def serve(config: ProxyConfig) -> None:
     """Serve until the agent leaves (stdio) or the process is stopped (HTTP)."""
-    if any(policy.lookup is not None for policy in config.tools.tools.values()):
+    if any(p.lookup is not None or p.key_argument for p in config.tools.tools.values()):
         # Refused at load, before any agent is served: a lookup that is not a listed,
-        # read-only tool would be called unjournaled during recovery.
-        _check_lookups(config.tools, await _server_tools(config))
+        # read-only tool would be called unjournaled during recovery, and a key argument
+        # the tool does not take would deduplicate nothing.
+        listed = await _server_tools(config)
+        _check_tools_file(config.tools, listed)
+        for name in sorted(set(config.tools.tools) - set(listed)):
+            log.warning(
+                "the tools file names %r, which the server does not list (yet): its "
+                "settings apply only once it does, and its key argument is not checked",
+                name,
+            )
     options = {} if config.max_wait is None else {"max_wait": config.max_wait}
     journal = _journal(config, options)
     handles = TaskHandles(journal)
@@ -109,7 +117,7 @@ async def list_tools(config: ProxyConfig) -> list[tuple[str, str]]:
     file's entry, else the tool's annotations), plus the file's entries it does not list.
     InvalidInput when a lookup of the file may not be used with this server."""
     tools = await _server_tools(config)
-    _check_lookups(config.tools, tools)
+    _check_tools_file(config.tools, tools)
     rows = []
     for name in sorted(tools):
         policy = config.tools.tools.get(name) or default_policy(
@@ -121,10 +129,13 @@ async def list_tools(config: ProxyConfig) -> list[tuple[str, str]]:
     return rows
 
 
-def _check_lookups(file: ProxyFile, tools: dict[str, dict[str, Any]]) -> None:
+def _check_tools_file(file: ProxyFile, tools: dict[str, dict[str, Any]]) -> None:
     refusals = lookup_refusals(file, tools)
     if refusals:
         raise InvalidInput("; and ".join(refusals), option="lookup")
+    refusals = key_refusals(file, tools)
+    if refusals:
+        raise InvalidInput("; and ".join(refusals), option="key_argument")
 
 
 async def _server_tools(config: ProxyConfig) -> dict[str, dict[str, Any]]:
