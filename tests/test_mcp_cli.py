@@ -68,6 +68,29 @@ def test_stdio_over_files_and_a_command_without_dashes(tmp_path: Path) -> None:
     assert ledger.read_text() == "from a file\n"
 
 
+def test_requests_passed_through_are_answered_after_the_input_ends(tmp_path: Path) -> None:
+    """Requests read from a file end before the server has answered them: every one still
+    gets its answer (they were dropped when the input ended, leaving the file empty)."""
+    requests = tmp_path / "requests.jsonl"
+    messages = (
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": HELLO},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+        {"jsonrpc": "2.0", "id": 3, "method": "ping"},
+    )
+    requests.write_text("".join(json.dumps(m) + "\n" for m in messages))
+    answers = tmp_path / "answers.jsonl"
+    command = [*PROXY, "--db", str(tmp_path / "j.db"), "--task", "t1",
+               *TINY, "--ledger", str(tmp_path / "ledger.txt")]  # fmt: skip
+    with requests.open("rb") as stdin, answers.open("wb") as stdout:
+        done = subprocess.run(command, stdin=stdin, stdout=stdout, stderr=subprocess.PIPE,
+                              timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr.decode()
+    replies = {m["id"]: m for m in map(json.loads, answers.read_text().splitlines())}
+    assert sorted(replies) == [1, 2, 3], replies
+    assert replies[2]["result"]["tools"][0]["name"] == "note"
+
+
 def test_a_server_that_exits_at_once_stops_the_proxy_with_an_error(tmp_path: Path) -> None:
     """The agent stays connected (its stdin open): the proxy still ends, non-zero, naming
     the command and its exit code, instead of serving nothing until the agent leaves."""

@@ -58,6 +58,11 @@ class UpstreamError(Exception):
         super().__init__(f"upstream error {self.code}: {self.text}")
 
 
+#: How long answers to forwarded requests are awaited after the agent's input ended, when
+#: no tools file says how long a request may take (its default ``timeout``).
+_FORWARD_WAIT = 30.0
+
+
 class UpstreamGone(ConnectionError):
     """The upstream closed (or died) before it answered."""
 
@@ -83,6 +88,7 @@ class Bridge:
         self._tools_fetch: asyncio.Future[dict[str, dict[str, Any]]] | None = None
         self.envelope: dict[str, Any] = {}
         self.agent_closed = asyncio.Event()
+        self._answered = asyncio.Event()  # an upstream answer to a forwarded request came
         self.heard = False  # whether the upstream has sent anything
         self.silent_exit = False  # see run()
 
@@ -105,6 +111,7 @@ class Bridge:
                     agent.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await agent
+            await self._await_forwarded()
         finally:
             self.agent_closed.set()
             if self.calls is not None:
@@ -114,6 +121,23 @@ class Bridge:
             upstream.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await upstream
+
+    async def _await_forwarded(self) -> None:
+        """Once the agent's input has ended, the answers to its requests still with the
+        upstream: an agent may write its requests and close its input before they are
+        answered (``< requests.jsonl > answers.jsonl``). Journaled calls are awaited by
+        ``drain``; these are awaited as long as one request may take (the tools file's
+        ``timeout``), unless the proxy is being stopped."""
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            return
+        timeout = getattr(getattr(self.calls, "file", None), "timeout", _FORWARD_WAIT)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self._forwarded and self._gone is None and loop.time() < deadline:
+            self._answered.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._answered.wait(), deadline - loop.time())
 
     def _spawn(self, work: Any) -> None:
         task = asyncio.create_task(work)
@@ -159,6 +183,7 @@ class Bridge:
                     if token is not None and self._progress.get(token) == request_id:
                         del self._progress[token]
                 await self._to_agent(message)
+                self._answered.set()  # after it is written: the session may end now
             elif is_request(message):
                 await self._to_agent(message, related=self._latest_request())
             else:
@@ -182,6 +207,7 @@ class Bridge:
                 future.set_exception(UpstreamGone(self._gone))
         self._own.clear()
         pending, self._forwarded = self._forwarded, {}
+        self._answered.set()
         for request_id in pending:
             self._spawn(self._to_agent(self._gone_reply(request_id)))
 
