@@ -31,9 +31,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 import intentlog
 from conftest import with_query
+from intentlog.cli import cli
 from intentlog.stores._base import TaskUpdate
 from intentlog.stores._group_commit import PlanWrite, WriteRequest
 from intentlog.stores.sqlite import SQLiteStore
@@ -1044,3 +1046,29 @@ def test_a_closed_journal_says_so(tmp_path: Path) -> None:
     for call in (journal.tasks, journal.counts, lambda: journal.task("t")):
         with pytest.raises(intentlog.JournalError, match="is closed"):
             call()
+
+
+@pytest.mark.parametrize(
+    "url", ["sqlite:journal.db", "sqlite:/abs/journal.db", "sqlite:", "SQLite:x.db",
+            "postgresql:db", "postgres:"],
+)  # fmt: skip
+def test_a_scheme_without_slashes_is_refused_not_taken_for_a_file_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, url: str
+) -> None:
+    # Read as a path, "sqlite:journal.db" made a file (or directories) of that name: another
+    # journal than the one "sqlite:///journal.db" names, a worker and an operator apart.
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(intentlog.InvalidInput, match="is not a journal URL") as caught:
+        intentlog.open(url)
+    assert "//" in str(caught.value)
+    assert list(tmp_path.iterdir()) == []  # nothing created
+    done = CliRunner().invoke(cli, ["--db", url, "status"])
+    assert done.exit_code == 1 and "is not a journal URL" in done.output, done.output
+
+
+def test_url_schemes_are_case_insensitive(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    with intentlog.open(f"SQLITE://{path}") as journal:
+        journal.start("kind", "t1")
+    with intentlog.open(f"sqlite://{path}") as journal:
+        assert journal.task_info("t1").record.task_id == "t1"

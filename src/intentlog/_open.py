@@ -40,7 +40,9 @@ def open_store(
     if not text:
         raise InvalidInput("journal URL is empty")
     scheme, sep, rest = text.partition("://")
+    scheme = scheme.lower()  # URL schemes are case-insensitive (RFC 3986, 3.1)
     if not sep:
+        check_not_a_url(text)
         return _sqlite(text, asynchronous, create)
     if scheme == "sqlite":
         if not rest.startswith("/") or len(rest) < 2:
@@ -51,6 +53,23 @@ def open_store(
     if scheme in ("postgresql", "postgres"):
         return _postgres(text, asynchronous, create)
     raise InvalidInput(f"unknown journal URL scheme {scheme!r}; use a path or sqlite:///path")
+
+
+_SCHEMES = frozenset({"sqlite", "postgresql", "postgres"})
+
+
+def check_not_a_url(text: str) -> None:
+    """Refuse a journal URL written without ``//`` (``sqlite:journal.db``): read as a file
+    name, it would be another journal than the one ``sqlite:///journal.db`` names, a worker
+    and an operator apart."""
+    written, colon, _ = text.partition(":")
+    if colon and written.lower() in _SCHEMES:
+        scheme = written.lower()
+        example = "sqlite:///path/journal.db" if scheme == "sqlite" else "postgresql://host/db"
+        raise InvalidInput(
+            f"{_masked(text)!r} is not a journal URL: after {scheme}: comes // (as in "
+            f"{example}); a plain path needs no scheme"
+        )
 
 
 def _masked(url: str) -> str:

@@ -56,7 +56,7 @@ from intentlog._cli_load import CliFailure as _Failure
 from intentlog._cli_load import load_effects, load_registry
 from intentlog._cli_params import Address, Duration, Seconds, mask
 from intentlog._decide import confirm_phrase
-from intentlog._open import DEFAULT_PATH, cli_command
+from intentlog._open import DEFAULT_PATH, check_not_a_url, cli_command
 from intentlog._verbs import risk_of
 from intentlog._words import duration
 
@@ -137,6 +137,7 @@ def _open(ctx: click.Context) -> intentlog.Journal:
     if raw is None:
         path = str(DEFAULT_PATH)
     elif "://" not in raw:
+        check_not_a_url(raw)
         path = raw
     elif raw.startswith("sqlite:///"):
         path = raw[len("sqlite://") :]
