@@ -1072,3 +1072,14 @@ def test_url_schemes_are_case_insensitive(tmp_path: Path) -> None:
         journal.start("kind", "t1")
     with intentlog.open(f"sqlite://{path}") as journal:
         assert journal.task_info("t1").record.task_id == "t1"
+
+
+def test_a_postgres_journal_without_psycopg_says_what_to_install_once() -> None:
+    code = ("import sys; sys.modules['psycopg'] = None\nimport intentlog\n"
+            "try:\n    intentlog.open('postgresql://x@127.0.0.1:1/db')\n"
+            "except intentlog.InvalidInput as exc:\n    print(exc)\n")  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("pip install 'intentlog[postgres]'") == 1, done.stdout
+    assert "psycopg" in done.stdout

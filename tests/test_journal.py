@@ -765,3 +765,15 @@ def test_an_operator_resolving_while_the_intent_is_restamped_is_followed(tmp_pat
     assert sent == [op.key] and op.state is State.CONFIRMED
     with intentlog.open(path) as journal:
         assert [r.to_state for r in journal.resolutions(op.key)] == [State.PLANNED]
+
+
+def test_a_submit_without_a_key_parameter_is_said_plainly(journal: intentlog.Journal) -> None:
+    def charge(amount: int) -> dict[str, Any]:  # forgot the key parameter
+        return {}
+
+    effect = intentlog.Effect("charge", charge, idempotent=True, key_retention=intentlog.FOREVER)
+    with journal.task("t") as task:
+        with pytest.raises(intentlog.InvalidInput, match="receives the operation key") as caught:
+            task.run(effect, amount=5)
+        assert "def submit(key, amount" in str(caught.value)
+    assert journal.operations("t") == []  # refused before anything was journaled

@@ -196,6 +196,13 @@ class Effect:
         try:
             bound = self._signature.bind("<key>", *args, **kwargs)
         except TypeError as exc:
+            first = next(iter(self._signature.parameters), None)
+            if first is not None and first in kwargs:
+                raise InvalidInput(
+                    f"effect {self.name!r}: the first parameter of its submit receives the "
+                    f"operation key, so {first!r} cannot also be an argument of the call; give "
+                    f"submit a key parameter first (def submit(key, {first}, ...))"
+                ) from exc
             raise InvalidInput(f"effect {self.name!r}: {exc}") from exc
         bound.apply_defaults()
         named = dict(bound.arguments)

@@ -91,8 +91,10 @@ def _postgres(url: str, asynchronous: bool, create: bool) -> Store | AsyncStore:
     try:  # psycopg is an optional extra: import it only for a postgresql:// journal
         from intentlog.stores.postgres import AsyncPostgresStore, PostgresStore
     except ImportError as exc:
+        missing = exc.__cause__ if isinstance(exc.__cause__, ImportError) else exc
         raise InvalidInput(
-            f"postgresql:// journals need psycopg 3: pip install 'intentlog[postgres]' ({exc})"
+            "postgresql:// journals need psycopg 3 and psycopg_pool: pip install "
+            f"'intentlog[postgres]' ({missing})"
         ) from exc
     if asynchronous:
         return AsyncPostgresStore(url, create=create)

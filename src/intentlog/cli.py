@@ -81,7 +81,10 @@ class _Group(click.Group):
 
 
 _JSON = "Print one JSON object."
-_DB = "Journal: a path or sqlite:///path [env INTENTLOG_URL; default ./.intentlog/journal.db]."
+_DB = (
+    "Journal: a path, sqlite:///path or postgresql://... [env INTENTLOG_URL; default "
+    "./.intentlog/journal.db]."
+)
 
 
 def _json_either_side(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
