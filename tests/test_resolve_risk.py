@@ -277,3 +277,17 @@ def test_a_submitted_operation_of_a_task_a_live_worker_holds_is_a_risk(
 def journal_resolutions(url: str) -> list[Any]:
     with intentlog.open(url) as journal:
         return journal.resolutions()
+
+
+def test_cli_says_what_cannot_be_done_before_asking_for_a_phrase(tmp_path: Path) -> None:
+    db = str(tmp_path / "j.db")
+    pay = intentlog.Effect("pay", lambda key: {"id": key}, idempotent=True,
+                           key_retention=intentlog.FOREVER)  # fmt: skip
+    with intentlog.open(db) as journal, journal.task("t") as task:
+        task.run(pay)
+        (op,) = journal.operations("t")
+    for confirm in ([], ["--confirm", "retry pay"], ["--confirm", "failed pay"]):
+        done = CliRunner().invoke(cli, ["--db", db, "resolve", op.key, "--failed", *confirm])
+        assert done.exit_code == 1, done.output
+        assert "is CONFIRMED; 'failed' applies only to" in done.output, done.output
+        assert "--confirm must be" not in done.output

@@ -515,7 +515,10 @@ def resolve(
         except RecursionError:  # the journal's depth bound refuses far less already
             raise _Failure("--receipt is nested too deeply") from None
     with _open(ctx) as journal:
-        accept = _confirmed_risk(journal, key, chosen[0], confirm)
+        phrase = confirm_phrase(chosen[0], journal.operation(key).effect)
+        # A wrong phrase matters only where there is a risk to confirm: the journal's own
+        # refusal (an outcome that does not fit the state, say) is said first.
+        accept = confirm is not None and confirm.strip() == phrase
         try:
             op = journal.resolve(
                 key, chosen[0], receipt=parsed, note=note, actor=actor, accept_risk=accept
@@ -526,6 +529,10 @@ def resolve(
             risk = risk_of(current, chosen[0], journal.store.now(), task)
             if exc.phrase is None or risk is None:
                 raise
+            if confirm is not None:
+                raise _Failure(
+                    f"--confirm must be exactly {risk.phrase!r} to resolve {key} as {chosen[0]}"
+                ) from None
             raise _Failure(
                 f"not resolved: {risk.reason} To resolve it as {chosen[0]} anyway, add "
                 f"--confirm {shlex.quote(risk.phrase)}"
@@ -539,20 +546,6 @@ def resolve(
         return
     click.echo(f"{op.key}: {op.state.value}")
     click.echo(f"task {op.task_id}: next action {_action_text(info)}")
-
-
-def _confirmed_risk(
-    journal: intentlog.Journal, key: str, outcome: Outcome, confirm: str | None
-) -> bool:
-    """Whether the person typed the confirmation of resolving ``key`` as ``outcome`` against
-    a risk (the journal's resolve, asking the decision module, refuses a risk without it);
-    refuses a --confirm that is not the phrase."""
-    if confirm is None:
-        return False
-    phrase = confirm_phrase(outcome, journal.operation(key).effect)
-    if confirm.strip() != phrase:
-        raise _Failure(f"--confirm must be exactly {phrase!r} to resolve {key} as {outcome}")
-    return True
 
 
 _EFFECTS = "Module (or module:attr) with the effects; repeatable; ./ is importable."
