@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.mcp_clients import dump, operation, stdio_session
@@ -39,54 +40,45 @@ def test_http_faces_without_the_sdk_say_what_to_install(tmp_path: Path, face: li
     ]
 
 
-def test_stdio_over_files_and_a_command_without_dashes(tmp_path: Path) -> None:
-    """The agent's side read from a file and written to one (asyncio's pipe transports
-    refuse files); the server's command given without ``--``, its own options after it."""
-    requests = tmp_path / "requests.jsonl"
-    call = {"name": "note", "arguments": {"text": "from a file"}}
-    requests.write_text(
-        "\n".join(
-            json.dumps(m)
-            for m in (
-                {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": HELLO},
-                {"jsonrpc": "2.0", "method": "notifications/initialized"},
-                {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call},
-            )
-        )
-        + "\n"
-    )
-    ledger, answers = tmp_path / "ledger.txt", tmp_path / "answers.jsonl"
-    command = [*PROXY, "--db", str(tmp_path / "j.db"), "--task", "t1",
-               *TINY, "--ledger", str(ledger)]  # fmt: skip
-    with requests.open("rb") as stdin, answers.open("wb") as stdout:
-        done = subprocess.run(command, stdin=stdin, stdout=stdout, stderr=subprocess.PIPE,
-                              timeout=60)  # fmt: skip
-    assert done.returncode == 0, done.stderr.decode()
-    replies = {m["id"]: m for m in map(json.loads, answers.read_text().splitlines())}
-    assert replies[1]["result"]["serverInfo"]["name"] == "tiny"
-    assert operation(replies[2]["result"])["state"] == "CONFIRMED", replies[2]
-    assert ledger.read_text() == "from a file\n"
-
-
-def test_requests_passed_through_are_answered_after_the_input_ends(tmp_path: Path) -> None:
-    """Requests read from a file end before the server has answered them: every one still
-    gets its answer (they were dropped when the input ended, leaving the file empty)."""
-    requests = tmp_path / "requests.jsonl"
-    messages = (
-        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": HELLO},
-        {"jsonrpc": "2.0", "method": "notifications/initialized"},
-        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
-        {"jsonrpc": "2.0", "id": 3, "method": "ping"},
-    )
+def _proxy_over_files(tmp_path: Path, *messages: dict[str, Any]) -> dict[Any, Any]:
+    """The proxy (in front of the tiny server, its command given without ``--``) reading
+    ``messages`` from a file and writing its answers to one; the answers by id."""
+    requests, answers = tmp_path / "requests.jsonl", tmp_path / "answers.jsonl"
     requests.write_text("".join(json.dumps(m) + "\n" for m in messages))
-    answers = tmp_path / "answers.jsonl"
     command = [*PROXY, "--db", str(tmp_path / "j.db"), "--task", "t1",
                *TINY, "--ledger", str(tmp_path / "ledger.txt")]  # fmt: skip
     with requests.open("rb") as stdin, answers.open("wb") as stdout:
         done = subprocess.run(command, stdin=stdin, stdout=stdout, stderr=subprocess.PIPE,
                               timeout=60)  # fmt: skip
     assert done.returncode == 0, done.stderr.decode()
-    replies = {m["id"]: m for m in map(json.loads, answers.read_text().splitlines())}
+    return {m["id"]: m for m in map(json.loads, answers.read_text().splitlines())}
+
+
+def test_stdio_over_files_and_a_command_without_dashes(tmp_path: Path) -> None:
+    """The agent's side read from a file and written to one (asyncio's pipe transports
+    refuse files); the server's command given without ``--``, its own options after it."""
+    call = {"name": "note", "arguments": {"text": "from a file"}}
+    replies = _proxy_over_files(
+        tmp_path,
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": HELLO},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call},
+    )
+    assert replies[1]["result"]["serverInfo"]["name"] == "tiny"
+    assert operation(replies[2]["result"])["state"] == "CONFIRMED", replies[2]
+    assert (tmp_path / "ledger.txt").read_text() == "from a file\n"
+
+
+def test_requests_passed_through_are_answered_after_the_input_ends(tmp_path: Path) -> None:
+    """Requests read from a file end before the server has answered them: every one still
+    gets its answer (they were dropped when the input ended, leaving the file empty)."""
+    replies = _proxy_over_files(
+        tmp_path,
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": HELLO},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+        {"jsonrpc": "2.0", "id": 3, "method": "ping"},
+    )
     assert sorted(replies) == [1, 2, 3], replies
     assert replies[2]["result"]["tools"][0]["name"] == "note"
 

@@ -450,14 +450,11 @@ class TaskCore:
         synchronous submit on an asyncio journal): the checks are made again in that thread,
         right before the call, and a send that waited too long there is not made; it is
         stamped again and queued again."""
+        submit = self._observed(effect.submit)
         result = NOT_STARTED
         for _ in range(_RESTAMPS):
             op = yield from self._ready_to_send(op)
             try:
-                submit = effect.submit
-                hooks = _observe.hooks
-                if hooks is not None:
-                    submit = hooks.user_code(self, submit)
                 result = yield User(
                     submit,
                     (op.key, *args),
@@ -519,6 +516,11 @@ class TaskCore:
         crashpoint("after_confirm", effect.name)
         warn_receipt(dropped)
         return stored.receipt
+
+    def _observed(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` (user code: a submit or a reconciler), as an observer wraps it if any."""
+        hooks = _observe.hooks
+        return fn if hooks is None else hooks.user_code(self, fn)
 
     def _ready_to_send(self, op: Operation) -> Flow[Operation]:
         """``op`` stamped again if its recorded send is stale; LeaseLost (and this handle
@@ -627,12 +629,12 @@ class TaskCore:
     def _lookup_flow(self, effect: Effect, key: str) -> Flow[LookupResult | LookupFailed]:
         assert effect.reconcile is not None
         try:
-            reconcile = effect.reconcile
-            hooks = _observe.hooks
-            if hooks is not None:
-                reconcile = hooks.user_code(self, reconcile)
             result = yield User(
-                reconcile, (key,), {}, f"reconcile of {effect.name!r}", plain=not effect.is_async
+                self._observed(effect.reconcile),
+                (key,),
+                {},
+                f"reconcile of {effect.name!r}",
+                plain=not effect.is_async,
             )
         except Exception as exc:
             return LookupFailed(scrub_text(f"{type(exc).__name__}: {exc}", limit=500))
