@@ -150,6 +150,7 @@ def test_an_attribute_set_after_construction_is_checked_when_the_effect_is_used(
         setattr(charge, name, value)
         error = _refused(lambda: charge.policy)  # noqa: B023 - called at once
         assert name in str(error) and repr(value) in str(error), error
+        assert error.option == name and "'charge'" in str(error)
         with intentlog.open(tmp_path / "j.db") as journal, journal.task("t") as task:
             with pytest.raises(intentlog.InvalidInput):
                 task.run(charge)

@@ -125,34 +125,46 @@ class Effect:
             None if self.receipt is None or callable(self.receipt) else tuple(self.receipt),
         )
         if of != self._policy_of:  # cached (asked several times per run); rebuilt on change
-            retention = self.key_retention
-            # Deduplication counts only with a stated retention (attributes changed after
-            # construction included): an unstated one takes the safe side, as a Service's.
-            stated = retention is not None
-            kept: float | None = None  # None with a stated retention: FOREVER
-            what = f"effect {self.name!r}"
-            if retention is PROCESS and self.idempotent:
-                raise InvalidInput(
-                    f"{what}: key_retention=intentlog.PROCESS (keys lost when the service's "
-                    "process ends) does not deduplicate across a crash; set idempotent=False",
-                    option="key_retention",
-                )
-            if stated and retention is not FOREVER and retention is not PROCESS:
-                # Set after construction, it may be an int, a timedelta or nonsense: seconds
-                # or a clear error, never a silent FOREVER.
-                kept = seconds(f"{what}: key_retention", retention, positive=True, bounded=False)
-            policy = Policy(
-                can_reconcile=self.reconcile is not None,
-                idempotent=bool(self.idempotent) and stated and retention is not PROCESS,
-                key_retention=kept,
-                timeout=seconds(f"{what}: timeout", self.timeout, positive=True, bounded=False),
-                lookup_lag=seconds(f"{what}: lookup_lag", self.lookup_lag, bounded=False),
-                locks_in_flight=bool(self.locks_in_flight) and stated,
-                service=self.service.name if self.service is not None else None,
-                receipt_fields=of[7],
-            )
-            self._policy_of, self._policy = of, policy
+            self._policy = self._policy_now(of[7])
+            self._policy_of = of
         return self._policy
+
+    def _policy_now(self, receipt_fields: tuple[str, ...] | None) -> Policy:
+        """The policy of the attributes as they are now. Any may have been set after
+        construction: each is read as the constructor reads it (an int, a timedelta), or
+        refused with InvalidInput naming it, never taken for what it is not (a retention
+        that is not a float must not become None, a stated FOREVER)."""
+        retention = self.key_retention
+        if retention is PROCESS and self.idempotent:
+            raise InvalidInput(
+                f"effect {self.name!r}: key_retention=intentlog.PROCESS (keys lost when the "
+                "service's process ends) does not deduplicate across a crash; set "
+                "idempotent=False",
+                option="key_retention",
+            )
+        # Deduplication counts only with a stated retention: an unstated one takes the safe
+        # side, as a Service's.
+        stated = retention is not None and retention is not PROCESS
+        kept = None  # with a stated retention: FOREVER
+        if stated and retention is not FOREVER:
+            kept = self._seconds("key_retention", positive=True)
+        return Policy(
+            can_reconcile=self.reconcile is not None,
+            idempotent=bool(self.idempotent) and stated,
+            key_retention=kept,
+            timeout=self._seconds("timeout", positive=True),
+            lookup_lag=self._seconds("lookup_lag", positive=False),
+            locks_in_flight=bool(self.locks_in_flight) and stated,
+            service=self.service.name if self.service is not None else None,
+            receipt_fields=receipt_fields,
+        )
+
+    def _seconds(self, name: str, *, positive: bool) -> float:
+        """Attribute ``name`` as seconds, or InvalidInput naming the effect and ``name``."""
+        try:
+            return seconds(name, getattr(self, name), positive=positive, bounded=False)
+        except InvalidInput as exc:
+            raise InvalidInput(f"effect {self.name!r}: {exc}", option=name) from None
 
     @property
     def lazy(self) -> bool:

@@ -525,10 +525,9 @@ class TaskCore:
     def _ready_to_send(self, op: Operation) -> Flow[Operation]:
         """``op`` stamped again if its recorded send is stale; LeaseLost (and this handle
         unusable) if too little of the lease is left to send."""
-        assert op.submitted_at is not None
-        if self.store.now() - op.submitted_at > send_slack(op.policy):  # the intent stalled
+        if not self._fresh(op):  # the intent stalled
             op = yield from self.restamp_flow(op)
-        if time.monotonic() > self.lease_deadline - _LEASE_SAFETY * self.ttl:
+        if not self._lease_left():
             # Paused (or starved) since the intent was written: the lease may be gone, so
             # this handle must neither send nor write any more.
             self.lost = LeaseLost(
@@ -542,11 +541,16 @@ class TaskCore:
     def _may_send(self, op: Operation) -> bool:
         """What :meth:`_ready_to_send` checked, asked again by the thread about to call the
         submit: the recorded send is still fresh and enough of the lease is left."""
+        return self._fresh(op) and self._lease_left()
+
+    def _fresh(self, op: Operation) -> bool:
+        """Whether ``op``'s recorded send lies at most ``send_slack`` in the past."""
         assert op.submitted_at is not None
-        return (
-            self.store.now() - op.submitted_at <= send_slack(op.policy)
-            and time.monotonic() <= self.lease_deadline - _LEASE_SAFETY * self.ttl
-        )
+        return self.store.now() - op.submitted_at <= send_slack(op.policy)
+
+    def _lease_left(self) -> bool:
+        """Whether enough of the lease is left to send (a fifth of it, at least)."""
+        return time.monotonic() <= self.lease_deadline - _LEASE_SAFETY * self.ttl
 
     def restamp_flow(self, op: Operation) -> Flow[Operation]:
         """``op``, stamped again as sent now if its recorded send lies more than

@@ -36,6 +36,7 @@ from intentlog._model import JSON, Action, LookupResult, Operation, State, TaskR
 from intentlog._options import Options
 from intentlog._owner import holder_is_dead
 from intentlog._protocol import TaskCore, acquire_flow, judged_by
+from intentlog._words import duration
 from intentlog.stores._async_store import AsyncStore
 from intentlog.stores._base import Resolution, Store, TaskResolution, TaskUpdate
 
@@ -383,18 +384,14 @@ def _held_risk(op: Operation, outcome: str, now: float, task: TaskRecord) -> Ris
         return None
     return Risk(
         outcome,
-        f"its task is held by a live worker ({task.owner}, its lease renewed until "
-        f"{_lease_left(task.lease_expires - now)} from now), which may already have this "
+        f"its task is held by a live worker ({task.owner}, its lease current for another "
+        f"{duration(task.lease_expires - now)}), which may already have this "
         "operation's receipt and not have written it yet (a lazy receipt is written with the "
         "task's next write), or be settling it now: resolve it once the worker has let the "
         "task go.",
         confirm_phrase(outcome, op.effect),
         until=task.lease_expires,
     )
-
-
-def _lease_left(seconds: float) -> str:
-    return f"{seconds:.0f}s" if seconds >= 1 else f"{seconds:.1f}s"
 
 
 def missing_receipt_fields(op: Operation, receipt: JSON) -> list[str]:

@@ -515,10 +515,11 @@ def resolve(
         except RecursionError:  # the journal's depth bound refuses far less already
             raise _Failure("--receipt is nested too deeply") from None
     with _open(ctx) as journal:
-        phrase = confirm_phrase(chosen[0], journal.operation(key).effect)
         # A wrong phrase matters only where there is a risk to confirm: the journal's own
         # refusal (an outcome that does not fit the state, say) is said first.
-        accept = confirm is not None and confirm.strip() == phrase
+        accept = confirm is not None and confirm.strip() == confirm_phrase(
+            chosen[0], journal.operation(key).effect
+        )
         try:
             op = journal.resolve(
                 key, chosen[0], receipt=parsed, note=note, actor=actor, accept_risk=accept

@@ -26,6 +26,7 @@ from typing import Any
 
 from intentlog._crash import crashpoint
 from intentlog._errors import InvalidInput, Rejected
+from intentlog.proxy._policy import DEFAULT_TIMEOUT
 from intentlog.proxy._wire import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -56,11 +57,6 @@ class UpstreamError(Exception):
         self.text = message if isinstance(message, str) else "an error without a message"
         self.data = error.get("data")
         super().__init__(f"upstream error {self.code}: {self.text}")
-
-
-#: How long answers to forwarded requests are awaited after the agent's input ended, when
-#: no tools file says how long a request may take (its default ``timeout``).
-_FORWARD_WAIT = 30.0
 
 
 class UpstreamGone(ConnectionError):
@@ -131,7 +127,7 @@ class Bridge:
         current = asyncio.current_task()
         if current is not None and current.cancelling():
             return
-        timeout = getattr(getattr(self.calls, "file", None), "timeout", _FORWARD_WAIT)
+        timeout = getattr(getattr(self.calls, "file", None), "timeout", DEFAULT_TIMEOUT)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while self._forwarded and self._gone is None and loop.time() < deadline:
