@@ -371,14 +371,20 @@ def _inside_retention(op: Operation, policy: Policy, now: float) -> bool:
     return now < first + policy.key_retention - retention_margin(policy)
 
 
-def task_action(states: Iterable[State], completed: bool) -> Action | None:
-    """The next action of a task, from its operations' states.
+def task_action(
+    states: Iterable[State], completed: bool, decided: Iterable[Action] = ()
+) -> Action | None:
+    """The next action of a task, from its operations' states and decided next actions.
 
-    ESCALATE if any is UNRESOLVED, RECONCILE if any is SUBMITTED, SUBMIT if any is PLANNED,
-    otherwise RESUME at ``next_step``, or None once the task is complete.
+    ESCALATE if any is UNRESOLVED or :func:`decide` sends any to a person (``decided``: the
+    next actions of its open operations, as ``pending()`` has them: a SUBMITTED operation
+    that nothing can settle is ESCALATE before anything marks it UNRESOLVED), RECONCILE if
+    any is SUBMITTED, SUBMIT if any is PLANNED, otherwise RESUME at ``next_step``, or None
+    once the task is complete. A task never says less than one of its operations: wherever
+    both are shown, the task's ESCALATE and its operations' agree.
     """
     present = set(states)
-    if State.UNRESOLVED in present:
+    if State.UNRESOLVED in present or Action.ESCALATE in set(decided):
         return Action.ESCALATE
     if State.SUBMITTED in present:
         return Action.RECONCILE
@@ -548,7 +554,7 @@ class Outlook:
 
 def task_outlook(
     record: TaskRecord,
-    open_ops: Sequence[tuple[str, Action, bool]],
+    open_ops: Sequence[tuple[str, State, Action, bool]],
     *,
     holder_alive: bool,
     now: float,
@@ -556,9 +562,10 @@ def task_outlook(
 ) -> Outlook | None:
     """Why the task is not finished and who will finish it; None once it is complete.
 
-    ``open_ops``: its operations not yet CONFIRMED or FAILED as (key, next action from
-    :func:`decide`, whether the effect can reconcile). In order: an UNRESOLVED operation
-    needs a person (resolve it); a live lease holder goes on with the task; a task the MCP
+    ``open_ops``: its operations not yet CONFIRMED or FAILED as (key, state, next action
+    from :func:`decide`, whether the effect can reconcile). In order: an operation whose next
+    action is ESCALATE (UNRESOLVED, or SUBMITTED where nothing can settle it) needs a person
+    (resolve it); a live lease holder goes on with the task; a task the MCP
     proxy opened is never completed by it (a person completes or cancels it, or resolves its
     open calls); a task of a kind is a worker's, unless it has waited unclaimed for longer
     than ``unclaimed_after`` (then no running worker seems to register the kind); a task
@@ -569,12 +576,20 @@ def task_outlook(
         return None
     task = record.task_id
     ended = f"complete or cancel it (intentlog complete {task} / intentlog cancel {task})"
-    escalated = [key for key, action, _ in open_ops if action is Action.ESCALATE]
+    escalated = [(key, state) for key, state, action, _ in open_ops if action is Action.ESCALATE]
     if escalated:
+        # Named by its state: a SUBMITTED operation the decision escalates is not (yet)
+        # UNRESOLVED, and status shows both rows side by side.
+        keys = [key for key, _ in escalated]
+        if all(state is State.UNRESOLVED for _, state in escalated):
+            what = f"{_keys(keys)} UNRESOLVED"
+        else:
+            it = "it" if len(keys) == 1 else "them"
+            what = f"{_keys(keys)} in doubt and nothing automatic can settle {it}"
         return Outlook(
             Doer.PERSON,
-            f"{_keys(escalated)} UNRESOLVED: a person finds out at the service whether it "
-            f"happened, then intentlog resolve KEY --confirmed/--failed/--retry",
+            f"{what}: a person finds out at the service whether it happened, then "
+            "intentlog resolve KEY --confirmed/--failed/--retry",
         )
     proxy = record.kind == PROXY_TASK_KIND
     if holder_alive:
@@ -584,7 +599,7 @@ def task_outlook(
         if open_ops:
             return Outlook(
                 Doer.PERSON,
-                f"its MCP proxy session ended with {_keys([k for k, _, _ in open_ops])} "
+                f"its MCP proxy session ended with {_keys([k for k, *_ in open_ops])} "
                 "open: the proxy settles a call only when the agent makes it again; else "
                 "resolve it, then " + ended,
             )
@@ -613,7 +628,7 @@ def task_outlook(
         return Outlook(Doer.WORKER, f"a worker of kind {kind!r} claims it at its next poll")
     settled = [
         key
-        for key, action, can_reconcile in open_ops
+        for key, _, action, can_reconcile in open_ops
         if action is Action.WAIT or (action is Action.RECONCILE and can_reconcile)
     ]
     if settled:
@@ -625,7 +640,7 @@ def task_outlook(
     if open_ops:
         return Outlook(
             Doer.PERSON,
-            f"no worker runs it (it has no kind) and {_keys([k for k, _, _ in open_ops])} "
+            f"no worker runs it (it has no kind) and {_keys([k for k, *_ in open_ops])} "
             "open: its program sends it when it runs this task again; if it will not, "
             "resolve it, then " + ended,
         )

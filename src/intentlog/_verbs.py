@@ -155,11 +155,13 @@ def _info_flow(
     )
     limit = options.lookup_limit if options is not None else None
     pending = tuple(_pending(op, now, limit) for op in ops if op.state in _OPEN_STATES)
-    opened = [(p.key, p.next_action, p.operation.policy.can_reconcile) for p in pending]
+    opened = [(p.key, p.state, p.next_action, p.operation.policy.can_reconcile) for p in pending]
     outlook = task_outlook(
         record, opened, holder_alive=alive, now=now, unclaimed_after=unclaimed_after
     )
-    action = task_action((o.state for o in ops), record.completed)
+    # From the same decisions as the operations' rows: one view, one next action.
+    decided = (p.next_action for p in pending)
+    action = task_action((o.state for o in ops), record.completed, decided)
     return TaskInfo(record, ops, action, alive, outlook, pending)
 
 

@@ -264,7 +264,10 @@ def status(ctx: click.Context, unclaimed_after: float | None, as_json: bool) -> 
     steps: list[tuple[str, str]] = []
     if escalated:
         command = cli_command(url, "resolve", "KEY", "--confirmed/--failed/--retry")
-        steps.append(("resolve the UNRESOLVED operations", command))
+        # Named as their rows name them: one the decision escalates may still be SUBMITTED.
+        states = {p.state for p in pending if p.next_action is intentlog.Action.ESCALATE}
+        which = "UNRESOLVED" if states == {intentlog.State.UNRESOLVED} else "ESCALATE"
+        steps.append((f"resolve the {which} operations", command))
     if any(t.outlook and not t.outlook.automatic and t.next_action is not intentlog.Action.ESCALATE
            for t in tasks):  # fmt: skip
         command = cli_command(url, "complete", "TASK") + "   (or: cancel TASK)"
