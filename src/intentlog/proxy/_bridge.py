@@ -66,11 +66,10 @@ class UpstreamGone(ConnectionError):
 class Bridge:
     """One session: the agent's end, the upstream's end, and the journaled calls."""
 
-    def __init__(self, agent: End, upstream: End, upstream_note: Any = None) -> None:
+    def __init__(self, agent: End, upstream: End) -> None:
         self.agent = agent
         self.upstream = upstream
         self.calls: Any = None  # set by the owner: a Calls, or None to journal nothing
-        self._note = upstream_note  # a callable giving " (exit code N)" once known
         self._nonce = uuid.uuid4().hex[:12]
         self._ids = itertools.count(1)
         self._own: dict[RequestId, asyncio.Future[Message]] = {}
@@ -192,11 +191,16 @@ class Bridge:
                     token = params.get("progressToken") if isinstance(params, dict) else None
                     related = self._progress.get(token) if _hashable(token) else None
                 await self._to_agent(message, related=related)
-        self._upstream_closed()
+        await self._upstream_closed()
 
-    def _upstream_closed(self) -> None:
-        note = self._note() if callable(self._note) else ""
-        self._gone = f"the upstream server closed the session{note}"
+    async def _upstream_closed(self) -> None:
+        # Named with its command (or URL) and how it ended: a person reading the agent's
+        # error or the proxy's stderr learns which server died, and its exit code says why.
+        name = getattr(self.upstream, "name", None)
+        ended = getattr(self.upstream, "ended_note", None)
+        note = await ended() if callable(ended) else ""
+        server = f"the upstream server ({name})" if isinstance(name, str) else "the upstream server"
+        self._gone = f"{server} closed the session{note}"
         log.warning("%s", self._gone)
         for future in self._own.values():
             if not future.done():
@@ -207,11 +211,10 @@ class Bridge:
         for request_id in pending:
             self._spawn(self._to_agent(self._gone_reply(request_id)))
 
-    def _gone_reply(self, request_id: RequestId) -> Message:
+    def _gone_reply(self, request_id: RequestId, why: BaseException | None = None) -> Message:
+        gone = self._gone or f"the upstream server is gone ({why or 'closed'})"
         return error_reply(
-            request_id,
-            INTERNAL_ERROR,
-            f"intentlog mcp: {self._gone}; this request was not answered",
+            request_id, INTERNAL_ERROR, f"intentlog mcp: {gone}; this request was not answered"
         )
 
     # -- moving messages -------------------------------------------------------------------
@@ -230,9 +233,17 @@ class Bridge:
                 self._progress[token] = request_id
         try:
             await self.upstream.send(message)
-        except ConnectionError:
+        except ConnectionError as exc:
+            if (
+                self._gone is None
+                and _hashable(request_id)
+                and self._forwarded.get(request_id) is incoming
+            ):
+                # The server stopped reading: its end of the session is read next, and that
+                # answers this request, naming how the server ended.
+                return
             self._forwarded.pop(request_id, None)
-            await self._to_agent(self._gone_reply(request_id))
+            await self._to_agent(self._gone_reply(request_id, exc))
 
     async def _to_upstream(self, message: Message) -> None:
         with contextlib.suppress(ConnectionError):

@@ -258,8 +258,14 @@ class HttpUpstream(_Streams):
     def unanswered(self, incoming: Incoming) -> None:
         pass
 
-    def exit_note(self) -> str:
-        return f" at {self.url}"
+    @property
+    def name(self) -> str:
+        """The server's URL (for messages)."""
+        return self.url
+
+    async def ended_note(self) -> str:
+        """Nothing to add: a server over HTTP has no exit code to tell."""
+        return ""
 
     async def aclose(self) -> None:
         with contextlib.suppress(Exception):

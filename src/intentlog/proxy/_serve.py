@@ -7,7 +7,6 @@ import concurrent.futures
 import dataclasses
 import logging
 import os
-import shlex
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
@@ -139,34 +138,53 @@ def _check_tools_file(file: ProxyFile, tools: dict[str, dict[str, Any]]) -> None
 
 
 async def _server_tools(config: ProxyConfig) -> dict[str, dict[str, Any]]:
-    """The upstream's tools by name, read in a session of their own."""
+    """The upstream's tools by name, read in a session of their own. InvalidInput naming
+    the server and how it ended when it closes before it has answered."""
     upstream = await _started_upstream(config)
     try:
-        hello = {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {},
-            "clientInfo": {"name": "intentlog mcp", "version": "1"},
-        }
-        await upstream.send(
-            {"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": hello}
-        )
-        await _answer(upstream, "init")
-        await upstream.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-        tools: dict[str, dict[str, Any]] = {}
-        cursor: Any = None
-        for page in range(1000):
-            params = {"cursor": cursor} if cursor else {}
-            await upstream.send({"jsonrpc": "2.0", "id": f"list-{page}", "method": "tools/list",
-                                 "params": params})  # fmt: skip
-            result = await _answer(upstream, f"list-{page}")
-            for tool in result.get("tools") or []:
-                if isinstance(tool, dict) and isinstance(tool.get("name"), str):
-                    tools[tool["name"]] = tool
-            cursor = result.get("nextCursor")
-            if not cursor:
-                break
+        return await _listed_tools(upstream)
+    except (ConnectionError, _Closed):
+        raise await _ended_early(upstream) from None
     finally:
         await upstream.aclose()
+
+
+class _Closed(Exception):
+    """The upstream closed before it answered one of the start's requests."""
+
+
+async def _ended_early(upstream: StdioUpstream | HttpUpstream) -> InvalidInput:
+    """The error of a server that ended before it answered anything: its command (or URL)
+    and its exit code (its stderr, which is this process's, is printed just above)."""
+    note = await upstream.ended_note()
+    return InvalidInput(
+        f"the upstream server exited{note} before it answered anything: {upstream.name}"
+    )
+
+
+async def _listed_tools(upstream: StdioUpstream | HttpUpstream) -> dict[str, dict[str, Any]]:
+    """The tools an upstream lists, asked in a handshake of the proxy's own."""
+    hello = {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "intentlog mcp", "version": "1"},
+    }
+    await upstream.send({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": hello})
+    await _answer(upstream, "init")
+    await upstream.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    tools: dict[str, dict[str, Any]] = {}
+    cursor: Any = None
+    for page in range(1000):
+        params = {"cursor": cursor} if cursor else {}
+        await upstream.send({"jsonrpc": "2.0", "id": f"list-{page}", "method": "tools/list",
+                             "params": params})  # fmt: skip
+        result = await _answer(upstream, f"list-{page}")
+        for tool in result.get("tools") or []:
+            if isinstance(tool, dict) and isinstance(tool.get("name"), str):
+                tools[tool["name"]] = tool
+        cursor = result.get("nextCursor")
+        if not cursor:
+            break
     return tools
 
 
@@ -178,7 +196,7 @@ async def _answer(upstream: StdioUpstream | HttpUpstream, request_id: str) -> di
                 raise InvalidInput(f"the upstream server refused {request_id}: {message['error']}")
             result = message.get("result")
             return result if isinstance(result, dict) else {}
-    raise InvalidInput("the upstream server closed before it answered")
+    raise _Closed(request_id)
 
 
 def _journal(config: ProxyConfig, options: dict[str, Any]) -> AsyncJournal:
@@ -229,7 +247,7 @@ async def _session(
     without ever having sent a message (the agent gets its error answers first)."""
     upstream = await _started_upstream(config)
     try:
-        bridge = Bridge(agent, upstream, getattr(upstream, "exit_note", None))
+        bridge = Bridge(agent, upstream)
         bridge.calls = Calls(
             journal, bridge, config.tools, handles=handles, task=config.task, db=journal.url
         )
@@ -240,15 +258,10 @@ async def _session(
         fail_if_silent
         and not bridge.heard
         and isinstance(upstream, StdioUpstream)
-        and upstream.process is not None
-        and (upstream.process.returncode or 0) > 0
+        and upstream.failed()
     )
     if bridge.silent_exit or failed:
-        note = upstream.exit_note() if isinstance(upstream, StdioUpstream) else ""
-        raise InvalidInput(
-            f"the upstream server exited{note} before it answered anything: "
-            f"{shlex.join(config.command) if config.command else config.upstream}"
-        )
+        raise await _ended_early(upstream)
 
 
 async def _stdio_session(config: ProxyConfig, journal: AsyncJournal, handles: TaskHandles) -> None:

@@ -10,9 +10,12 @@ stdio transport); the streamable-HTTP ends are in :mod:`intentlog.proxy._http`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
+import shlex
+import signal
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
@@ -34,6 +37,9 @@ log = logging.getLogger("intentlog.proxy")
 Message = dict[str, Any]
 RequestId = int | str
 _LINE_LIMIT = 256 * 1024 * 1024  # a tool result can be large; the journal bounds what it keeps
+#: How long a server whose output closed is given to exit before a message goes without its
+#: exit code.
+_EXIT_WAIT = 2.0
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
@@ -195,6 +201,7 @@ class StdioUpstream(_Lines):
         environment.pop(CRASH_ENV_VAR, None)
         self._env = environment
         self.process: asyncio.subprocess.Process | None = None
+        self.signalled = False  # whether aclose() had to terminate or kill it
 
     async def start(self) -> None:
         self.process = await asyncio.create_subprocess_exec(
@@ -209,9 +216,33 @@ class StdioUpstream(_Lines):
         assert self.process.stdin is not None
         self._writer = self.process.stdin
 
+    @property
+    def name(self) -> str:
+        """The server's command, as a person would type it (for messages)."""
+        return shlex.join(self.command)
+
     def exit_note(self) -> str:
+        """How the process ended, for a message (`` (exit code 3)``, `` (killed by
+        SIGKILL)``), or ``""`` while it runs."""
         code = self.process.returncode if self.process is not None else None
-        return f" (exit code {code})" if code is not None else ""
+        if code is None:
+            return ""
+        if code < 0:
+            try:
+                return f" (killed by {signal.Signals(-code).name})"
+            except ValueError:
+                return f" (killed by signal {-code})"
+        return f" (exit code {code})"
+
+    async def ended_note(self, wait: float = _EXIT_WAIT) -> str:
+        """:meth:`exit_note` once the process has ended, waiting up to ``wait`` seconds for
+        it to: called once its output has closed, when it is ending but may not have been
+        reaped yet, and its exit code is what tells a person why."""
+        process = self.process
+        if process is not None and process.returncode is None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(process.wait(), wait)
+        return self.exit_note()
 
     async def aclose(self) -> None:
         process = self.process
@@ -225,11 +256,18 @@ class StdioUpstream(_Lines):
                 await asyncio.wait_for(process.wait(), 2.0)
                 return
             except TimeoutError:
+                self.signalled = True
                 try:
                     step()
                 except ProcessLookupError:
                     return
         await process.wait()
+
+    def failed(self) -> bool:
+        """Whether the process ended with an error of its own: an exit code other than 0,
+        or a signal this end did not send."""
+        code = self.process.returncode if self.process is not None else None
+        return code is not None and (code > 0 or (code < 0 and not self.signalled))
 
 
 def _has_fileno(stream: Any) -> bool:
