@@ -6,6 +6,10 @@ reference servers server-memory and server-filesystem, for the proxy's lookup te
 - ``create_entities(entities)``: every call inserts each entity as a new row of the SQLite
   ledger (it does not deduplicate), as server-memory's tool of that name takes a list.
 - ``open_nodes(names)`` (read-only): the entities with those names, ``{"entities": [...]}``.
+- ``search_nodes(query)`` (read-only): the entities whose name or type holds ``query``
+  (case-insensitive), as server-memory's tool of that name answers: "Ada" finds "Adam".
+- ``find_node(name)`` (read-only): ``{"node": {...}}`` for the first entity of that name,
+  ``{"node": null}`` when there is none.
 - ``write_file(path, content)``: replaces the file under ``DIR``; ``edit_file(path, old,
   new)``: replaces text in it; ``read_file(path)`` (read-only): its text.
 """
@@ -64,6 +68,22 @@ def build(ledger: str, root: Path) -> MCPServer[Any]:
             names,
         )
         return {"entities": [{"name": n, "entityType": t} for n, t in rows]}
+
+    @app.tool(annotations=READ)
+    async def search_nodes(query: str) -> dict[str, Any]:
+        """The entities whose name or type holds the query."""
+        like = f"%{query.lower()}%"
+        rows = conn.execute(
+            "SELECT name, type FROM entities WHERE lower(name) LIKE ? OR lower(type) LIKE ?",
+            (like, like),
+        )
+        return {"entities": [{"name": n, "entityType": t} for n, t in rows], "relations": []}
+
+    @app.tool(annotations=READ)
+    async def find_node(name: str) -> dict[str, Any]:
+        """The first entity of this name, or null."""
+        row = conn.execute("SELECT name, type FROM entities WHERE name = ?", (name,)).fetchone()
+        return {"node": {"name": row[0], "entityType": row[1]} if row else None}
 
     @app.tool(annotations=WRITE)
     def write_file(path: str, content: str) -> str:

@@ -71,12 +71,16 @@ def test_a_lookup_that_writes_is_refused_at_load(files: dict[str, Path]) -> None
     # A tool the tools file itself journals is refused as a lookup when the file is read.
     files["tools"].write_text(
         '[tools.write_file]\ntimeout = "5s"\n\n[tools.edit_file.lookup]\ntool = "write_file"\n'
+        'arguments = { path = "{arguments.path}" }\nfound = "result"\n'
     )
     done = run_proxy(files)
     assert done.returncode == 1
     assert f"{files['tools']}:5:" in done.stderr and "journals" in done.stderr
     # A lookup the server does not list.
-    files["tools"].write_text('[tools.edit_file.lookup]\ntool = "find_edit"\n')
+    files["tools"].write_text(
+        '[tools.edit_file.lookup]\ntool = "find_edit"\narguments = { path = "{arguments.path}" }\n'
+        'found = "edit"\n'
+    )
     done = run_proxy(files)
     assert done.returncode == 1 and "'find_edit', which the server does not list" in done.stderr
     assert (files["root"] / "notes.txt").read_text() == "one\ntwo\n"

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from intentlog import InvalidInput
 from intentlog.proxy import default_policy, parse_tools
+from intentlog.proxy._lookups import NOT_FOUND, Hit
 from intentlog.proxy._results import receipt_of, replay_of
 
 GOOD = """
@@ -89,16 +93,38 @@ def test_no_annotation_makes_the_proxy_resend_a_call() -> None:
         ("[tools.a]\ndeduplicates = true\n", ":2:", "set key_argument"),
         ("[tools.a]\non_error = 'maybe'\n", ":2:", "on_error must be"),
         ("[tools.a]\nlazy_receipt = true\n", ":2:", "lazy_receipt needs"),
-        ("[tools.a.lookup]\ntool = 'a'\n", ":2:", "cannot be its own lookup"),
+        (
+            "[tools.a.lookup]\ntool = 'a'\nfound = 'x'\narguments = { r = '{key}' }\n",
+            ":2:",
+            "cannot be its own lookup",
+        ),
         ("[tools.a.lookup]\nfound = 'x'\n", ":1:", "lookup needs tool"),
+        # Without found, any answer (an empty one too) would count as the call having landed.
+        ("[tools.a.lookup]\ntool = 'b'\narguments = { r = '{key}' }\n", ":1:", "needs found"),
+        ("[tools.a.lookup]\ntool = 'b'\nfound = '.'\n", ":3:", "needs found"),
+        ("[tools.a.lookup]\ntool = 'b'\nfound = 3\n", ":3:", "needs found"),
+        # A lookup that names nothing of the call asks the same question for every call.
+        ("[tools.a.lookup]\ntool = 'b'\nfound = 'x'\n", ":1:", "names nothing of the call"),
+        (
+            "[tools.a.lookup]\ntool = 'b'\nfound = 'x'\nmatch = { id = 'fixed' }\n",
+            ":1:",
+            "names nothing of the call",
+        ),
+        ("[tools.a.lookup]\ntool = 'b'\nfound = 'x'\nmatch = 'id'\n", ":4:", "match must be"),
+        (
+            "[tools.a.lookup]\ntool = 'b'\nfound = 'x'\nmatch = { id = '{nope}' }\n",
+            ":4:",
+            "unknown placeholder",
+        ),
         (
             "[tools.a.lookup]\ntool = 'b'\narguments = { k = '{nope}' }\n",
             ":3:",
             "unknown placeholder",
         ),
         (
-            "[tools.a.lookup]\ntool = 'b'\nnot_found_error = '('\n",
-            ":3:",
+            "[tools.a.lookup]\ntool = 'b'\nfound = 'x'\nnot_found_error = '('\n"
+            "match = { r = '{key}' }\n",
+            ":4:",
             "not a regular expression",
         ),
         ("[proxy]\nnamespace = 'a b'\n", ":2:", "namespace must be"),
@@ -166,7 +192,9 @@ def test_the_examples_in_docs_mcp_md_are_valid() -> None:
     from pathlib import Path
 
     text = (Path(__file__).resolve().parent.parent / "docs" / "mcp.md").read_text()
-    blocks = dict(re.findall(r"```(toml|json)\n(.*?)```", text, re.DOTALL))
+    blocks: dict[str, str] = {}
+    for language, body in re.findall(r"```(toml|json)\n(.*?)```", text, re.DOTALL):
+        blocks.setdefault(language, body)  # the first of each: the tools file, the host's
     parsed = parse_tools(blocks["toml"], "docs/mcp.md")
     assert set(parsed.tools) == {"create_payment", "open_refund", "send_receipt", "get_balance"}
     assert parsed.tools["open_refund"].lookup is not None
@@ -174,3 +202,46 @@ def test_the_examples_in_docs_mcp_md_are_valid() -> None:
     host = json.loads(blocks["json"])
     args = host["mcpServers"]["payments"]["args"]
     assert host["mcpServers"]["payments"]["command"] == "intentlog" and args[0] == "mcp"
+
+
+def test_a_lookup_answer_is_a_hit_only_when_it_is_this_calls_record() -> None:
+    """The verdict on a lookup's answer, for every shape a server may send: empty, null and
+    another call's record are never a hit; with ``match`` a list is searched for this call's
+    record, and a lone record or two matches that cannot be told apart are Indeterminate."""
+    file = parse_tools(
+        '[tools.a.lookup]\ntool = "find"\narguments = { q = "{arguments.name}" }\n'
+        'found = "items"\nmatch = { name = "{arguments.name}", "meta.key" = "{key}" }\n'
+        '[tools.b.lookup]\ntool = "find"\narguments = { q = "{key}" }\nfound = "item.id"\n',
+        "tools.toml",
+    )
+    listed, single = file.tools["a"].lookup, file.tools["b"].lookup
+    assert listed is not None and single is not None
+    ada = {"name": "Ada", "meta": {"key": "k1"}}
+    adam = {"name": "Adam", "meta": {"key": "k0"}}
+    call = {"name": "Ada"}
+    assert listed.judge({"items": [adam, ada]}, "k1", call) == Hit(ada)
+    for empty in (None, {}, {"items": None}, {"items": []}, {"items": [adam]}, "text", []):
+        assert listed.judge(empty, "k1", call) == NOT_FOUND, empty
+    # Ada's name under another key is another call's record.
+    assert listed.judge({"items": [{"name": "Ada", "meta": {"key": "k0"}}]}, "k1", call) == (
+        NOT_FOUND
+    )
+    twice = listed.judge({"items": [ada, ada]}, "k1", call)
+    assert isinstance(twice, str) and "2 records at 'items' match" in twice
+    alone = listed.judge({"items": adam}, "k1", call)
+    assert isinstance(alone, str) and "not this call's" in alone and "'Adam'" in alone
+    # Without match, anything present and not empty at found is a hit; nothing else is.
+    assert single.judge({"item": {"id": "t-1"}}, "k1", {}) == Hit("t-1")
+    assert single.judge({"item": {"id": 0}}, "k1", {}) == Hit(0)
+    for empty in ({"item": {"id": None}}, {"item": {"id": ""}}, {"item": {}}, {}, None):
+        assert single.judge(empty, "k1", {}) == NOT_FOUND, empty
+
+
+def test_every_tools_file_in_the_docs_loads() -> None:
+    """A tools file a reader copies from docs/mcp.md is one the proxy accepts."""
+    text = (Path(__file__).resolve().parent.parent / "docs" / "mcp.md").read_text()
+    blocks = re.findall(r"^```toml\n(# file: (\S+)\n.*?)^```$", text, re.M | re.S)
+    assert len(blocks) >= 2
+    for body, name in blocks:
+        file = parse_tools(body, name)
+        assert file.tools, name

@@ -62,6 +62,7 @@ from intentlog._hygiene import kept_arguments
 from intentlog._keys import canonical_json, derive_key, validate_key, validate_task_id
 from intentlog._model import Found, Indeterminate, LookupResult, NotFound
 from intentlog.proxy._bridge import UpstreamError, UpstreamGone
+from intentlog.proxy._lookups import NOT_FOUND, Hit
 from intentlog.proxy._policy import ProxyFile, ToolPolicy, default_policy, retention_for
 from intentlog.proxy._results import (
     attach,
@@ -299,9 +300,14 @@ class Calls:
                 if lookup.not_found_error is not None and lookup.not_found_error.search(text):
                     return NotFound()
                 return Indeterminate(f"the lookup {lookup.tool!r} answered an error: {text[:200]}")
-            value = _at_path(_structured(result), lookup.found)
-            if value in (None, "", [], {}):
+            verdict = lookup.judge(
+                _structured(result), wire, call.arguments if call is not None else {}
+            )
+            if verdict == NOT_FOUND:
                 return NotFound()
+            if not isinstance(verdict, Hit):
+                return Indeterminate(f"the lookup {lookup.tool!r} cannot tell: {verdict}")
+            value = verdict.value
             found = _Looked(
                 {
                     "content": [{"type": "text", "text": _json(value)}],
@@ -520,17 +526,6 @@ def _structured(result: dict[str, Any]) -> Any:
         return json.loads(text) if text else None
     except ValueError:
         return text
-
-
-def _at_path(value: Any, path: tuple[str, ...]) -> Any:
-    for part in path:
-        if isinstance(value, dict):
-            value = value.get(part)
-        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
-            value = value[int(part)]
-        else:
-            return None
-    return value
 
 
 def _json(value: Any) -> str:

@@ -13,7 +13,16 @@ from intentlog._errors import InvalidInput
 if TYPE_CHECKING:
     from intentlog.proxy._policy import ProxyFile
 
-__all__ = ["PLACEHOLDER", "Lookup", "key_refusals", "lookup_refusals"]
+__all__ = [
+    "NOT_FOUND",
+    "PLACEHOLDER",
+    "Hit",
+    "Lookup",
+    "Verdict",
+    "at_path",
+    "key_refusals",
+    "lookup_refusals",
+]
 
 PLACEHOLDER = re.compile(r"\{(key|arguments\.[A-Za-z0-9_.-]+)\}")
 
@@ -27,11 +36,19 @@ class Lookup:
     index into lists (``{arguments.entities.0.name}``); a whole-string placeholder keeps the
     argument's JSON type, inside a longer string it is formatted as text. A placeholder the
     call's arguments do not resolve is an error (:meth:`render` raises InvalidInput), never a
-    null sent. ``found`` is a dotted path into the lookup's result (its
-    ``structuredContent``, else its first text content read as JSON): present and not null
-    or empty means Found, with the value there as the call's result; absent, null, ``""``,
-    ``[]`` or ``{}`` means NotFound. An error result means the lookup could not tell (asked
-    again later), unless its text matches ``not_found_error``.
+    null sent.
+
+    ``found`` (required) is a dotted path into the lookup's result (its
+    ``structuredContent``, else its first text content read as JSON) to what is there only
+    when the call landed. ``match`` (optional) maps dotted paths inside that value to
+    placeholders, and ties a hit to this very call: with it, a list at ``found`` is searched
+    for the one record whose fields equal the call's values, and a single record there must
+    hold them. :meth:`judge` gives the verdict. The guarantee: "the server answered
+    something" never counts as "the call landed". An absent, null, ``""``, ``[]`` or ``{}``
+    value is NotFound, and so is a list with no matching record. A record of another call
+    where this one's should be, or two records that both match, is Indeterminate. An error
+    result means the lookup could not tell (asked again later), unless its text matches
+    ``not_found_error``.
 
     The tool is called unjournaled during recovery, so it must only read: one the tools
     file journals is refused when the file is read, and one the file does not mark
@@ -43,11 +60,91 @@ class Lookup:
     arguments: Mapping[str, Any]
     found: tuple[str, ...]
     not_found_error: re.Pattern[str] | None = None
+    match: Mapping[tuple[str, ...], Any] = dataclasses.field(default_factory=dict)
 
     def render(self, key: str, call_arguments: Mapping[str, Any]) -> dict[str, Any]:
         """The lookup's arguments for one call; InvalidInput names a placeholder that the
         call's arguments do not resolve."""
         return {name: _render(value, key, call_arguments) for name, value in self.arguments.items()}
+
+    def judge(self, answer: Any, key: str, call_arguments: Mapping[str, Any]) -> Verdict:
+        """What the lookup's ``answer`` says of the call with ``key`` and ``call_arguments``:
+        the value found (the call's result), NOT_FOUND, or the reason it cannot tell."""
+        value = at_path(answer, self.found)
+        if _empty(value):
+            return NOT_FOUND
+        if not self.match:
+            return Hit(value)
+        wanted = {path: _render(v, key, call_arguments) for path, v in self.match.items()}
+        where = ".".join(self.found)
+        if isinstance(value, list):
+            hits = [item for item in value if _matches(item, wanted)]
+            if not hits:
+                return NOT_FOUND
+            if len(hits) > 1:
+                return f"{len(hits)} records at {where!r} match this one call"
+            return Hit(hits[0])
+        if _matches(value, wanted):
+            return Hit(value)
+        return f"the record at {where!r} is not this call's (its {_mismatch(value, wanted)})"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Hit:
+    """A lookup found the call: ``value`` is what it found."""
+
+    value: Any
+
+
+NOT_FOUND = "not found"
+# Hit: found; NOT_FOUND: the server says the call is not there; any other string: why the
+# answer cannot tell (Indeterminate, asked again later).
+Verdict = Hit | str
+
+
+def at_path(value: Any, path: tuple[str, ...]) -> Any:
+    """The value at a dotted ``path`` (names index objects, digits lists); None if absent."""
+    for part in path:
+        if isinstance(value, Mapping):
+            value = value.get(part)
+        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]
+        else:
+            return None
+    return value
+
+
+def _empty(value: Any) -> bool:
+    return value is None or (isinstance(value, str | list | dict) and not value)
+
+
+def _matches(record: Any, wanted: Mapping[tuple[str, ...], Any]) -> bool:
+    return all(
+        _present(record, path) and at_path(record, path) == value for path, value in wanted.items()
+    )
+
+
+def _present(record: Any, path: tuple[str, ...]) -> bool:
+    # A null where the call's value is null is a match; a field that is missing is not.
+    parent = at_path(record, path[:-1])
+    if isinstance(parent, Mapping):
+        return path[-1] in parent
+    return isinstance(parent, list) and path[-1].isdigit() and int(path[-1]) < len(parent)
+
+
+def _mismatch(record: Any, wanted: Mapping[tuple[str, ...], Any]) -> str:
+    for path, value in wanted.items():
+        name = ".".join(path)
+        if not _present(record, path):
+            return f"{name} is missing, this call's is {_short(value)}"
+        if at_path(record, path) != value:
+            return f"{name} is {_short(at_path(record, path))}, this call's {_short(value)}"
+    return "fields differ"  # not reached: called only when a field differs
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _render(value: Any, key: str, call_arguments: Mapping[str, Any]) -> Any:

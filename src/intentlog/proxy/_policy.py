@@ -65,7 +65,7 @@ _TOOL_FIELDS = frozenset(
         "lazy_receipt",
     }
 )
-_LOOKUP_FIELDS = frozenset({"tool", "arguments", "found", "not_found_error"})
+_LOOKUP_FIELDS = frozenset({"tool", "arguments", "found", "match", "not_found_error"})
 _PROXY_FIELDS = frozenset({"namespace", "timeout", "keep_arguments"})
 DEFAULT_TIMEOUT = 30.0
 # The tools file's words for the effect options, so that a refusal shows the fix as the file
@@ -369,12 +369,7 @@ def _lookup(entry: Any, where: _Locator, table: str) -> Lookup:
         )
     for value in arguments.values():
         _check_template(value, where.key(table, "arguments"))
-    found = fields.get("found", "")
-    if not isinstance(found, str):
-        raise InvalidInput(
-            f"{where.key(table, 'found')}: found must be a dotted path such as "
-            f'"ticket.id", got {found!r}'
-        )
+    path = _found_path(fields.get("found"), where.key(table, "found"))
     pattern = fields.get("not_found_error")
     compiled = None
     if pattern is not None:
@@ -388,8 +383,56 @@ def _lookup(entry: Any, where: _Locator, table: str) -> Lookup:
             raise InvalidInput(
                 f"{where.key(table, 'not_found_error')}: must be a regular expression string"
             )
-    path = tuple(part for part in found.split(".") if part)
-    return Lookup(tool, dict(arguments), path, compiled)
+    match = _match_table(fields.get("match", {}), where.key(table, "match"))
+    if not _names_the_call(arguments) and not _names_the_call(match):
+        # Asked the same question for every call, the lookup would find an earlier call's
+        # record and report this one applied when it was never sent.
+        raise InvalidInput(
+            f"{where.table(table)}: the lookup names nothing of the call, so it cannot tell "
+            "this call from any other: use {key} or {arguments.NAME} in its arguments, or "
+            'say which record is this call\'s with match = { FIELD = "{arguments.NAME}" }'
+        )
+    return Lookup(tool, dict(arguments), path, compiled, match)
+
+
+def _found_path(found: Any, at: str) -> tuple[str, ...]:
+    """``found`` as a path; required, because without it any answer (an empty one too)
+    would count as the call having landed."""
+    path = tuple(part for part in found.split(".") if part) if isinstance(found, str) else ()
+    if not path:
+        raise InvalidInput(
+            f'{at}: a lookup needs found = "<dotted path>": where in the lookup\'s result '
+            'something is only when the call landed (e.g. "entities.0" or "refund.id"), '
+            f"got {found!r}. Without it, any answer, an empty one too, would count as found"
+        )
+    return path
+
+
+def _match_table(match: Any, at: str) -> dict[tuple[str, ...], Any]:
+    if not isinstance(match, dict):
+        raise InvalidInput(
+            f'{at}: match must be a table of FIELD = "{{key}}" or "{{arguments.NAME}}", '
+            f"got {match!r}"
+        )
+    table: dict[tuple[str, ...], Any] = {}
+    for name, value in match.items():
+        path = tuple(part for part in name.split(".") if part)
+        if not path:
+            raise InvalidInput(f"{at}: {name!r} is not a dotted path into the found record")
+        _check_template(value, at)
+        table[path] = value
+    return table
+
+
+def _names_the_call(value: Any) -> bool:
+    """Whether a template holds a placeholder of the call ({key} or {arguments.NAME})."""
+    if isinstance(value, str):
+        return _PLACEHOLDER.search(value) is not None
+    if isinstance(value, dict):
+        return any(_names_the_call(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_names_the_call(v) for v in value)
+    return False
 
 
 def _journaled_in(where: _Locator, tool: str) -> bool:
