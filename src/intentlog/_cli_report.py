@@ -1,8 +1,18 @@
 """What the CLI prints for people: tables that fit the terminal, and the values in them.
 
-Tables never break a word, a key or a Message-ID (a person copies keys from this output):
-the last column (free text) wraps at spaces only; when the other columns do not leave it
-room, each row is printed as a block of ``NAME  value`` lines instead, every value whole.
+Tables never break a word, a key or a Message-ID (a person copies keys from this output),
+and degrade in steps as the terminal narrows:
+
+1. columns, the last one (a key, or free text) wrapped at spaces beside the others, while
+   it has room for its longest word and at least a few words a line;
+2. else, for a long last column beside two or more short ones that fit, those columns,
+   each row followed by its last column on lines of its own (``  WHY  text...``), wrapped
+   at spaces: an 80-column terminal keeps a table of long keys as a table;
+3. else, when even the other columns do not fit, each row as a block of ``NAME  value``
+   lines, every value whole.
+
+A table without headers (``show``'s ``name  value`` lists) skips step 2 and never pushes
+a value out of its column for one long word: an id longer than the room runs past it.
 """
 
 from __future__ import annotations
@@ -21,7 +31,18 @@ import click
 import intentlog
 from intentlog._words import duration
 
-__all__ = ["action_text", "compact", "iso", "pick", "table", "terminal_width", "wrap"]
+__all__ = [
+    "action_text",
+    "compact",
+    "iso",
+    "kind_of",
+    "pick",
+    "prose",
+    "table",
+    "terminal_width",
+    "wait_text",
+    "wrap",
+]
 
 _MIN_TEXT = 24  # the narrowest the wrapped last column may get before rows become blocks
 
@@ -62,29 +83,77 @@ def table(
         for i, cell in enumerate(row):
             widths[i] = max(widths[i], len(cell))
     indent = sum(w + 2 for w in widths[:-1])
-    if indent + widths[-1] <= width or width - indent >= _MIN_TEXT:
-        lines = []
-        for row in [heads, *cells] if header else cells:
-            head = "".join(c.ljust(w + 2) for c, w in zip(row[:-1], widths, strict=False))
-            wrapped = wrap(row[-1], width - indent)
-            lines.append((head + wrapped[0]).rstrip())
-            lines.extend((" " * indent + more).rstrip() for more in wrapped[1:])
+    room = width - indent
+    longest = max((len(word) for row in cells for word in row[-1].split()), default=0)
+    if indent + widths[-1] <= width or (room >= _MIN_TEXT and (longest <= room or not header)):
+        return "\n".join(_beside(row, widths, indent, room) for row in _with(heads, cells, header))
+    # Step 2 is for a long last column (a key, free text) beside short ones; a table of two
+    # columns, or of short values, reads better as blocks.
+    below = width - len(heads[-1]) - 4  # "  NAME  " before the last column's own lines
+    long_last = len(heads) > 2 and widths[-1] >= _MIN_TEXT and indent - 2 <= width
+    if header and long_last and (below >= _MIN_TEXT or widths[-1] <= below):
+        lines = [_cols(heads[:-1], widths)]
+        lines.extend(_under(row, heads[-1], widths, below) for row in cells)
         return "\n".join(lines)
-    # Blocks: one "NAME  value" line per cell, the free text wrapped below its name.
-    names = heads if header else ["" for _ in heads]
+    return _blocks(heads if header else ["" for _ in heads], cells, width)
+
+
+def _with(heads: list[str], cells: list[list[str]], header: bool) -> list[list[str]]:
+    return [heads, *cells] if header else cells
+
+
+def _cols(cells: Sequence[str], widths: list[int]) -> str:
+    return "".join(c.ljust(w + 2) for c, w in zip(cells, widths, strict=False)).rstrip()
+
+
+def _beside(row: list[str], widths: list[int], indent: int, room: int) -> str:
+    """One row in columns, its last cell wrapped at spaces in the ``room`` to its right."""
+    head = "".join(c.ljust(w + 2) for c, w in zip(row[:-1], widths, strict=False))
+    wrapped = wrap(row[-1], room)
+    lines = [(head + wrapped[0]).rstrip()]
+    lines.extend((" " * indent + more).rstrip() for more in wrapped[1:])
+    return "\n".join(lines)
+
+
+def _under(row: list[str], name: str, widths: list[int], room: int) -> str:
+    """One row in columns but its last cell, which follows on lines of its own after the
+    last column's name (the header row names only the other columns)."""
+    if not row[-1]:
+        return _cols(row[:-1], widths)
+    label = f"  {name}  "
+    wrapped = wrap(row[-1], room)
+    lines = [_cols(row[:-1], widths), (label + wrapped[0]).rstrip()]
+    lines.extend((" " * len(label) + more).rstrip() for more in wrapped[1:])
+    return "\n".join(lines)
+
+
+def _blocks(names: list[str], cells: list[list[str]], width: int) -> str:
+    """Each row as a block of ``NAME  value`` lines, the free text wrapped beside its name,
+    or under it (indented by two) where the names leave it too little room."""
     label = max(len(n) for n in names) + 2
+    room = width - label
     blocks = []
     for row in cells:
         lines = []
         for i, (name, cell) in enumerate(zip(names, row, strict=False)):
-            if i == len(row) - 1 and len(cell) > width - label:
-                parts = wrap(cell, width - label)
-            else:
-                parts = [cell]  # whole, even past the width: never split an id
-            lines.append((name.ljust(label) + parts[0]).rstrip())
-            lines.extend((" " * label + p).rstrip() for p in parts[1:])
+            if i < len(row) - 1 or len(cell) <= room:
+                lines.append((name.ljust(label) + cell).rstrip())  # whole: never split an id
+            elif room >= _MIN_TEXT or not name:
+                parts = wrap(cell, room)
+                lines.append((name.ljust(label) + parts[0]).rstrip())
+                lines.extend((" " * label + part).rstrip() for part in parts[1:])
+            else:  # a word or two a line beside the names: the whole width under its name
+                lines.append(name)
+                lines.extend(("  " + part).rstrip() for part in wrap(cell, width - 2))
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
+
+
+def prose(text: str, width: int | None = None) -> str:
+    """Prose (a title, a summary) wrapped at spaces to the terminal: leading newlines kept."""
+    body = text.lstrip("\n")
+    width = terminal_width() if width is None else width
+    return "\n" * (len(text) - len(body)) + "\n".join(wrap(body, width))
 
 
 def iso(t: float | None) -> str | None:

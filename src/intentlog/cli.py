@@ -239,7 +239,7 @@ def status(ctx: click.Context, unclaimed_after: float | None, as_json: bool) -> 
     click.echo(f"journal  {url}\n")
     click.echo(_table(list(by_state), [[str(n) for n in by_state.values()]]))
     if pending:
-        click.echo(f"\noperations needing attention ({len(pending)}):")
+        click.echo(report.prose(f"\noperations needing attention ({len(pending)}):"))
         cols = ("task_id", "effect", "state", "next_action")
         rows = [
             [*(i[c] for c in cols), report.wait_text(i["wait_seconds"]), i["key"]] for i in items
@@ -249,7 +249,7 @@ def status(ctx: click.Context, unclaimed_after: float | None, as_json: bool) -> 
         click.echo("\nwhy:")
         click.echo(_table(["KEY", "REASON"], [[i["key"], i["reason"]] for i in items]))
     if tasks:
-        click.echo(f"\ntasks needing attention ({len(tasks)}):")
+        click.echo(report.prose(f"\ntasks needing attention ({len(tasks)}):"))
         rows = [
             [t["task_id"], _action_text(a), t["who"] or "-", str(t["runs"] or "-"), t["why"] or ""]
             for t, a in zip(task_items, tasks, strict=True)
@@ -273,10 +273,11 @@ def status(ctx: click.Context, unclaimed_after: float | None, as_json: bool) -> 
         command = cli_command(url, "complete", "TASK") + "   (or: cancel TASK)"
         steps.append(("complete or cancel the tasks nothing will finish", command))
     if code == EXIT_PERSON:
-        lines = [f"needs a person: {what}:\n  {command}" for what, command in steps]
+        lines = [report.prose(f"needs a person: {what}:") + f"\n  {command}"
+                 for what, command in steps]  # fmt: skip
         click.echo("\n" + "\n".join(lines or ["needs a person: see WHY above"]))
     elif code == EXIT_AUTOMATION:
-        click.echo("\nwork remains that a worker or intentlog recover will do")
+        click.echo(report.prose("\nwork remains that a worker or intentlog recover will do"))
     else:
         click.echo("\nnothing needs attention")
     ctx.exit(code)
