@@ -1,5 +1,5 @@
 """The CLI at a real terminal's edges, as a real process: tables at 80 columns and narrower
-with the long keys MCP calls have."""
+with the long keys MCP calls have, and a reader that goes away early (``| head``)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -114,3 +115,85 @@ def test_show_at_80_columns_and_narrower(mcp_journal: Path, columns: int) -> Non
     _only_whole_words_past(out, mcp_journal, columns)
     for key in KEYS:
         assert any(line.split()[-1:] == [key] for line in out.splitlines()), out
+
+
+# -- a reader that goes away -----------------------------------------------------------------
+
+MANY = 1000  # rows enough to fill a pipe's buffer and head's over and over
+
+
+@pytest.fixture(scope="module")
+def busy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory with a journal of MANY planned and MANY in-flight operations, and an
+    effects module (``effects.py``) with those effects and MANY more."""
+    where = tmp_path_factory.mktemp("busy")
+    publish = intentlog.Effect(
+        "publish", _boom, idempotent=True, key_retention=intentlog.FOREVER, timeout=600
+    )
+    with intentlog.open(where / "journal.db", max_wait=0, attempts_per_run=1) as journal:
+        with journal.task("planned") as task:
+            for n in range(MANY):
+                task.plan(publish, n=n)
+        with journal.task("in-flight") as task:
+            for n in range(MANY):
+                with pytest.raises(intentlog.StillInFlight):
+                    task.run(publish, n=n)
+    (where / "effects.py").write_text(
+        textwrap.dedent(
+            f"""
+            import intentlog
+
+            def submit(key, **kwargs):
+                raise ConnectionError("not called: recover and check send nothing")
+
+            publish = intentlog.Effect(
+                "publish", submit, idempotent=True, key_retention=intentlog.FOREVER,
+                timeout=600,
+            )
+            # Effects that can neither deduplicate nor be asked: each a problem for check.
+            MAILS = [intentlog.Effect(f"mail_{{n}}", submit) for n in range({MANY})]
+            EFFECTS = [publish, *MAILS]
+            """
+        )
+    )
+    return where
+
+
+def _into_head(args: list[str], where: Path) -> tuple[int, str, str, int]:
+    """``intentlog ARGS | head -1`` as two real processes: (intentlog's exit code, head's
+    output, intentlog's stderr, how much intentlog prints when nobody leaves early)."""
+    with open(where / "full.out", "w") as full:
+        whole = _cli(*args, columns=80, cwd=where, stdout=full)
+        whole.communicate(timeout=120)
+    producer = _cli(*args, columns=80, cwd=where)
+    head = subprocess.Popen(["head", "-1"], stdin=producer.stdout, stdout=subprocess.PIPE,
+                            text=True)  # fmt: skip
+    assert producer.stdout is not None and producer.stderr is not None
+    producer.stdout.close()  # head is its only reader now
+    first, _ = head.communicate(timeout=120)
+    err = producer.stderr.read()
+    producer.stderr.close()
+    code = producer.wait(timeout=120)
+    return code, first, err, (where / "full.out").stat().st_size
+
+
+CASES = {
+    # command, exit code: what the command found, as without the pipe
+    "status": (["status"], 3),  # a task without a kind: nothing automatic finishes it
+    "status --json": (["status", "--json"], 3),
+    "show": (["show", "planned"], 0),
+    "recover": (["recover", "--effects", "effects:publish"], 0),
+    "check": (["check", "--effects", "effects:EFFECTS", "--restart-within", "1h"], 3),
+}
+
+
+@pytest.mark.parametrize(("args", "code"), list(CASES.values()), ids=list(CASES))
+def test_a_reader_that_leaves_early_is_no_error(busy: Path, args: list[str], code: int) -> None:
+    argv = ["--db", str(busy / "journal.db"), *args]
+    got, first, err, size = _into_head(argv, busy)
+    # More than the pipe (64 KiB) and head's read together hold: some writes come after
+    # head has gone, and fail.
+    assert size > 2 * 65536
+    assert first.strip(), first
+    assert err == "", err  # no traceback, no "Broken pipe", no "Exception ignored"
+    assert got == code, (got, first)

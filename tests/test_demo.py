@@ -128,3 +128,26 @@ def test_demo_resolves_as_retry_when_the_mail_did_not_land(
     assert re.search(r"--retry --confirm 'retry \S+' --note 'not in the mailer record'",
                      result.output), result.output  # fmt: skip
     assert "order-2: the mailer sent the mail once (1)" in result.output
+
+
+def test_demo_stops_quietly_when_its_reader_goes_away(tmp_path: Path) -> None:
+    """``intentlog demo | head -2``: no traceback and no "Broken pipe"; the demo stops there
+    (its services stopped, its files removed) with exit 1, its claims not all checked."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    env = {**os.environ, "TMPDIR": str(scratch)}
+    env.pop("INTENTLOG_CRASH", None)
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "intentlog.cli", "demo"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    head = subprocess.Popen(["head", "-2"], stdin=demo.stdout, stdout=subprocess.PIPE, text=True)
+    assert demo.stdout is not None and demo.stderr is not None
+    demo.stdout.close()  # head is its only reader now
+    first, _ = head.communicate(timeout=120)
+    err = demo.stderr.read()
+    demo.stderr.close()
+    assert demo.wait(timeout=120) == 1
+    assert first.startswith("intentlog demo: ") and len(first.splitlines()) == 2
+    assert err == "", err
+    assert list(scratch.iterdir()) == []

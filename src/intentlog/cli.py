@@ -29,6 +29,11 @@ Exit codes:
     3  something needs a person: an operation is UNRESOLVED, action ESCALATE (status, recover),
        or a task nothing automatic will finish (status)
     4  work that a worker or recover will do, and nothing needs a person (status)
+
+A reader that goes away early (``intentlog status | head``) is no error: the output stops,
+nothing is said on stderr, and the exit code is the command's own: what status, check or
+recover found (0, 3 or 4), 0 for a command that had done its work, and 1 for a demo stopped
+before its claims were checked.
 """
 
 from __future__ import annotations
@@ -66,14 +71,26 @@ EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_PERSON, EXIT_AUTOMATION = 0, 1, 2, 3, 4
 WIDTH = 100  # the width when not a terminal and $COLUMNS is unset
 
 
+_ON_CLOSED_PIPE = "intentlog.exit_on_closed_pipe"  # ctx.meta: a command's code, once known
+
+
+def _exit_on_closed_pipe(ctx: click.Context, code: int) -> None:
+    """The exit code if stdout's reader goes away from here on: what the command found."""
+    ctx.meta[_ON_CLOSED_PIPE] = code
+
+
 class _Group(click.Group):
-    """Catches every intentlog error in one place: ``error: <message>`` on stderr, exit 1."""
+    """Catches every intentlog error in one place: ``error: <message>`` on stderr, exit 1.
+    A closed pipe on stdout is no error: quiet, with the command's own exit code."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except BrokenPipeError:
-            raise  # the reader went away: main() exits quietly
+            # Caught here, before click's own handler, which would exit 1: the reader went
+            # away (| head), so what the command found is still its exit code.
+            _quiet_closed_pipe()
+            raise click.exceptions.Exit(ctx.meta.get(_ON_CLOSED_PIPE, EXIT_OK)) from None
         except (intentlog.Error, _Failure, OSError) as exc:
             raw = ctx.obj.get("db") if ctx.obj else None
             click.echo(f"error: {mask(str(exc), raw)}", err=True)
@@ -212,6 +229,7 @@ def status(ctx: click.Context, unclaimed_after: float | None, as_json: bool) -> 
     needs_person = escalated or any(t.outlook and not t.outlook.automatic for t in tasks)
     automation = bool(pending) or any(t.outlook and t.outlook.automatic for t in tasks)
     code = EXIT_PERSON if needs_person else EXIT_AUTOMATION if automation else EXIT_OK
+    _exit_on_closed_pipe(ctx, code)
     by_state = {s.value: counts.get(s, 0) for s in intentlog.State}
 
     def wait(p: intentlog.Pending) -> float | None:
@@ -583,6 +601,7 @@ def recover(ctx: click.Context, specs: tuple[str, ...], wait: float, as_json: bo
         url = journal.url
     unresolved = [r for r in report if r.state is intentlog.State.UNRESOLVED]
     code = EXIT_PERSON if unresolved else EXIT_OK
+    _exit_on_closed_pipe(ctx, code)
     cols = ("key", "task_id", "effect", "state", "next_action", "reason")
     items = [
         _pick(r, *cols[:4]) | {"next_action": r.next_action.value, "reason": r.reason}
@@ -686,6 +705,7 @@ def check(
     findings = intentlog.check(effects, restart_within=restart_within, accept=accepted)
     problems = sum(f.problem for f in findings)
     code = EXIT_PERSON if problems else EXIT_OK
+    _exit_on_closed_pipe(ctx, code)
     journal_warning = _journal_warning(ctx, effects)
     if journal_warning is not None:
         click.echo(f"warning: {journal_warning}", err=True)
@@ -780,6 +800,8 @@ def demo(ctx: click.Context, directory: Path | None, as_json: bool) -> None:
     """
     from intentlog.demo import run_demo
 
+    # The demo prints as it goes: stopped by its reader, its claims were not all checked.
+    _exit_on_closed_pipe(ctx, EXIT_ERROR)
     ctx.exit(run_demo(directory, as_json=as_json))
 
 
@@ -982,19 +1004,19 @@ _add_console()
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the ``intentlog`` command."""
-    try:
-        cli.main(args=list(argv) if argv is not None else None, prog_name="intentlog")
-    except BrokenPipeError:
-        _quiet_closed_pipe()
+    cli.main(args=list(argv) if argv is not None else None, prog_name="intentlog")
 
 
 def _quiet_closed_pipe() -> None:
-    """The reader of stdout went away (``intentlog show ... | head``): exit quietly. Later
-    writes, and the interpreter's flush at exit, go to /dev/null instead of raising."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)
-    sys.exit(EXIT_ERROR)
+    """The reader of stdout went away (``intentlog show ... | head``). Later writes, and the
+    interpreter's flush at exit, go to /dev/null instead of raising (Python's documented
+    recipe for SIGPIPE)."""
+    with contextlib.suppress(OSError, ValueError):  # no stdout fd (in-process, CliRunner)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, sys.stdout.fileno())
+        finally:
+            os.close(devnull)
 
 
 if __name__ == "__main__":

@@ -277,6 +277,8 @@ def run_demo(directory: Path | None = None, *, as_json: bool = False) -> int:
             demo.reconcile()
             demo.unresolved()
             charges = demo.totals(naive_charges)
+        except BrokenPipeError:
+            raise  # nobody reads on: stop here (the services stop), the CLI exits quietly
         except Exception as exc:  # a broken step is a failed claim, not a traceback
             demo.check(f"the demo ran to the end ({type(exc).__name__}: {exc})", False)
     checks, ok = demo.checks, all(c.ok for c in demo.checks)

@@ -224,7 +224,7 @@ class _Spec:
             answer: _Answer = yield send
         except AmbiguousResponse as exc:
             return Indeterminate(f"lookup failed: {exc}")
-        return self.search_result(key, answer) if search else self.lookup_result(answer)
+        return self.search_result(key, answer) if search else self.lookup_result(key, answer)
 
     def receipt_of_answer(self, key: str, answer: _Answer) -> Receipt | None:
         """The receipt in a submit's answer, None for "in progress"; raises otherwise.
@@ -339,23 +339,45 @@ class _Spec:
         receipt, problem = self.receipt_of(data)
         return receipt, problem or ""
 
-    def lookup_result(self, answer: _Answer) -> LookupResult:
+    def lookup_result(self, key: str, answer: _Answer) -> LookupResult:
+        """A lookup by key's answer: 404 or an empty 200 (``null``, ``[]``, ``{}``, or a
+        ``pick`` that gives None) is NotFound; a record with the receipt fields is Found.
+
+        A record that holds another key where the service writes it (its ``reference``) is
+        another operation's, never Found: Indeterminate, as the lookup cannot be asking for
+        this key. A list (a filter the service may have ignored) is searched for the record
+        holding this key at the ``reference``: none is NotFound, two are Indeterminate;
+        without a ``reference`` a list cannot be judged (give ``pick=``).
+        """
         if answer.status == 404:
             return NotFound()
         if answer.status != 200 or answer.truncated:
             return Indeterminate(f"lookup answered {answer.status}: {_detail(answer.body)}")
         data, problem = _parse(answer.body)
-        if problem is None and self.lookup is not None and self.lookup.pick is not None:
+        if problem is not None:
+            return Indeterminate(f"lookup answered 200 with {problem}")
+        if self.lookup is not None and self.lookup.pick is not None:
             try:
                 data = self.lookup.pick(data)
             except Exception as exc:
                 return Indeterminate(f"lookup's pick raised {type(exc).__name__}")
-            if data is None:
+        if data is None or (isinstance(data, list | dict) and not data):
+            return NotFound()  # "nothing for this key": never taken for a record
+        reference = self.service.reference if self.service is not None else None
+        if isinstance(data, list) and reference is not None:
+            data = [m for m in data if _encoding.value_at(m, reference) == (True, key)]
+            if not data:
                 return NotFound()
-        if problem is None:
-            receipt, problem = self.receipt_of(data)
-            if receipt is not None:
-                return Found(receipt)
+            if len(data) > 1:
+                return Indeterminate(f"lookup found {len(data)} records for one key")
+            data = data[0]
+        if reference is not None and self.service is not None and self.service.marker is None:
+            there, value = _encoding.value_at(data, reference)
+            if there and value != key:
+                return Indeterminate("lookup found a record holding another key")
+        receipt, problem = self.receipt_of(data)
+        if receipt is not None:
+            return Found(receipt)
         return Indeterminate(f"lookup answered 200 with {problem}")
 
     def search_result(self, key: str, answer: _Answer) -> LookupResult:
@@ -396,8 +418,12 @@ class _Spec:
             return Indeterminate(f"search found {len(data)} records for one key")
         (match,) = data
         if service.reference is not None and service.marker is None:
+            # A search by the key finds records that hold it: one that holds another key, or
+            # none where the key is written, is not this operation's.
             there, value = _encoding.value_at(match, service.reference)
-            if there and value != key:
+            if not there:
+                return Indeterminate("search found a record that does not hold the key")
+            if value != key:
                 return Indeterminate("search found a record holding another key")
         receipt, problem = self.receipt_of(match)
         if receipt is not None:

@@ -98,7 +98,8 @@ def payment_effect(
     def reconcile(key: str) -> LookupResult:
         status, body = request("GET", "/payments/by-key/" + urllib.parse.quote(key, safe=""),
                                None, None)  # fmt: skip
-        if status == 200 and isinstance(body, dict):
+        # Only this key's record is a hit: an empty body or another key's is never one.
+        if status == 200 and isinstance(body, dict) and "id" in body and body.get("key") == key:
             return Found(body)
         if status == 404:
             return NotFound()
