@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 import intentlog
@@ -338,3 +339,34 @@ def test_shopify_a_crash_once_the_request_may_have_left_is_unresolved_never_rese
         expected = [] if crash == "after_submit_mark" else ["applied"]
         assert posts(fake) == expected  # nothing resent
         assert [a.key for a in fake.applied()] == [op.key] * len(expected)
+
+
+def test_github_another_keys_issue_whose_marker_starts_with_this_key_is_not_this_one(
+    journal_url: str,
+) -> None:
+    """The search matches words, so an issue of key ``K.2`` (a marker that starts with this
+    key's) is among its results for ``K``. Killed after the intent, before the send, the
+    restarted worker must not take that issue for its own (a call never sent, CONFIRMED): the
+    marker counts only when no other key character follows it, and the issue is opened once."""
+    with GitHubFake(index_lag=True) as fake:
+        killed(start("github", fake.url, journal_url, "after_submit_mark", lag=1))
+        assert fake.requests() == []
+        with intentlog.open(journal_url) as j:
+            (op,) = j.operations("order-42")
+        other = httpx.post(
+            f"{fake.url}/repos/acme/shop/issues",
+            json={"title": "another", "body": f"An earlier call.\n\nintentlog-key: {op.key}.2"},
+            headers={"Authorization": "Bearer ghp_recipe"},
+            timeout=30,
+        )
+        assert other.status_code == 201
+        catch_up(fake)  # the other issue is searchable: the lookup sees it
+        receipt = receipt_of(start("github", fake.url, journal_url, lag=1))
+        first, mine = fake.applied()  # the other key's issue, then this call's: sent once
+        assert receipt == {f: mine.object[f] for f in ("number", "html_url")}
+        assert receipt["number"] != other.json()["number"]
+        assert mine.object["body"].endswith(f"\n\nintentlog-key: {op.key}")
+        assert first.object["number"] == other.json()["number"]
+        with intentlog.open(journal_url) as j:
+            (op,) = j.operations("order-42")
+        assert op.state is intentlog.State.CONFIRMED and op.receipt == receipt

@@ -407,8 +407,8 @@ class _Spec:
             # A text search matches words, not characters: only a record whose text holds
             # the marker itself is this operation's.
             text = service.marker.replace("{key}", key)
-            path = service.reference
-            data = [m for m in data if _holds(_encoding.value_at(m, path), text)]
+            path, open_end = service.reference, service.marker.endswith("{key}")
+            data = [m for m in data if _holds(_encoding.value_at(m, path), text, open_end=open_end)]
         if not data:
             if search.incomplete is not None and whole.get(search.incomplete) is True:
                 # The search gave up early (GitHub's timed-out search): "none" is not an answer.
@@ -439,9 +439,17 @@ class _Spec:
         return {f: data[f] for f in self.fields}, None
 
 
-def _holds(found: tuple[bool, Any], text: str) -> bool:
+def _holds(found: tuple[bool, Any], text: str, *, open_end: bool) -> bool:
+    """Whether the text at ``found`` holds the marker ``text`` itself. Where the marker ends
+    with the key (``open_end``), a longer key is not this one: ``intentlog-key: k.1`` is not
+    held by a body that says ``intentlog-key: k.1.2``, so the next character must be one no
+    key has (keys are printable ASCII without spaces) or the end."""
     there, value = found
-    return there and isinstance(value, str) and text in value
+    if not (there and isinstance(value, str)):
+        return False
+    if not open_end:
+        return text in value
+    return re.search(re.escape(text) + r"(?![!-~])", value) is not None
 
 
 def _parse(body: bytes) -> tuple[Any, str | None]:
