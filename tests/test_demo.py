@@ -44,6 +44,14 @@ def test_demo_prints_checked_claims_and_cleans_up(tmpdir_env: Path) -> None:
     assert "every claim was checked" in out
     assert 40 <= len(out.splitlines()) <= 75
     assert list(tmpdir_env.iterdir()) == []
+    # Each service names its records after itself: the charge is the payments service's,
+    # what the mailer's record shows is a mail.
+    assert re.search(r"recorded receipt pay_[0-9a-f]{16} ", out), out
+    for line in out.splitlines():
+        if "mail" in line:
+            assert "pay_" not in line, line
+    for mail_id in re.findall(r"the mail went out \((\S+)\)", out):
+        assert re.fullmatch(r"mail_[0-9a-f]{16}", mail_id), mail_id
 
 
 def test_demo_json_every_check_true(tmpdir_env: Path) -> None:
@@ -75,6 +83,11 @@ def test_demo_subprocess_keeps_dir_and_leaves_no_temp(tmp_path: Path) -> None:
             info = journal.task_info(order)
             assert info.record.completed
             assert {op.state for op in info.operations} == {intentlog.State.CONFIRMED}
+            # Receipts name the service that made them: payments for the charge and the
+            # room, the mailer for the mail (found in its record, or sent again).
+            ids = {op.effect: op.receipt["id"] for op in info.operations}
+            assert ids["charge"].startswith("pay_") and ids["reserve"].startswith("pay_")
+            assert ids["send_mail"].startswith("mail_"), ids
         assert journal.pending() == []
         (resolution,) = journal.resolutions()
         assert resolution.to_state is intentlog.State.CONFIRMED

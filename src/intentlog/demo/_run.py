@@ -264,7 +264,9 @@ def run_demo(directory: Path | None = None, *, as_json: bool = False) -> int:
     with contextlib.ExitStack() as stack:
         workdir = _workdir(stack, directory)
         payments = stack.enter_context(ReferenceService("both", db_path=workdir / "payments.db"))
-        mailer = stack.enter_context(ReferenceService("neither", db_path=workdir / "mailer.db"))
+        # Each service names its records after itself: the mailer's ids read as mail ids.
+        mailer = ReferenceService("neither", db_path=workdir / "mailer.db", id_prefix="mail_")
+        stack.enter_context(mailer)
         journal = stack.enter_context(intentlog.open(workdir / "journal.db"))
         demo = _Demo(workdir, journal, payments, mailer, say)
         say("intentlog demo: an agent books orders and is killed with SIGKILL at the worst moment.")

@@ -256,7 +256,8 @@ class ReferenceService:
     sent, so `truth` is exact whatever happened to the answer, and a service restarted on the
     same ``db_path`` keeps deduplicating and answering lookups. In dedupe modes two requests
     with the same key never both apply: check and insert are one transaction under one lock.
-    ``db_path=None`` uses a temporary file that `stop` removes.
+    ``db_path=None`` uses a temporary file that `stop` removes. ``id_prefix`` starts every
+    record id (``pay_``; a service that stands in for a mailer says ``mail_``).
     """
 
     def __init__(
@@ -268,10 +269,12 @@ class ReferenceService:
         db_path: str | os.PathLike[str] | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
+        id_prefix: str = "pay_",
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
         self.mode = mode
+        self.id_prefix = id_prefix
         self.retention = None if retention is None else _seconds("retention", retention)
         self.lookup_lag = _seconds("lookup_lag", lookup_lag)
         self._dedupes = mode in ("dedupe", "both")
@@ -530,11 +533,10 @@ class ReferenceService:
             raise _Reject(422, "key_reused", msg, key=key)
         return cast(dict[str, Any], json.loads(row[1]))
 
-    @staticmethod
     def _apply(
-        conn: sqlite3.Connection, key: str, payload: dict[str, Any], canonical: str
+        self, conn: sqlite3.Connection, key: str, payload: dict[str, Any], canonical: str
     ) -> dict[str, Any]:
-        record: dict[str, Any] = {"id": f"pay_{secrets.token_hex(8)}", "key": key}
+        record: dict[str, Any] = {"id": f"{self.id_prefix}{secrets.token_hex(8)}", "key": key}
         record["status"] = "succeeded"
         if "amount" in payload:
             record["amount"] = payload["amount"]
