@@ -1,31 +1,51 @@
 """Keep the documentation true: every code block of README.md and docs/*.md runs as written.
 
-Each Markdown file (README.md and every ``docs/*.md``, found by glob, so a new doc is covered
-without being listed) runs its blocks in order, in a fresh temporary working directory:
+Every Markdown file (README.md and every ``docs/*.md``, found by glob, so a new doc is covered
+without being listed) is cut into *units*, and each unit is a test of its own, run in a fresh
+temporary working directory and a fresh namespace:
 
-- ```python blocks run in one namespace per file, in this process.
+- By default a unit is one runnable block, alone: what a reader who copies that one block
+  gets. It must import and define every name it uses.
+- A page, or a section of one, whose blocks belong together (the commands after a program
+  read the journal it wrote) declares a *session*: the line ``<!-- doc test: one session -->``
+  followed by a paragraph that tells the reader so in words (it must say "in order"). The
+  runnable blocks from the marker to the end of its section (the next heading of the same or a
+  higher level; the whole page for a marker under the page's title) are one unit: they run in
+  order, in one namespace and one folder.
+
+Before a block runs, every ``# file:`` block above it in its page has been written into the
+unit's folder: the reader was asked to create those files.
+
+What each kind of block does:
+
+- ```python blocks run in this process (``exec``), in the unit's namespace.
 - ```bash (``sh``, ``shell``) blocks run in a subprocess of ``bash`` with ``set -eo pipefail``,
-  in the same folder, after the file's blocks above them ran. The project's venv ``bin`` is
-  first on ``PATH`` (so ``intentlog`` and ``python`` are the project's), ``COLUMNS=100``, and no
-  ``INTENTLOG_*`` variable of the test's environment leaks in. A file that tells its reader
-  to ``export INTENTLOG_URL=`` (their database, in a block marked not run) runs with
-  ``INTENTLOG_URL`` set to a schema of its own on the test PostgreSQL server (127.0.0.1:5432,
-  as CI starts it). A file whose blocks connect to NATS at ``nats://127.0.0.1:4222`` needs
-  that server; one whose blocks start ``restate-server`` gets tests/restate's (``npm ci``)
-  on ``PATH``; one that tells its reader to ``export PREFECT_API_URL=`` runs with the
-  session's Prefect server (conftest.py ``prefect_server``). A file whose blocks read
-  ``TEMPORAL_ADDRESS`` runs with it set to the session's Temporal dev server (the
-  ``temporal_server`` fixture), on the xdist worker of the other Temporal tests. Without these
-  servers such a file is skipped, with the reason, except where ``CI=true``: there it fails.
+  in the unit's folder. The project's venv ``bin`` is first on ``PATH`` (so ``intentlog`` and
+  ``python`` are the project's), ``COLUMNS=100``, and no ``INTENTLOG_*`` variable of the test's
+  environment leaks in.
 - ```console blocks are transcripts: ``$ COMMAND`` lines (continued with a trailing ``\\``) run
   in one ``bash`` session, in order, and the lines under each command are what it prints
   (stdout and stderr together) and must match. In expected output ``...`` inside a line
   stands for any text on that line (a time, an id, a path), and a line holding only ``...``
   stands for any number of lines. Trailing spaces do not count.
 - A ```text block straight after a ```python block (only blank lines between) is what that
-  block prints, compared the same way.
+  block prints, compared the same way; it belongs to that block's unit.
 - Other blocks (json, toml, yaml, text, a bare fence) are data, not commands; a block of any
   other language fails the test until it is given a meaning here.
+
+What a unit needs, it gets (and without it the unit is skipped, with the reason, except where
+``CI=true``: there it fails):
+
+- A page that tells its reader to ``export INTENTLOG_URL=`` (their database, in a block marked
+  not run): each of its units runs with ``INTENTLOG_URL`` set to a schema of its own on the test
+  PostgreSQL server (127.0.0.1:5432, as CI starts it).
+- A unit that runs ``pg_dump`` or ``pg_restore``: those programs on ``PATH``.
+- A unit whose blocks connect to NATS at ``nats://127.0.0.1:4222``: that server.
+- A unit whose blocks start ``restate-server``: tests/restate's (``npm ci``) on ``PATH``.
+- A unit in a section that tells its reader to ``export PREFECT_API_URL=``: the session's
+  Prefect server (conftest.py ``prefect_server``), on the xdist worker of the Prefect tests.
+- A unit whose blocks read ``TEMPORAL_ADDRESS``: the session's Temporal dev server (the
+  ``temporal_server`` fixture), on the xdist worker of the other Temporal tests.
 
 First-line markers:
 
@@ -38,7 +58,7 @@ First-line markers:
   a data file such as a toml file.
 
 A file that holds the line ``<!-- doc test: run twice -->`` is an example a reader is meant to
-run again: all its blocks run a second time, in a fresh namespace, in the same folder (the
+run again: each of its units runs a second time, in a fresh namespace, in the same folder (the
 journal files of the first run are still there), and must pass again.
 """
 
@@ -52,6 +72,7 @@ import io
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -61,6 +82,7 @@ from pathlib import Path
 import click
 import pytest
 
+import intentlog
 from intentlog.cli import cli
 from intentlog.testing import ReferenceService
 
@@ -80,6 +102,8 @@ _RUN_TWICE = re.compile(r"^<!--\s*doc test: run twice\s*-->\s*$", re.M)
 _SHELL_SPLIT = re.compile(r"\s*(?:&&|\|\||;|\||\$\(|`)\s*")
 _ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_]\w*=")
 _SEPARATOR = "\x1edoc-test-command-ended\x1e"
+_SESSION = re.compile(r"^<!--\s*doc test: one session\s*-->\s*$")
+_HEADING = re.compile(r"^(#{1,6})\s")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,22 +141,152 @@ class Block:
 
 def blocks(name: str) -> list[Block]:
     """The fenced code blocks of a Markdown file, in order."""
+    return parse_blocks((ROOT / name).read_text(), name)
+
+
+def parse_blocks(text: str, name: str) -> list[Block]:
+    """The fenced code blocks of Markdown ``text`` (the file ``name``), in order."""
     found: list[Block] = []
     language: str | None = None
     start = 0
     lines: list[str] = []
-    for number, text in enumerate((ROOT / name).read_text().splitlines(), start=1):
-        match = _FENCE.match(text)
+    for number, line in enumerate(text.splitlines(), start=1):
+        match = _FENCE.match(line)
         if language is None:
             if match:
                 language, start, lines = match[1].lower(), number + 1, []
-        elif text.strip() == "```":
+        elif line.strip() == "```":
             found.append(Block(name, language, start, "\n".join(lines) + "\n", number))
             language = None
         else:
-            lines.append(text)
+            lines.append(line)
     assert language is None, f"{name}: a code block opened at line {start - 1} is never closed"
     return found
+
+
+# -- units: a block alone, or a declared session -----------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Session:
+    """A declared session: its marker's line, the line where its scope ends (exclusive), and
+    the paragraph that tells the reader."""
+
+    marker: int
+    end: int
+    says: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Unit:
+    """What one test runs: runnable blocks (with the text blocks that show their output)."""
+
+    path: str
+    blocks: tuple[Block, ...]
+    session: Session | None = None
+
+    @property
+    def name(self) -> str:
+        return self.blocks[0].name
+
+    @property
+    def code(self) -> str:
+        return "".join(b.code for b in self.blocks)
+
+
+def _runnable(block: Block) -> bool:
+    runs = block.language in PYTHON | SHELL | CONSOLE
+    return runs and block.not_run is None and block.file is None
+
+
+def _outside_blocks(text: str, found: list[Block]) -> list[tuple[int, str]]:
+    """The page's lines that are not inside a fenced block: (number, line)."""
+    inside = {n for b in found for n in range(b.line - 1, b.end + 1)}
+    return [(n, line) for n, line in enumerate(text.splitlines(), start=1) if n not in inside]
+
+
+def parse_sessions(text: str, found: list[Block]) -> list[Session]:
+    """The sessions ``text`` declares (see the module doc), in order."""
+    prose = _outside_blocks(text, found)
+    headings = [(n, len(m[1])) for n, line in prose if (m := _HEADING.match(line))]
+    last = len(text.splitlines()) + 1
+    sessions: list[Session] = []
+    for index, (n, line) in enumerate(prose):
+        if not _SESSION.match(line):
+            continue
+        level = next((lvl for h, lvl in reversed(headings) if h < n), 0)
+        end = next((h for h, lvl in headings if h > n and lvl <= level), last)
+        paragraph: list[str] = []
+        for _, after in prose[index + 1 :]:
+            if not after.strip():
+                if paragraph:
+                    break
+                continue
+            paragraph.append(after.strip())
+        sessions.append(Session(n, end, " ".join(paragraph)))
+    return sessions
+
+
+def parse_units(text: str, name: str) -> list[Unit]:
+    """The units of Markdown ``text``, in order (see the module doc)."""
+    found = parse_blocks(text, name)
+    sessions = parse_sessions(text, found)
+    lines = text.splitlines()
+    units: list[list[Block]] = []
+    owner: list[Session | None] = []
+    for index, block in enumerate(found):
+        if block.language == "text" and block.not_run is None and index and units:
+            before = found[index - 1]
+            between = lines[before.end : block.line - 2]
+            shows = before.language in PYTHON and units[-1][-1] is before
+            if shows and not any(line.strip() for line in between):
+                units[-1].append(block)  # what the block above prints
+            continue
+        if not _runnable(block):
+            continue
+        session = next((s for s in sessions if s.marker < block.line < s.end), None)
+        if session is not None and owner and owner[-1] is session:
+            units[-1].append(block)
+        else:
+            units.append([block])
+            owner.append(session)
+    return [Unit(name, tuple(b), s) for b, s in zip(units, owner, strict=True)]
+
+
+def units(name: str) -> list[Unit]:
+    """The units of a Markdown file, in order."""
+    return parse_units((ROOT / name).read_text(), name)
+
+
+def test_units() -> None:
+    page = (
+        "# Title\n\n"
+        "```python\nimport a\n```\n\n"
+        "```text\nprinted\n```\n\n"
+        "```python\n# file: m.py\nX = 1\n```\n\n"
+        "## Alone\n\n"
+        "```bash\necho one\n```\n\n"
+        "```bash\n# not run: why\nexit 1\n```\n\n"
+        "```console\n$ echo two\ntwo\n```\n\n"
+        "## Together\n\n"
+        "<!-- doc test: one session -->\n"
+        "These run in order,\nin one folder.\n\n"
+        "```python\nimport m\n```\n\n"
+        "### Inside\n\n"
+        "```bash\necho three\n```\n\n"
+        "## After\n\n"
+        "```python\nprint(1)\n```\n"
+    )
+    found = parse_units(page, "p.md")
+    assert [[b.line for b in u.blocks] for u in found] == [[4, 8], [19], [28], [39, 45], [51]]
+    assert [u.session is not None for u in found] == [False, False, False, True, False]
+    (session,) = parse_sessions(page, parse_blocks(page, "p.md"))
+    assert session.says == "These run in order, in one folder." and session.end == 48
+    whole = "# Title\n\n<!-- doc test: one session -->\nAll in order.\n\n" + page[9:]
+    assert [len(u.blocks) for u in parse_units(whole, "p.md")] == [7]
+    # a marker inside a code block is code, not a marker
+    quoted = "# T\n\n```text\n<!-- doc test: one session -->\n```\n"
+    assert parse_sessions(quoted, parse_blocks(quoted, "q.md")) == []
 
 
 # -- comparing printed output ----------------------------------------------------------------
@@ -214,7 +368,7 @@ def test_transcript_parsing() -> None:
 
 
 class Runner:
-    """Runs one Markdown file's blocks in order in ``folder``."""
+    """Runs a Markdown file's units in ``folder`` (which must be the working directory)."""
 
     def __init__(self, name: str, folder: Path, env: dict[str, str]) -> None:
         self.name = name
@@ -224,30 +378,36 @@ class Runner:
         self.namespaces: list[dict[str, object]] = []
 
     def run_all(self, *, round: int) -> None:
+        """Every unit of the file in turn, each in a namespace of its own, all in ``folder``."""
+        for unit in units(self.name):
+            self.run_unit(unit, round=round)
+
+    def run_unit(self, unit: Unit, *, round: int) -> None:
+        """One unit's blocks in order, in a fresh namespace, each after the ``# file:`` blocks
+        above it in its page were written."""
         namespace: dict[str, object] = {"__name__": "__main__"}
         self.namespaces.append(namespace)
-        found = blocks(self.name)
-        printed: dict[int, str] = {}
-        for index, block in enumerate(found):
-            if block.not_run is not None:
-                continue
+        files = [b for b in blocks(self.name) if b.file and b.not_run is None]
+        written = 0
+        printed: tuple[Block, str] | None = None
+        for block in unit.blocks:
+            while written < len(files) and files[written].line < block.line:
+                self.write(files[written])  # a module or a data file: written, not run
+                written += 1
             where = f"{block.name}" + (" (second run)" if round == 2 else "")
-            if block.file:
-                self.write(block)  # a module or a data file: written, not run
-            elif block.language in PYTHON:
-                printed[index] = self.python(block, namespace)
-            elif block.language in SHELL:
+            if block.language in PYTHON:
+                printed = (block, self.python(block, namespace))
+                continue
+            if block.language in SHELL:
                 self.shell(block, where)
             elif block.language in CONSOLE:
                 self.console(block, where)
-            elif block.language == "text" and index - 1 in printed:
-                before = found[index - 1]
-                between = (ROOT / self.name).read_text().splitlines()[before.end : block.line - 2]
-                if not any(line.strip() for line in between):
-                    assert output_matches(block.code, printed[index - 1]), (
-                        f"{where}: {before.name} printed other than shown:\n"
-                        + _diff(block.code, printed[index - 1])
-                    )
+            elif block.language == "text" and printed is not None:
+                before, out = printed
+                assert output_matches(block.code, out), (
+                    f"{where}: {before.name} printed other than shown:\n" + _diff(block.code, out)
+                )
+            printed = None
 
     def write(self, block: Block) -> None:
         assert block.file is not None
@@ -327,6 +487,8 @@ class Runner:
             for value in namespace.values():
                 if isinstance(value, ReferenceService):
                     value.stop()
+                elif isinstance(value, intentlog.Journal):
+                    value.close()  # a script's exit would close it
         self.namespaces.clear()
         policy = asyncio.get_event_loop_policy()
         with warnings.catch_warnings():
@@ -346,28 +508,56 @@ def _thread_loop() -> asyncio.AbstractEventLoop | None:
     return getattr(local, "_loop", None)
 
 
-def _runs_something(name: str) -> bool:
-    return any(b.not_run is None and b.language in PYTHON | SHELL | CONSOLE for b in blocks(name))
-
-
 def _needs_journal_url(name: str) -> bool:
     """Whether the doc tells its reader to ``export INTENTLOG_URL=`` (their database)."""
     return any("export INTENTLOG_URL=" in b.code for b in blocks(name))
 
 
-def _needs_temporal(name: str) -> bool:
-    """Whether the doc's blocks connect to a Temporal server (``TEMPORAL_ADDRESS``)."""
-    return any(b.not_run is None and "TEMPORAL_ADDRESS" in b.code for b in blocks(name))
+def _needs_temporal(unit: Unit) -> bool:
+    """Whether the unit's blocks connect to a Temporal server (``TEMPORAL_ADDRESS``)."""
+    return "TEMPORAL_ADDRESS" in unit.code
 
 
-def _doc_param(name: str) -> object:
-    # A doc runs whole workflows (testing.md its crash matrix, frameworks.md five engines):
+def _needs_prefect(unit: Unit) -> bool:
+    """Whether the unit's section tells its reader to ``export PREFECT_API_URL=``."""
+    text = (ROOT / unit.path).read_text()
+    found = parse_blocks(text, unit.path)
+    sections = [n for n, line in _outside_blocks(text, found) if line.startswith("## ")]
+    first = unit.blocks[0].line
+    start = max((n for n in sections if n < first), default=0)
+    end = min((n for n in sections if n > first), default=len(text.splitlines()) + 1)
+    return any(start < b.line < end and "export PREFECT_API_URL=" in b.code for b in found)
+
+
+def _needs_pg_tools(unit: Unit) -> bool:
+    """Whether the unit runs PostgreSQL's client programs (pg_dump, pg_restore)."""
+    return re.search(r"\bpg_(dump|restore)\b", unit.code) is not None
+
+
+def need_pg_tools() -> None:
+    """Skip where pg_dump or pg_restore is not on PATH, but fail where CI=true."""
+    missing = [p for p in ("pg_dump", "pg_restore") if shutil.which(p) is None]
+    if not missing:
+        return
+    problem = f"{' and '.join(missing)} not on PATH (PostgreSQL's client programs)"
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{problem} (CI=true: this test must run, not skip)", pytrace=False)
+    pytest.skip(problem)
+
+
+def _unit_param(unit: Unit) -> object:
+    # A unit may run a whole workflow (testing.md's crash matrix, an engine of frameworks.md):
     # minutes on a loaded machine, more than the suite's 120 s per test.
     marks = [pytest.mark.timeout(600)]
-    # The Temporal tests share one dev server per xdist worker: run them all on one.
-    if _needs_temporal(name):
+    # The Temporal (and Prefect) tests share one server per xdist worker: run them on one.
+    if _needs_temporal(unit):
         marks.append(pytest.mark.xdist_group("temporal"))
-    return pytest.param(name, marks=marks, id=name)
+    elif _needs_prefect(unit):
+        marks.append(pytest.mark.xdist_group("prefect"))
+    return pytest.param(unit, marks=marks, id=unit.name)
+
+
+UNITS = [unit for name in DOCS for unit in units(name)]
 
 
 @pytest.fixture
@@ -378,50 +568,104 @@ def doc_env(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
             monkeypatch.delenv(key)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env["COLUMNS"] = "100"
-    name = request.node.callspec.params["name"]
-    if any(b.not_run is None and "nats://127.0.0.1:4222" in b.code for b in blocks(name)):
+    unit: Unit = request.node.callspec.params["unit"]
+    if "nats://127.0.0.1:4222" in unit.code:
         from test_nats import need_nats
 
         need_nats()  # skips where no server answers, fails where CI=true
-    if _needs_temporal(name):
+    if _needs_temporal(unit):
         address = request.getfixturevalue("temporal_server")  # skips, or fails where CI=true
         env["TEMPORAL_ADDRESS"] = address
         monkeypatch.setenv("TEMPORAL_ADDRESS", address)
-    if any(b.not_run is None and "restate-server" in b.code for b in blocks(name)):
+    if "restate-server" in unit.code:
         from test_restate import need_restate
 
         # The Restate server of tests/restate (npm ci); skips without it, fails where CI=true.
         env["PATH"] = f"{need_restate()}{os.pathsep}{env['PATH']}"
         monkeypatch.setenv("PATH", env["PATH"])  # python blocks start it from this process
-    if any("export PREFECT_API_URL=" in b.code for b in blocks(name)):
+    if _needs_prefect(unit):
         # The session's Prefect server (conftest.py), for the reader's own (a block not run).
         for key, value in request.getfixturevalue("prefect_server").settings().items():
             env[key] = value
             monkeypatch.setenv(key, value)
-    if _needs_journal_url(name):
+    if _needs_pg_tools(unit):
+        need_pg_tools()
+    if _needs_journal_url(unit.path):
         url = request.getfixturevalue("pg_url")  # skips (or fails where CI=true) without one
         env["INTENTLOG_URL"] = url
         monkeypatch.setenv("INTENTLOG_URL", url)
     return env
 
 
-@pytest.mark.parametrize("name", [_doc_param(name) for name in DOCS if _runs_something(name)])
+@pytest.mark.parametrize("unit", [_unit_param(unit) for unit in UNITS])
 def test_doc_runs_as_written(
-    name: str,
+    unit: Unit,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     doc_env: dict[str, str],
 ) -> None:
+    """Each unit (a block alone, or a declared session) runs as written, in a folder of its
+    own; the examples of a page meant to be run again (run twice) pass a second time."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
-    runner = Runner(name, tmp_path, doc_env)
-    rounds = 2 if _RUN_TWICE.search((ROOT / name).read_text()) else 1
+    runner = Runner(unit.path, tmp_path, doc_env)
+    rounds = 2 if _RUN_TWICE.search((ROOT / unit.path).read_text()) else 1
     try:
         for round in range(1, rounds + 1):
-            runner.run_all(round=round)
+            runner.run_unit(unit, round=round)
             runner.cleanup()
     finally:
         runner.cleanup()
+
+
+def test_every_session_says_so() -> None:
+    """A declared session tells its reader, in the paragraph after its marker, that its
+    blocks run in order; and it holds more than one block (else it declares nothing)."""
+    for name in DOCS:
+        text = (ROOT / name).read_text()
+        for session in parse_sessions(text, parse_blocks(text, name)):
+            where = f"{name}:{session.marker}"
+            assert "in order" in session.says.lower(), (
+                f"{where}: the paragraph after the session marker must tell the reader that "
+                f"the blocks run in order, in one session; it says: {session.says!r}"
+            )
+            inside = [u for u in units(name) if u.session == session]
+            assert inside and len(inside[0].blocks) > 1, f"{where}: a session of one block"
+
+
+def test_every_python_unit_defines_what_it_uses(tmp_path: Path) -> None:
+    """Each python unit (a block alone, or a session's blocks together) and each ``# file:``
+    module imports or defines every name it uses: ruff's F821 (undefined name) finds none.
+    Line numbers in its report are the Markdown file's."""
+    sources: dict[str, list[Block]] = {}
+    for unit in UNITS:
+        python = [b for b in unit.blocks if b.language in PYTHON]
+        if python:
+            sources[unit.name] = python
+    for name in DOCS:
+        for block in blocks(name):
+            if block.language in PYTHON and block.file and block.file.endswith(".py"):
+                sources[block.name] = [block]
+    for index, python in enumerate(sources.values()):
+        lines = [""] * (python[-1].end + 1)
+        for block in python:
+            for offset, line in enumerate(block.code.splitlines()):
+                lines[block.line - 1 + offset] = line
+        (tmp_path / f"unit_{index}.py").write_text("\n".join(lines))
+    labels = {f"unit_{i}.py": label for i, label in enumerate(sources)}
+    done = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--isolated", "--select", "F821",
+         "--output-format", "concise", "--no-cache", "."],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    report = [
+        f"{labels[line.split(':', 1)[0]]} (line {line.split(':')[1]}): {line.split(': ', 1)[1]}"
+        for line in done.stdout.splitlines()
+        if line.split(":", 1)[0] in labels
+    ]
+    assert done.returncode == 0 and not report, "names used but not defined:\n" + "\n".join(
+        report or [done.stdout + done.stderr]
+    )
 
 
 NOT_RUN = [b for name in DOCS for b in blocks(name) if b.not_run is not None]
@@ -523,3 +767,4 @@ def test_cli_commands_in_docs_exist(name: str) -> None:
                 f"{block.name}: 'intentlog {command}' is not a command "
                 f"(the CLI has: {', '.join(sorted(known))})"
             )
+

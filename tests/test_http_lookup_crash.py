@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import threading
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -186,3 +187,55 @@ def test_a_search_match_that_does_not_hold_the_key_is_never_this_operations(
     verdict = effect.reconcile("order-1-charge")
     assert isinstance(verdict, intentlog.Indeterminate), verdict
     assert "does not hold the key" in verdict.reason
+
+
+# -- a reconciler of the user's own ----------------------------------------------------------
+
+
+def careless_effect(url: str) -> intentlog.Effect:
+    """A reconciler with the classic slip: ``Found(whatever the lookup answered)``."""
+
+    def submit(key: str, amount: int) -> Any:
+        request = urllib.request.Request(
+            url + "/charges", data=json.dumps({"key": key, "amount": amount}).encode(),
+            headers={"Content-Type": "application/json"}, method="POST",
+        )  # fmt: skip
+        with urllib.request.urlopen(request, timeout=5) as answer:
+            return json.load(answer)
+
+    def reconcile(key: str) -> intentlog.Found:
+        with urllib.request.urlopen(url + "/charges/by-key/" + key, timeout=5) as answer:
+            return intentlog.Found(json.load(answer))  # null, [] or {} when there is none
+
+    return intentlog.Effect("charge", submit, reconcile=reconcile, timeout=0.5)
+
+
+CARELESS = WORKER.replace("charge_effect", "careless_effect")
+
+
+@pytest.mark.parametrize("answer", ["null", "empty-list", "empty-object"])
+def test_a_reconciler_that_says_found_with_nothing_never_confirms_an_unsent_call(
+    tmp_path: Path, charges: Charges, answer: str
+) -> None:
+    """``Found(None)``, ``Found([])`` or ``Found({})`` is a reconciler's slip, not a hit: the
+    call killed before it was sent is not recorded CONFIRMED; the lookup counts as failed,
+    and the operation ends UNRESOLVED for a person, naming the slip, with nothing sent."""
+    charges.answer = answer
+    db = tmp_path / "journal.db"
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "INTENTLOG_CRASH": "after_submit_mark", "PYTHONPATH": str(root)}
+    done = subprocess.run(
+        [sys.executable, "-c", CARELESS, str(db), charges.url], env=env, capture_output=True,
+        text=True, timeout=120, cwd=root,
+    )  # fmt: skip
+    assert done.returncode == -9, done.stderr
+    with (
+        intentlog.open(db, max_wait=30) as journal,
+        journal.task("order-1") as task,
+        pytest.raises(intentlog.OutcomeUnknown, match=r"returned Found\("),
+    ):
+        task.run(careless_effect(charges.url), key="order-1-charge", amount=5)
+    with intentlog.open(db) as journal:
+        (op,) = journal.operations("order-1")
+    assert op.state is intentlog.State.UNRESOLVED
+    assert charges.posts == []

@@ -642,6 +642,13 @@ class TaskCore:
             )
         except Exception as exc:
             return LookupFailed(scrub_text(f"{type(exc).__name__}: {exc}", limit=500))
+        if isinstance(result, Found) and result.receipt in (None, {}, [], ""):
+            # Found(rows.get(key)) or Found(search(...)) with nothing there: a reconciler's
+            # slip that would confirm a call never sent. A hit carries what it found.
+            return LookupFailed(
+                f"reconciler returned Found({result.receipt!r}): a hit carries the record it "
+                "found; return NotFound() when the service has nothing for the key"
+            )
         if isinstance(result, Found | NotFound | Indeterminate):
             return result
         return LookupFailed(
