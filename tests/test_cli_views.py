@@ -1,6 +1,6 @@
 """One view, one truth: a task's next action follows from its operations' decided next
-actions in every face (library, ``status``, ``show``, text and JSON, the console). Real
-SQLite journals, real processes."""
+actions in every face (library, ``status``, ``show``, text and JSON, the console), and
+``show`` says when arguments were not kept. Real SQLite journals, real processes."""
 
 from __future__ import annotations
 
@@ -197,3 +197,33 @@ def test_task_action_takes_the_decided_actions(
 ) -> None:
     assert task_action(states, False, decided) is expected
     assert task_action(iter(states), False, iter(decided)) is expected  # read once
+
+
+# -- show says when the arguments were not kept ----------------------------------------------
+
+
+def test_show_says_the_arguments_were_not_stored(tmp_path: Path) -> None:
+    db = tmp_path / "journal.db"
+    plain = intentlog.Effect("ok", _ok, idempotent=True, key_retention=intentlog.FOREVER)
+    kept = intentlog.Effect("kept", _ok, idempotent=True, key_retention=intentlog.FOREVER,
+                            store_args=True)  # fmt: skip
+    with intentlog.open(db) as journal, journal.task("order-1") as task:
+        task.run(plain, n=1)
+        task.run(kept, n=2)
+        plain_op, kept_op = journal.operations("order-1")
+    shown = _cli(db, "show", "order-1")
+    assert shown.returncode == 0, shown.stderr
+    args = [line.split(None, 1)[1] for line in shown.stdout.splitlines()
+            if line.startswith("  args ")]  # fmt: skip
+    assert args == [
+        f"not stored (store_args=False); fingerprint {plain_op.fingerprint[:16]}...",
+        '{"n": 2}',
+    ]
+    assert "args     -" not in shown.stdout
+
+    doc = json.loads(_cli(db, "show", "order-1", "--json").stdout)
+    first, second = doc["operations"]
+    assert (first["args"], first["args_stored"]) == (None, False)
+    assert first["fingerprint"] == plain_op.fingerprint and len(first["fingerprint"]) == 64
+    assert (second["args"], second["args_stored"]) == ({"n": 2}, True)
+    assert second["fingerprint"] == kept_op.fingerprint

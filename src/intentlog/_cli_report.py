@@ -33,6 +33,7 @@ from intentlog._words import duration
 
 __all__ = [
     "action_text",
+    "args_text",
     "compact",
     "iso",
     "kind_of",
@@ -191,6 +192,15 @@ def action_text(info: intentlog.TaskInfo) -> str:
 
 def wait_text(seconds: float | None) -> str:
     return "-" if seconds is None else duration(seconds)
+
+
+def args_text(op: dict[str, Any]) -> str:
+    """An operation's arguments as ``show`` prints them (``op`` as in its JSON): the kept
+    ones, or that they were not kept. By default an effect keeps only their fingerprint, so
+    a person who sees none knows why, and can still tell two calls apart."""
+    if op["args_stored"]:
+        return compact(op["args"])
+    return f"not stored (store_args=False); fingerprint {op['fingerprint'][:16]}..."
 
 
 def kind_of(op: intentlog.Operation) -> str:

@@ -309,7 +309,8 @@ def status(ctx: click.Context, unclaimed_after: float | None, as_json: bool) -> 
 def show(ctx: click.Context, task_id: str, as_json: bool) -> None:
     """Show one task, who will finish it and why, and each operation: its next
     action and why, what it is (effect or service), its sends, last error, the
-    arguments it keeps (proxied tool calls keep theirs, secrets redacted) and
+    arguments it keeps (proxied tool calls keep theirs, secrets redacted; an
+    effect keeps only their fingerprint unless it sets store_args=True) and
     its resolutions.
 
     \b
@@ -344,7 +345,8 @@ def show(ctx: click.Context, task_id: str, as_json: bool) -> None:
 
     ops = [
         _pick(op, *_OP_FIELDS, *_OP_TIMES)
-        | {"kind": report.kind_of(op), "args": op.args}
+        | {"kind": report.kind_of(op), "args": op.args, "args_stored": op.args is not None}
+        | {"fingerprint": op.fingerprint}
         | next_of(op)
         | {"resolutions": [_pick(r, *_RESOLUTION_FIELDS) for r in resolutions[op.key]]}
         for op in info.operations
@@ -374,9 +376,9 @@ def show(ctx: click.Context, task_id: str, as_json: bool) -> None:
         rows += [("state", op["state"]), ("next", nxt)]
         if op["next_reason"]:
             rows.append(("why", op["next_reason"]))
-        rows += [("runs", str(op["attempts"]))]
-        rows += [(name, _compact(op[name]) if name in ("receipt", "error", "args") else
-                  op[name] or "-") for name in ("args", "receipt", "error", "note")]  # fmt: skip
+        rows += [("runs", str(op["attempts"])), ("args", report.args_text(op))]
+        rows += [(name, _compact(op[name]) if name in ("receipt", "error") else
+                  op[name] or "-") for name in ("receipt", "error", "note")]  # fmt: skip
         rows += [("created", op["created_at"]), ("updated", op["updated_at"])]
         for r in op["resolutions"]:
             text = f"{r['at']} {r['from_state']} -> {r['to_state']} by {r['actor']}"
