@@ -768,3 +768,60 @@ def test_cli_commands_in_docs_exist(name: str) -> None:
                 f"(the CLI has: {', '.join(sorted(known))})"
             )
 
+
+# -- what the docs state about the project is true -------------------------------------------
+
+_EXTRA = re.compile(r"intentlog\[([\w,-]+)\]")
+
+
+def _extras() -> set[str]:
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    return set(project["optional-dependencies"])
+
+
+def _paragraphs(name: str) -> list[str]:
+    return re.split(r"\n\s*\n", (ROOT / name).read_text())
+
+
+def test_every_extra_named_installs_from_the_clone() -> None:
+    """intentlog is not on PyPI: wherever a doc names an extra by its published name
+    (``pip install 'intentlog[http]'``), the same paragraph says how to install it from the
+    clone (``pip install -e '.[http]'``); no command tells the reader to install the published
+    name; and every extra named exists."""
+    extras = _extras()
+    for name in DOCS:
+        for paragraph in _paragraphs(name):
+            for match in _EXTRA.finditer(paragraph):
+                for extra in match[1].split(","):
+                    assert extra in extras, f"{name}: no extra {extra!r} in pyproject.toml"
+                    assert f"'.[{extra}]'" in paragraph, (
+                        f"{name}: {match[0]!r} is not installable yet; say how to install it "
+                        f"from the clone beside it (pip install -e '.[{extra}]'):\n{paragraph}"
+                    )
+            for match in re.finditer(r"'\.\[([\w,-]+)\]'", paragraph):
+                unknown = set(match[1].split(",")) - extras
+                assert not unknown, f"{name}: no extra {sorted(unknown)} in pyproject.toml"
+        for block in blocks(name):
+            if block.language in SHELL | CONSOLE:
+                assert "install 'intentlog[" not in block.code and "install intentlog" not in (
+                    block.code
+                ), f"{block.name}: installs intentlog by its published name, which fails today"
+
+
+def test_commands_are_those_of_the_activated_environment() -> None:
+    """The README's first command activates ``.venv``; it says how to activate it again in a
+    new shell, once, before any other command; and no command after its set-up, nor any in
+    docs/, names ``.venv/bin/...``: ``intentlog``, ``python`` and ``pip`` are the active
+    environment's everywhere."""
+    readme = blocks("README.md")
+    first, second, *rest = readme
+    assert ". .venv/bin/activate" in first.code
+    text = (ROOT / "README.md").read_text().splitlines()
+    between = "\n".join(text[second.end : rest[0].line - 2])
+    assert "`. .venv/bin/activate`" in between, "the README must say how to activate .venv"
+    for block in rest + [b for name in DOCS[1:] for b in blocks(name)]:
+        assert ".venv/bin/" not in block.code, (
+            f"{block.name}: names .venv/bin/; with the environment active, use the bare command"
+        )
