@@ -1004,6 +1004,16 @@ def _add_console() -> None:
 _add_console()
 
 
+def _add_backup() -> None:
+    # Its own module (intentlog._backup): a SQLite copy that needs none of the verbs above.
+    from intentlog._backup import backup_command
+
+    cli.add_command(backup_command)
+
+
+_add_backup()
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the ``intentlog`` command."""
     cli.main(args=list(argv) if argv is not None else None, prog_name="intentlog")
