@@ -825,3 +825,52 @@ def test_commands_are_those_of_the_activated_environment() -> None:
         assert ".venv/bin/" not in block.code, (
             f"{block.name}: names .venv/bin/; with the environment active, use the bare command"
         )
+
+
+def test_testing_md_names_every_fake_and_how_to_run_one_alone() -> None:
+    import intentlog.testing.fakes as fakes
+    from intentlog.testing.fakes.__main__ import _FAKES
+
+    text = (ROOT / "docs" / "testing.md").read_text()
+    classes = [n for n in fakes.__all__ if n.endswith("Fake")]
+    assert len(classes) == len(_FAKES) == 7
+    missing = [n for n in classes if f"`{n}`" not in text]
+    missing += [n for n in _FAKES if f"`{n}`" not in text]
+    assert not missing, f"docs/testing.md does not name the fakes {missing}"
+    assert "python -m intentlog.testing.fakes" in text
+    runs = [b for u in units("docs/testing.md") for b in u.blocks]  # the blocks the test runs
+    assert any('"-m", "intentlog.testing.fakes"' in b.code for b in runs), "no example runs one"
+
+
+def suite_size_problem(stated: str, collected: int, whole: bool) -> str | None:
+    """What is wrong with the suite's size as docs/testing.md states it (``stated``, its
+    text), given how many tests this run collected and whether the run is the whole suite;
+    None if nothing is, or if the run is not the whole suite (it cannot tell then)."""
+    match = re.search(r"about ([\d,]+) tests", stated)
+    if match is None:
+        return "docs/testing.md no longer says how many tests the suite holds"
+    said = int(match[1].replace(",", ""))
+    if whole and abs(collected - said) > collected / 10:
+        return f"docs/testing.md says about {said:,} tests; the suite holds {collected:,}"
+    return None
+
+
+def test_suite_size_problem() -> None:
+    assert suite_size_problem("about 4,700 tests", 4718, whole=True) is None
+    assert suite_size_problem("about 4,700 tests", 5300, whole=True) == (
+        "docs/testing.md says about 4,700 tests; the suite holds 5,300"
+    )
+    assert suite_size_problem("about 4,344 tests", 120, whole=False) is None
+    assert suite_size_problem("4,344 tests", 4344, whole=True) is not None
+
+
+def test_testing_md_states_the_suite_size(request: pytest.FixtureRequest) -> None:
+    """docs/testing.md says how many tests the suite holds ("about N tests"): within a tenth
+    of the tests this session collected, when it runs the whole suite (``./scripts/check``,
+    CI; every xdist worker collects all of it). A run of some files only cannot tell, and
+    checks only that the number is stated."""
+    items = request.session.items
+    with_tests = {p for p in (ROOT / "tests").glob("test_*.py") if "def test_" in p.read_text()}
+    whole = with_tests <= {Path(item.path) for item in items}
+    problem = suite_size_problem((ROOT / "docs" / "testing.md").read_text(), len(items), whole)
+    assert problem is None, problem
