@@ -874,3 +874,54 @@ def test_testing_md_states_the_suite_size(request: pytest.FixtureRequest) -> Non
     whole = with_tests <= {Path(item.path) for item in items}
     problem = suite_size_problem((ROOT / "docs" / "testing.md").read_text(), len(items), whole)
     assert problem is None, problem
+
+
+def _slug(heading: str) -> str:
+    """The anchor GitHub gives a heading."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower().replace("`", ""))
+    return text.replace(" ", "-")
+
+
+def _anchors(name: str) -> set[str]:
+    text = (ROOT / name).read_text()
+    seen: dict[str, int] = {}
+    anchors: set[str] = set()
+    for _, line in _outside_blocks(text, parse_blocks(text, name)):
+        if match := re.match(r"^#{1,6}\s+(.*)$", line):
+            slug = _slug(match[1])
+            anchors.add(slug if slug not in seen else f"{slug}-{seen[slug]}")
+            seen[slug] = seen.get(slug, 0) + 1
+    return anchors
+
+
+def test_links_between_pages_resolve() -> None:
+    """Every relative link of README.md and docs/ names a file that exists, and an anchor
+    that one of its headings makes."""
+    broken: list[str] = []
+    for name in DOCS:
+        text = (ROOT / name).read_text()
+        prose = "\n".join(line for _, line in _outside_blocks(text, parse_blocks(text, name)))
+        for target in re.findall(r"\]\(([^)\s]+)\)", prose):
+            if re.match(r"^[a-z]+:", target):
+                continue  # a web address
+            path, _, anchor = target.partition("#")
+            resolved = (ROOT / name).parent / path if path else ROOT / name
+            if not resolved.exists():
+                broken.append(f"{name}: {target} (no such file)")
+            elif anchor and resolved.suffix == ".md":
+                page = resolved.resolve().relative_to(ROOT).as_posix()
+                if anchor not in _anchors(page):
+                    broken.append(f"{name}: {target} (no such heading)")
+    assert not broken, "broken links:\n" + "\n".join(broken)
+
+
+def test_the_docs_index_maps_every_page() -> None:
+    """docs/index.md links every other page and gives a path to start on for each kind of
+    reader; the README links it."""
+    index = (ROOT / "docs" / "index.md").read_text()
+    pages = {p.name for p in (ROOT / "docs").glob("*.md")} - {"index.md"}
+    linked = set(re.findall(r"\]\(([\w-]+\.md)(?:#[^)]*)?\)", index))
+    assert pages <= linked, f"docs/index.md does not link {sorted(pages - linked)}"
+    for reader in ("a library user", "an MCP user", "an engine user", "an operator"):
+        assert f"({reader}" in index, f"docs/index.md has no path to start on for {reader}"
+    assert "](docs/index.md)" in (ROOT / "README.md").read_text()
