@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import dataclasses
+import fcntl
+import io
 import json
 import os
+import pty
+import re
 import signal
+import struct
 import subprocess
 import sys
+import termios
 import threading
 import time
+import tty
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,7 +24,8 @@ import pytest
 
 import intentlog
 from intentlog.testing import CRASH_POINTS, MatrixReport, ReferenceService, ServiceInfo
-from intentlog.testing._harness import resolve_from_record
+from intentlog.testing._harness import Cell, _Runner, _Watch, resolve_from_record
+from intentlog.testing._progress import PlainLines, TerminalLine
 
 HERE = Path(__file__).parent
 IN_FLIGHT = {"after_submit_mark", "after_send", "after_remote_commit"}
@@ -187,3 +195,189 @@ def test_crash_matrix_with_lazy_receipts(crash_matrix: Callable[..., MatrixRepor
     for cell in report.cells:
         if cell.mode != "neither":
             assert cell.unresolved == [], cell
+
+
+# -- progress -------------------------------------------------------------------------------
+
+CELL = re.compile(r"^crash matrix: (\d+)/(\d+) cells, ")
+
+
+def _env() -> dict[str, str]:
+    """The environment of a child that runs a matrix (or pytest) of its own."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "INTENTLOG_"))}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")]))
+    return env
+
+
+def on_a_terminal(argv: list[str], cwd: Path, *, columns: int, both: bool = False) -> str:
+    """Run ``argv`` with its stderr (and its stdout too with ``both``) on a terminal of
+    ``columns`` columns, in raw mode (so newlines arrive as written); what it wrote there."""
+    leader, follower = pty.openpty()
+    tty.setraw(follower)
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+    child = subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env=_env(),
+        stdin=subprocess.DEVNULL,
+        stdout=follower if both else subprocess.DEVNULL,
+        stderr=follower,
+    )
+    os.close(follower)
+    out = b""
+    try:
+        while chunk := os.read(leader, 65536):
+            out += chunk
+    except OSError:  # EIO: every process holding the terminal has closed it
+        pass
+    finally:
+        os.close(leader)
+    assert child.wait(timeout=120) == 0, out.decode(errors="replace")
+    return out.decode()
+
+
+SMALL = "workflows:single", ["dedupe"], ["after_send", "after_confirm"]
+
+
+def _counts(lines: list[str]) -> list[tuple[int, int]]:
+    return [(int(m[1]), int(m[2])) for line in lines if (m := CELL.match(line))]
+
+
+def test_a_matrix_on_a_terminal_shows_one_line_in_place(tmp_path: Path) -> None:
+    workflow, modes, points = SMALL
+    code = (
+        "from intentlog.testing import crash_matrix\n"
+        f"crash_matrix({workflow!r}, modes={modes!r}, points={points!r}).raise_for_problems()\n"
+    )
+    out = on_a_terminal([sys.executable, "-c", code], tmp_path, columns=60)
+    # Every state is written over the last one: carriage return, the line, erase the rest.
+    assert out.startswith("\r") and out.endswith("\x1b[K\n"), repr(out)
+    states = [s.removesuffix("\n").removesuffix("\x1b[K") for s in out.split("\r")[1:]]
+    # Cut to the width, never wrapped (a wrapped line cannot be overwritten), but the last.
+    assert all("\n" not in s and len(s) <= 59 for s in states[:-1]), states
+    assert states[0].startswith("crash matrix for workflows:single: a run without crashes")
+    counts = _counts(states)
+    assert counts == sorted(counts) and counts[-1] == (2, 2), states  # in order, to the end
+    assert re.fullmatch(r"crash matrix for workflows:single: 2/2 cells in .+ \(2 ok\)", states[-1])
+
+
+def test_a_matrix_prints_nothing_where_stderr_is_no_terminal_unless_asked(tmp_path: Path) -> None:
+    workflow, modes, points = SMALL
+    code = (
+        "import sys\n"
+        "from intentlog.testing import crash_matrix\n"
+        f"crash_matrix({workflow!r}, modes={modes!r}, points={points!r}).raise_for_problems()\n"
+        "print('-- asked --', file=sys.stderr, flush=True)\n"
+        f"crash_matrix({workflow!r}, modes={modes!r}, points={points!r},\n"
+        "             progress=True).raise_for_problems()\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=_env(),
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    unasked, asked = run.stderr.split("-- asked --\n")
+    assert unasked == "" and run.stdout == ""
+    # Asked for where no terminal is: plain lines (a log's), the first and the last at least.
+    assert "\r" not in asked and "\x1b" not in asked
+    lines = asked.splitlines()
+    assert lines[0].startswith("crash matrix for workflows:single: a run without crashes")
+    assert re.fullmatch(r"crash matrix for workflows:single: 2/2 cells in .+ \(2 ok\)", lines[-1])
+    assert _counts(lines) == sorted(_counts(lines))
+
+
+PLUGGED = f"""
+def test_matrix(crash_matrix):
+    crash_matrix({SMALL[0]!r}, modes={SMALL[1]!r}, points={SMALL[2]!r}).raise_for_problems()
+"""
+
+
+@pytest.fixture
+def plugged(tmp_path: Path) -> Path:
+    """A project of one test that runs a small matrix through the plugin's fixture."""
+    (tmp_path / "test_plugged.py").write_text(PLUGGED)
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    return tmp_path
+
+
+def pytest_in(where: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly",
+            "--rootdir", str(where), *args]  # fmt: skip
+
+
+def test_the_fixture_shows_progress_on_pytests_terminal(plugged: Path) -> None:
+    out = on_a_terminal(pytest_in(plugged, "-v"), plugged, columns=70, both=True)
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", out)  # pytest's colours
+    # Below the test's name, on a line of its own, rewritten in place; then pytest's outcome.
+    start = plain.index("test_plugged.py::test_matrix \n")
+    states = plain[start:].split("\n", 2)[1].split("\r")[1:]
+    assert all(len(s) <= 69 for s in states[:-1]), states  # erased to the width, never wrapped
+    states = [s.rstrip() for s in states]
+    assert states[0].startswith("crash matrix for workflows:single: a run without crashes")
+    assert _counts(states)[-1] == (2, 2) and _counts(states) == sorted(_counts(states))
+    assert states[-1].startswith("crash matrix for workflows:single: 2/2 cells in ")
+    assert "test_plugged.py::test_matrix PASSED" in plain[start:]
+
+
+def test_the_fixture_writes_plain_lines_with_v_and_nothing_without(plugged: Path) -> None:
+    verbose = subprocess.run(pytest_in(plugged, "-v"), cwd=plugged, env=_env(),
+                             capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert verbose.returncode == 0, verbose.stdout + verbose.stderr
+    lines = verbose.stdout.splitlines()
+    mine = [line for line in lines if line.startswith("crash matrix")]
+    assert mine[0].startswith("crash matrix for workflows:single: a run without crashes")
+    assert mine[-1].startswith("crash matrix for workflows:single: 2/2 cells in ")
+    assert "\r" not in verbose.stdout and "\x1b" not in verbose.stdout
+    # In pytest's order: the test's name, the matrix's lines, the test's name with its outcome.
+    assert lines[lines.index(mine[0]) - 1] == "test_plugged.py::test_matrix "
+    after = lines[lines.index(mine[-1]) + 1 :]
+    assert any(line.startswith("test_plugged.py::test_matrix PASSED") for line in after), lines
+    quiet = subprocess.run(pytest_in(plugged), cwd=plugged, env=_env(),
+                           capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert quiet.returncode == 0, quiet.stdout + quiet.stderr
+    assert "crash matrix" not in quiet.stdout + quiet.stderr
+
+
+def test_plain_progress_lines_come_at_most_every_few_seconds() -> None:
+    now = [0.0]
+    written: list[str] = []
+    lines = PlainLines(written.append, every=5.0, clock=lambda: now[0])
+    for second, text in [(0, "a"), (1, "b"), (4.9, "c"), (5.0, "d"), (7, "e"), (10.5, "f")]:
+        now[0] = second
+        lines.update(text)
+    lines.finish("done")  # the last word is never held back
+    lines.update("news")  # nor what follows it
+    assert written == ["a", "d", "f", "done", "news"]
+
+
+def test_a_terminal_line_is_cut_to_the_width_and_erases_what_was_there() -> None:
+    stream = io.StringIO()
+    line = TerminalLine(stream, width=lambda: 20)
+    line.update("x" * 30)
+    line.update("short")
+    line.finish("the end, whole: " + "y" * 20)
+    assert stream.getvalue() == (
+        "\r" + "x" * 16 + "...\x1b[K" + "\rshort\x1b[K" + "\rthe end, whole: " + "y" * 20
+        + "\x1b[K\n"
+    )  # fmt: skip
+
+
+def test_the_progress_says_why_a_restart_waits(tmp_path: Path) -> None:
+    # A request that may still be in flight for a minute: a restart now would wait for it, as
+    # the journal's own decision says, and the progress line says so.
+    def lost(key: str, amount: int) -> None:
+        raise TimeoutError("no answer")
+
+    effect = intentlog.Effect("charge", lost, idempotent=True, key_retention=3600, timeout=60)
+    with (
+        intentlog.open(tmp_path / "journal.db", max_wait=0, attempts_per_run=1) as journal,
+        journal.task("t") as task,
+        pytest.raises(intentlog.StillInFlight),
+    ):
+        task.run(effect, amount=1)
+    sink = PlainLines(lambda line: None)
+    runner = _Runner("workflows:single", tmp_path, retention=None, lookup_lag=0.0, timeout=1.0,
+                     max_restarts=1, child_timeout=60.0, env=None,
+                     watch=_Watch("workflows:single", sink))  # fmt: skip
+    word = runner._waits(tmp_path / "journal.db", Cell("dedupe", "after_send", "charge", 1))
+    assert re.fullmatch(
+        r", which waits (1 min( 1 s)?|5\d s): the latest request may still be executing; .+", word
+    ), word

@@ -349,7 +349,8 @@ class Calls:
                 reply = {**reply, "result": _mark_joined(reply["result"])}
         if isinstance(reply.get("result"), dict):  # answered in the agent's own revision
             reply = {**reply, "result": in_revision(reply["result"], version)}
-        return {"jsonrpc": "2.0", "id": request_id, **reply}
+        # The request's id last: a reply made without one (error_reply(None, ...)) has a null.
+        return {**reply, "jsonrpc": "2.0", "id": request_id}
 
     async def _lead(self, flight: tuple[str, str], job: _Job) -> tuple[Message, bool]:
         """Perform ``job`` in the caller's task, the flight the same call joins meanwhile.
@@ -377,6 +378,11 @@ class Calls:
         """Wait for the calls in flight (their receipts must be recorded)."""
         while self._flights:
             await asyncio.gather(*list(self._flights.values()), return_exceptions=True)
+
+    async def settle(self) -> None:
+        """The session has ended (after :meth:`drain`): its tasks that no other session uses
+        are completed where every operation is settled, else released."""
+        await self.handles.settle(self)
 
     def _read(
         self, params: dict[str, Any], policy: ToolPolicy
@@ -418,6 +424,8 @@ class Calls:
             except LeaseLost as exc:
                 self.handles.forget(job.task_id)
                 return error_reply(None, INTERNAL_ERROR, f"intentlog mcp: {exc}"), False
+            except InvalidInput as exc:  # a task a person cancelled, ...: nothing was sent
+                return error_reply(None, INVALID_PARAMS, f"intentlog mcp: {exc}"), False
             except JournalError as exc:
                 return error_reply(None, INTERNAL_ERROR, f"intentlog mcp: journal: {exc}"), False
             except Error as exc:  # TaskBusy (another proxy holds the task), UnsafeValue, ...
@@ -431,7 +439,7 @@ class Calls:
         task_id, base, arguments, meta, policy, effect = (
             job.task_id, job.base, job.arguments, job.meta, job.policy, job.effect,
         )  # fmt: skip
-        handle = await self.handles.get(task_id)
+        handle = await self.handles.get(task_id, self)
         carried: str | None = None  # the wire key of a logical call still in its rounds
         for attempt in range(1, _MAX_ATTEMPTS + 1):
             key = base if attempt == 1 else f"{base}.{attempt}"

@@ -248,10 +248,13 @@ async def _session(
     upstream = await _started_upstream(config)
     try:
         bridge = Bridge(agent, upstream)
-        bridge.calls = Calls(
+        calls = bridge.calls = Calls(
             journal, bridge, config.tools, handles=handles, task=config.task, db=journal.url
         )
         await bridge.run(end_if_upstream_silent=fail_if_silent)
+        # Its calls are drained: the tasks it alone used are settled (a proxy that is being
+        # stopped settles what is left in serve()).
+        await calls.settle()
     finally:
         await upstream.aclose()
     failed = (  # the agent left first, but the server had already failed without a word

@@ -11,6 +11,12 @@ resolves such an operation from the service's ground truth as a person would, an
   and only when the kill fell in the in-flight window;
 - the task ends where a run without crashes ends (same next_step, state and operations), so it
   resumed at the right step.
+
+A matrix takes a while (every cell starts two or more processes, and a restart may wait out
+the in-flight window of the request its predecessor was killed in), so it shows its progress
+the way pytest shows collection: a line on stderr rewritten in place where stderr is a
+terminal, counting cells and naming what the longest-running one is doing and why it waits
+(see :mod:`intentlog.testing._progress`; the pytest plugin writes it through pytest's terminal).
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,7 +39,10 @@ from typing import Any
 import intentlog
 from intentlog._crash import CRASH_POINTS, ENV_VAR
 from intentlog._effect import Effect
+from intentlog._model import Action
+from intentlog._words import duration
 from intentlog.testing._effects import payment_effect
+from intentlog.testing._progress import Sink, sink_for
 from intentlog.testing._service import MODES, ReferenceService
 
 __all__ = ["Cell", "MatrixReport", "ServiceInfo", "crash_matrix", "load_workflow"]
@@ -151,6 +162,70 @@ class MatrixReport:
             raise AssertionError(self.render())
 
 
+#: A cell's outcome in a progress line (the rendered matrix's glyphs, "-" spelled out).
+_WORDS = {"recovered": "ok", "resolved": "ok*", "not reached": "not reached", "FAIL": "FAIL"}
+
+
+class _Watch:
+    """What a matrix is doing, for its progress line: the cells done, and the cells running
+    with what each is at (set from the pool's threads; the line is written from the thread
+    that runs the matrix only)."""
+
+    def __init__(self, workflow: str, sink: Sink) -> None:
+        self.workflow = workflow
+        self.sink = sink
+        self.started = time.monotonic()
+        self.total = 0
+        self.done: list[Cell] = []
+        self._running: dict[int, tuple[Cell, float, str]] = {}  # id(cell): since, doing what
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _name(cell: Cell) -> str:
+        return f"mode={cell.mode} point={cell.point} {cell.label}"
+
+    def _head(self) -> str:
+        elapsed = duration(time.monotonic() - self.started)
+        return f"crash matrix: {len(self.done)}/{self.total} cells, {elapsed}"
+
+    def reference(self, mode: str, index: int, count: int) -> None:
+        self.sink.update(
+            f"crash matrix for {self.workflow}: a run without crashes, mode={mode} "
+            f"({index}/{count}), {duration(time.monotonic() - self.started)}"
+        )
+
+    def step(self, cell: Cell, what: str) -> None:
+        with self._lock:
+            since = self._running.get(id(cell), (cell, time.monotonic(), ""))[1]
+            self._running[id(cell)] = (cell, since, what)
+
+    def finished(self, cell: Cell) -> None:
+        with self._lock:
+            self._running.pop(id(cell), None)
+        self.done.append(cell)
+        restarts = f", {cell.restarts} restart{'s' if cell.restarts != 1 else ''}"
+        word = _WORDS.get(cell.outcome, cell.outcome)
+        self.sink.update(f"{self._head()} ({self._name(cell)}: {word}{restarts})")
+
+    def tick(self) -> None:
+        """Refresh a live line: the elapsed time, and what the longest-running cell does."""
+        with self._lock:
+            oldest = min(self._running.values(), key=lambda r: r[1], default=None)
+        doing = f" ({self._name(oldest[0])}: {oldest[2]})" if oldest else ""
+        self.sink.update(f"{self._head()}{doing}")
+
+    def close(self) -> None:
+        counts = dict.fromkeys(_WORDS.values(), 0)
+        for cell in self.done:
+            word = _WORDS.get(cell.outcome, cell.outcome)
+            counts[word] = counts.get(word, 0) + 1
+        tally = ", ".join(f"{n} {word}" for word, n in counts.items() if n) or "none"
+        self.sink.finish(
+            f"crash matrix for {self.workflow}: {len(self.done)}/{self.total} cells in "
+            f"{duration(time.monotonic() - self.started)} ({tally})"
+        )
+
+
 class _Runner:
     def __init__(
         self,
@@ -163,8 +238,10 @@ class _Runner:
         max_restarts: int,
         child_timeout: float,
         env: dict[str, str] | None,
+        watch: _Watch | None = None,
     ) -> None:
         self.workflow = workflow
+        self.watch = watch
         self.workdir = workdir
         self.retention = retention
         self.lookup_lag = lookup_lag
@@ -187,6 +264,7 @@ class _Runner:
             db_path=place / "service.db",
         ) as service:  # fmt: skip
             info = ServiceInfo(service.url, mode, self.retention, self.lookup_lag, self.timeout)
+            self._step(cell, f"first run, SIGKILL at {crash.partition(':')[0]}" if crash else "")
             first = self._child(journal_path, info, crash)
             runs = [first]
             if cell is not None and crash is not None and first.returncode == 0:
@@ -206,6 +284,7 @@ class _Runner:
                 elif last.returncode != -signal.SIGKILL:
                     raise _ChildFailed(last)
                 before = self._states(journal_path)
+                self._step(cell, f"restart {len(runs)}{self._waits(journal_path, cell)}")
                 runs.append(self._child(journal_path, info, None))
             if runs[-1].returncode != 0:
                 raise _ChildFailed(runs[-1])
@@ -233,6 +312,23 @@ class _Runner:
         with intentlog.open(journal_path) as journal:
             return {op.key: op.state.value for op in journal.operations()}
 
+    def _step(self, cell: Cell | None, what: str) -> None:
+        if self.watch is not None and cell is not None and what:
+            self.watch.step(cell, what)
+
+    def _waits(self, journal_path: Path, cell: Cell | None) -> str:
+        """For the progress line: why the restart about to start will wait, as the journal's
+        own decision says (a request that may still be in flight), or nothing."""
+        if self.watch is None or cell is None:
+            return ""
+        with intentlog.open(journal_path) as journal:
+            now = journal.store.now()
+            waits = [p for p in journal.pending() if p.next_action is Action.WAIT]
+        latest = max(waits, key=lambda p: p.not_before or now, default=None)
+        if latest is None or (latest.not_before or now) <= now:
+            return ""
+        return f", which waits {duration((latest.not_before or now) - now)}: {latest.reason}"
+
     def _resolve(
         self,
         journal_path: Path,
@@ -243,6 +339,8 @@ class _Runner:
     ) -> None:
         """Check an UNRESOLVED operation was allowed to be, then settle it the way a person
         with the service's dashboard would."""
+        self._step(cell, f"{key} is UNRESOLVED: resolving it from the service's record once "
+                         "every request it received is handled")  # fmt: skip
         with intentlog.open(journal_path) as journal:
             op = journal.operation(key)
             if cell is not None:
@@ -360,6 +458,7 @@ def crash_matrix(
     workdir: str | os.PathLike[str] | None = None,
     env: dict[str, str] | None = None,
     parallel: int | None = None,
+    progress: bool | Sink | None = None,
 ) -> MatrixReport:
     """Run ``workflow`` (``"module:function"``, called as ``function(journal, service)``) under
     a SIGKILL at every crash point, for every occurrence of every effect, in every mode.
@@ -367,6 +466,11 @@ def crash_matrix(
     ``retention``, ``lookup_lag`` and ``timeout`` configure the reference service and the
     effects built by ``service.payment_effect()``. Returns a MatrixReport; call
     ``raise_for_problems()`` (or check ``.ok``) to fail a test with a readable matrix.
+
+    ``progress``: None (the default) shows a progress line on stderr where stderr is a
+    terminal and prints nothing elsewhere; True shows progress on stderr even where it is not
+    a terminal (a plain line every few seconds); False never shows any. The pytest fixture
+    shows it through pytest's terminal instead (see :mod:`intentlog.testing.plugin`).
     """
     for mode in modes:
         if mode not in MODES:
@@ -376,14 +480,21 @@ def crash_matrix(
     if unknown:
         raise ValueError(f"unknown crash points {unknown}; choose from {', '.join(CRASH_POINTS)}")
     load_workflow(workflow)  # fail here, clearly, rather than in every child
+    if progress is None or isinstance(progress, bool):
+        sink = sink_for(progress, sys.stderr)
+    else:
+        sink = progress
+    watch = _Watch(workflow, sink) if sink is not None else None
     with tempfile.TemporaryDirectory(prefix="intentlog-matrix-", dir=workdir) as tmp:
         runner = _Runner(
             workflow, Path(tmp), retention=retention, lookup_lag=lookup_lag, timeout=timeout,
-            max_restarts=max_restarts, child_timeout=child_timeout, env=env,
+            max_restarts=max_restarts, child_timeout=child_timeout, env=env, watch=watch,
         )  # fmt: skip
         cells: list[Cell] = []
         references: dict[str, _Outcome] = {}
-        for mode in modes:
+        for index, mode in enumerate(modes, 1):
+            if watch is not None:
+                watch.reference(mode, index, len(modes))
             references[mode] = runner.run(f"reference-{mode}", mode, None, None)
             counts: dict[str, int] = {}
             for _task, effect, _state, _receipt in references[mode].ops.values():
@@ -411,5 +522,32 @@ def crash_matrix(
 
         workers = parallel or max(2, os.cpu_count() or 2)
         with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-            done = list(pool.map(one, cells))
+            if watch is None:
+                done = list(pool.map(one, cells))
+            else:
+                watch.total = len(cells)
+                try:
+                    _watch_cells(pool, one, cells, watch)
+                finally:
+                    watch.close()  # the line ends, even when a cell raised
+                done = cells
     return MatrixReport(workflow, done)
+
+
+def _watch_cells(
+    pool: concurrent.futures.Executor, one: Callable[[Cell], Cell], cells: list[Cell], watch: _Watch
+) -> None:
+    """Run ``one`` on every cell in ``pool``, telling ``watch`` as each ends (and, for a live
+    line, every second in between), from this thread only."""
+    futures = {pool.submit(one, cell): cell for cell in cells}
+    waiting = set(futures)
+    tick = 1.0 if watch.sink.live else None
+    while waiting:
+        finished, waiting = concurrent.futures.wait(
+            waiting, timeout=tick, return_when=concurrent.futures.FIRST_COMPLETED
+        )
+        for future in finished:
+            future.result()  # a cell's error is the matrix's, as it was with map
+            watch.finished(futures[future])
+        if not finished:
+            watch.tick()
