@@ -391,7 +391,8 @@ def test_the_cli_loads_the_web_stack_only_for_the_console(db: str) -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             timeout=120)  # fmt: skip
     assert result.returncode == 1, result.stderr
-    assert "needs its extra: pip install 'intentlog[console]'" in result.stderr
+    assert "needs its extra: pip install -e '.[console]' in intentlog's clone" in result.stderr
+    assert "(pip install 'intentlog[console]' once it is published)" in result.stderr
 
 
 def test_the_consoles_metrics_are_the_journals_in_prometheus_text(db: str) -> None:

@@ -36,7 +36,8 @@ def test_http_faces_without_the_sdk_say_what_to_install(tmp_path: Path, face: li
     )
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [
-        f"error: {face[0]} needs the MCP SDK (mcp is not installed): pip install 'intentlog[mcp]'"
+        f"error: {face[0]} needs the MCP SDK (mcp is not installed): pip install -e '.[mcp]' "
+        "in intentlog's clone (pip install 'intentlog[mcp]' once it is published)"
     ]
 
 

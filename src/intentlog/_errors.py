@@ -301,3 +301,14 @@ class JournalUnreachable(JournalError):
 
 class SchemaTooNew(JournalError):
     """The journal's schema is newer than this version of intentlog understands."""
+
+
+def install_hint(extra: str) -> str:
+    """The command that installs the optional ``extra``, for an error that names it.
+
+    intentlog is installed from its clone until it is published, so the clone's command comes
+    first and the published name beside it."""
+    return (
+        f"pip install -e '.[{extra}]' in intentlog's clone "
+        f"(pip install 'intentlog[{extra}]' once it is published)"
+    )

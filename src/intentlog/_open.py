@@ -11,7 +11,7 @@ import shlex
 from pathlib import Path
 from typing import overload
 
-from intentlog._errors import InvalidInput
+from intentlog._errors import InvalidInput, install_hint
 from intentlog.stores._async_store import AsyncStore
 from intentlog.stores._base import Store
 
@@ -93,8 +93,8 @@ def _postgres(url: str, asynchronous: bool, create: bool) -> Store | AsyncStore:
     except ImportError as exc:
         missing = exc.__cause__ if isinstance(exc.__cause__, ImportError) else exc
         raise InvalidInput(
-            "postgresql:// journals need psycopg 3 and psycopg_pool: pip install "
-            f"'intentlog[postgres]' ({missing})"
+            "postgresql:// journals need psycopg 3 and psycopg_pool: "
+            f"{install_hint('postgres')} ({missing})"
         ) from exc
     if asynchronous:
         return AsyncPostgresStore(url, create=create)

@@ -1,7 +1,8 @@
 """Prometheus metrics: a journal's state and this process's events.
 
-``pip install 'intentlog[metrics]'`` (the ``console`` extra includes it). Nothing is imported
-or paid until :func:`enable` or :func:`render` is called.
+``pip install -e '.[metrics]'`` from the clone (``'intentlog[metrics]'`` once published) (the
+``console`` extra includes it). Nothing is imported or paid until :func:`enable` or
+:func:`render` is called.
 
 ::
 
@@ -51,7 +52,7 @@ from typing import Any
 
 from intentlog import _observe
 from intentlog._effect import Effect
-from intentlog._errors import InvalidInput
+from intentlog._errors import InvalidInput, install_hint
 from intentlog._journal import Journal
 
 __all__ = ["MetricsServer", "disable", "enable", "know", "render", "serve"]
@@ -66,8 +67,8 @@ def _impl() -> ModuleType:
         from intentlog import _metrics
     except ImportError as exc:
         raise InvalidInput(
-            "intentlog metrics need prometheus-client: pip install 'intentlog[metrics]' "
-            "(or 'intentlog[console]')"
+            f"intentlog metrics need prometheus-client: {install_hint('metrics')}; the "
+            "console extra includes it"
         ) from exc
     return _metrics
 

@@ -1,8 +1,8 @@
 """OpenTelemetry traces of ``task.run``, through ``opentelemetry-api`` only.
 
-``pip install 'intentlog[tracing]'``, and configure an SDK (or any API implementation) as the
-application does anyway. Until :func:`enable` is called, nothing is imported and nothing is
-paid: each hook site is one ``if``.
+``pip install -e '.[tracing]'`` from the clone (``'intentlog[tracing]'`` once published), and
+configure an SDK (or any API implementation) as the application does anyway. Until
+:func:`enable` is called, nothing is imported and nothing is paid: each hook site is one ``if``.
 
 ::
 
@@ -43,7 +43,7 @@ from __future__ import annotations
 from typing import Any
 
 from intentlog import __version__, _observe
-from intentlog._errors import InvalidInput
+from intentlog._errors import InvalidInput, install_hint
 
 __all__ = ["disable", "enable"]
 
@@ -60,7 +60,7 @@ def enable(tracer_provider: Any = None) -> None:
         from intentlog._tracing import Tracing
     except ImportError as exc:
         raise InvalidInput(
-            "intentlog tracing needs opentelemetry-api: pip install 'intentlog[tracing]'"
+            f"intentlog tracing needs opentelemetry-api: {install_hint('tracing')}"
         ) from exc
     tracer = trace.get_tracer("intentlog", __version__, tracer_provider=tracer_provider)
     _observe.install(_NAME, Tracing(tracer))

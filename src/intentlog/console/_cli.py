@@ -8,6 +8,8 @@ import secrets
 
 import click
 
+from intentlog._errors import install_hint
+
 __all__ = ["check_token", "console_command", "is_loopback"]
 
 DEFAULT_TOKEN_ENV = "INTENTLOG_CONSOLE_TOKEN"  # noqa: S105 (a variable name)
@@ -87,7 +89,7 @@ def console_command(
         from intentlog.console._serve import bind, serve
     except ImportError as exc:
         click.echo(
-            f"error: intentlog console needs its extra: pip install 'intentlog[console]' ({exc})",
+            f"error: intentlog console needs its extra: {install_hint('console')} ({exc})",
             err=True,
         )
         ctx.exit(1)

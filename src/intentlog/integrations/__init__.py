@@ -15,7 +15,7 @@ import importlib
 from types import ModuleType
 from typing import Any
 
-from intentlog._errors import _WithStatus
+from intentlog._errors import _WithStatus, install_hint
 
 __all__ = ["AmbiguousResponse"]
 
@@ -47,5 +47,5 @@ def _require(module: str, extra: str) -> ModuleType:
         return importlib.import_module(module)
     except ImportError as exc:
         raise ImportError(
-            f"intentlog.integrations.{extra} needs {module}: pip install 'intentlog[{extra}]'"
+            f"intentlog.integrations.{extra} needs {module}: {install_hint(extra)}"
         ) from exc

@@ -1,8 +1,9 @@
 """AWS services as effects, with boto3: :func:`s3_put_effect`, :func:`sqs_fifo_effect` and
 :func:`ses_send_effect`.
 
-``pip install 'intentlog[aws]'``. Each takes a boto3 client the caller built (credentials,
-region and endpoint belong there; none of them reaches the journal or an error message).
+``pip install -e '.[aws]'`` from the clone (``'intentlog[aws]'`` once published). Each takes a
+boto3 client the caller built (credentials, region and endpoint belong there; none of them
+reaches the journal or an error message).
 
 - :func:`s3_put_effect`: ``PutObject`` with ``If-None-Match: *`` to an object key that holds
   the operation key. S3 refuses a second create of that object with 412, so a resend after a

@@ -1,19 +1,19 @@
 """HTTP APIs as effects, with httpx: :func:`http_effect` (sync) and :func:`async_http_effect`.
 
-``pip install 'intentlog[http]'``. What the service promises (where it takes the key, for
-how long, whether it locks a key in flight, how a replay looks, how it takes a body, how it
-can be searched) comes from an :class:`intentlog.Service` (``service=profiles.STRIPE``) or
-from keywords. Bodies are sent canonical (JSON, or a form for a service that takes one), so a
-call made again sends the same bytes. Both share one mapping of answers to outcomes
-(:meth:`_Spec.receipt_of_answer`, :meth:`_Spec.lookup_result`, :meth:`_Spec.search_result`)
-and one protocol for the in-progress wait (:meth:`_Spec.submit_flow`), written as generators
-that yield the HTTP exchanges they need; a small sync runner and a small async runner
-(:mod:`._http_runner`) perform them. A service that answers errors inside a 200
-(``Service.answer_errors``: Slack, GraphQL) is read the same way. Anything
-that does not prove "applied" or "not applied" raises :class:`AmbiguousResponse`, never
+``pip install -e '.[http]'`` from the clone (``'intentlog[http]'`` once published). What the
+service promises (where it takes the key, for how long, whether it locks a key in flight, how a
+replay looks, how it takes a body, how it can be searched) comes from an
+:class:`intentlog.Service` (``service=profiles.STRIPE``) or from keywords. Bodies are sent
+canonical (JSON, or a form for a service that takes one), so a call made again sends the same
+bytes. Both share one mapping of answers to outcomes (:meth:`_Spec.receipt_of_answer`,
+:meth:`_Spec.lookup_result`, :meth:`_Spec.search_result`) and one protocol for the in-progress
+wait (:meth:`_Spec.submit_flow`), written as generators that yield the HTTP exchanges they need;
+a small sync runner and a small async runner (:mod:`._http_runner`) perform them. A service that
+answers errors inside a 200 (``Service.answer_errors``: Slack, GraphQL) is read the same way.
+Anything that does not prove "applied" or "not applied" raises :class:`AmbiguousResponse`, never
 Rejected, so the decision settles it. Credentials belong in the client
-(``client=httpx.Client(headers=...)``): no request or answer header ever reaches the journal
-or an error message.
+(``client=httpx.Client(headers=...)``): no request or answer header ever reaches the journal or
+an error message.
 """
 
 from __future__ import annotations

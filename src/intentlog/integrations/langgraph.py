@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from intentlog._async import AsyncJournal
 from intentlog._effect import Effect, ReceiptSelector, Reconcile, Seconds
-from intentlog._errors import InvalidInput, LeaseLost, Rejected
+from intentlog._errors import InvalidInput, LeaseLost, Rejected, install_hint
 from intentlog._journal import Journal
 from intentlog._model import JSON, State
 from intentlog._service import Retention
@@ -339,7 +339,7 @@ def check_key_use(name: str, has_key: bool, key_arg: str, options: dict[str, Any
 def need(module: str, extra: str) -> None:
     """Raise ImportError with the install command if the framework ``module`` is missing."""
     if importlib.util.find_spec(module) is None:
-        raise ImportError(f"{module} is not installed: pip install 'intentlog[{extra}]'")
+        raise ImportError(f"{module} is not installed: {install_hint(extra)}")
 
 
 def sync_journal(journal: Journal | AsyncJournal) -> Journal:

@@ -1,12 +1,12 @@
 """NATS JetStream publishes as effects, with nats-py: :func:`publish_effect` (asyncio only).
 
-``pip install 'intentlog[nats]'``. A publish carries the operation key as ``Nats-Msg-Id``;
-the stream drops a second message with the same id inside its duplicate window, and answers
-it with the first message's sequence. So the effect declares the service contract
-:func:`intentlog.profiles.nats_jetstream` with the stream's ``duplicate_window`` as the key's
-retention, read when the effect is built: a lost ack is settled by publishing the
-same key again inside the window, and past the window the operation becomes UNRESOLVED
-instead of a second message, unless a lookup can find the message.
+``pip install -e '.[nats]'`` from the clone (``'intentlog[nats]'`` once published). A publish
+carries the operation key as ``Nats-Msg-Id``; the stream drops a second message with the same id
+inside its duplicate window, and answers it with the first message's sequence. So the effect
+declares the service contract :func:`intentlog.profiles.nats_jetstream` with the stream's
+``duplicate_window`` as the key's retention, read when the effect is built: a lost ack is
+settled by publishing the same key again inside the window, and past the window the operation
+becomes UNRESOLVED instead of a second message, unless a lookup can find the message.
 
 Lookups (``lookup=``), since JetStream cannot look a message up by its ``Nats-Msg-Id``:
 

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import click
 
-from intentlog._errors import Error
+from intentlog._errors import Error, install_hint
 from intentlog.proxy._policy import ProxyFile, load_tools
 from intentlog.proxy._serve import DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_SESSIONS
 
@@ -118,7 +118,7 @@ def mcp_command(
             option = "--listen" if listen is not None else "--upstream"
             click.echo(
                 f"error: {option} needs the MCP SDK ({missing} is not installed): "
-                "pip install 'intentlog[mcp]'",
+                f"{install_hint('mcp')}",
                 err=True,
             )
             ctx.exit(1)

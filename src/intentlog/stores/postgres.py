@@ -54,7 +54,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from intentlog._errors import JournalError
+from intentlog._errors import JournalError, install_hint
 from intentlog._flow import drive, drive_async
 from intentlog._replication import Replication
 from intentlog.stores._async_plan_store import AsyncPlanStore
@@ -69,7 +69,7 @@ try:
 except ImportError as exc:  # tested with psycopg hidden
     raise ImportError(
         f"the PostgreSQL journal needs psycopg 3 and psycopg_pool ({exc}); "
-        "install them with: pip install 'intentlog[postgres]'"
+        f"install them with: {install_hint('postgres')}"
     ) from exc
 
 # After the check above: they import psycopg too.
