@@ -9,6 +9,7 @@ Commands::
     intentlog resolve KEY --confirmed|--failed|--retry [--receipt JSON] [--note TEXT]
     intentlog recover --effects MODULE  reconcile SUBMITTED operations with their services
     intentlog gc --older-than 30d       delete completed tasks older than a duration
+    intentlog backup DEST [--force]     a consistent copy of a SQLite journal, while workers write
     intentlog check --effects MODULE --restart-within 1h
                                         effects whose service cannot settle a crash in flight
     intentlog mcp [--tools FILE] [--task ID] -- COMMAND...
