@@ -82,6 +82,7 @@ class Bridge:
         self._tools: dict[str, dict[str, Any]] | None = None
         self._tools_fetch: asyncio.Future[dict[str, dict[str, Any]]] | None = None
         self.envelope: dict[str, Any] = {}
+        self.negotiated: str | None = None  # the revision the session's initialize agreed on
         self.agent_closed = asyncio.Event()
         self._answered = asyncio.Event()  # an upstream answer to a forwarded request came
         self.heard = False  # whether the upstream has sent anything
@@ -177,6 +178,12 @@ class Bridge:
                     token = _progress_token(done.message) if done is not None else None
                     if token is not None and self._progress.get(token) == request_id:
                         del self._progress[token]
+                    if done is not None and done.message.get("method") == "initialize":
+                        result = message.get("result")
+                        version = (
+                            result.get("protocolVersion") if isinstance(result, dict) else None
+                        )
+                        self.negotiated = version if isinstance(version, str) else None
                 await self._to_agent(message)
                 self._answered.set()  # after it is written: the session may end now
             elif is_request(message):
@@ -392,6 +399,11 @@ class Bridge:
                 {"code": INTERNAL_ERROR, "message": "a result that is not an object"}
             )
         return result
+
+    def revision(self) -> str | None:
+        """The protocol revision the agent speaks, as far as the session tells: the one its
+        ``initialize`` agreed on (a 2026-07-28 request names its own, which wins)."""
+        return self.negotiated
 
     def own_meta(self) -> dict[str, Any]:
         """The ``_meta`` the proxy's own requests carry: the protocol envelope the agent's

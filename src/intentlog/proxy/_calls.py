@@ -113,6 +113,8 @@ class Upstream(Protocol):
 
     def own_meta(self) -> dict[str, Any]: ...
 
+    def revision(self) -> str | None: ...
+
 
 @dataclasses.dataclass(slots=True)
 class _Call:
@@ -139,6 +141,7 @@ class _Job:
     extra: dict[str, Any]
     policy: ToolPolicy
     effect: Effect
+    version: str | None  # the protocol revision the agent speaks (None: not known)
 
 
 _CURRENT: contextvars.ContextVar[_Call] = contextvars.ContextVar("intentlog_proxy_call")
@@ -327,6 +330,8 @@ class Calls:
         effect = self._effect(policy)
         envelope = params.get("_meta")
         version = envelope.get(VERSION_META) if isinstance(envelope, dict) else None
+        if not isinstance(version, str):
+            version = self.upstream.revision()
         try:
             task_id, key, arguments, meta = self._read(params, policy)
             extra = {k: v for k, v in params.items() if k not in _OWN_PARAMS}
@@ -340,7 +345,7 @@ class Calls:
         flight = (task_id, key)
         running = self._flights.get(flight)
         if running is None:
-            job = _Job(task_id, key, arguments, meta, extra, policy, effect)
+            job = _Job(task_id, key, arguments, meta, extra, policy, effect, version)
             reply, fresh = await self._lead(flight, job)
         else:
             # Shielded: a joining call that goes away leaves the one it joined alone.
@@ -475,7 +480,8 @@ class Calls:
                 return {"result": live}, True
             tool = await self._definition(policy.tool)
             who = None if _ours(receipt) else await self._resolver(key)
-            return {"result": replay_of(receipt, key=key, tool=tool, resolved_by=who)}, False
+            answer = replay_of(receipt, key=key, tool=tool, resolved_by=who, version=job.version)
+            return {"result": answer}, False
         return error_reply(
             None, INTERNAL_ERROR, f"intentlog mcp: {base}: {_MAX_ATTEMPTS} attempts failed"
         ), False

@@ -18,9 +18,12 @@ Clients check ``structuredContent`` against the tool's ``outputSchema``, and the
 TypeScript SDK (``Client.callTool``) does so on error results too: it validates any
 ``structuredContent`` present and accepts an error result without one.
 https://github.com/modelcontextprotocol/typescript-sdk/blob/main/src/client/index.ts
-So a replayed or resolved result that does not fit the schema (a reduced result, a person's
-receipt of another shape) is answered as an error result *without* structured content,
-whose text says the call *was applied* and must not be repeated; and the proxy's own
+So a result answered from the journal (a replay, what a lookup found, a person's receipt)
+is the tool's own result, ``isError`` false, wherever that is valid in the revision the
+agent speaks; only where its structured content does not fit the schema in a revision that
+requires it (2025-06-18 on) is it an error result *without* structured content, whose text
+says the call *was applied* and must not be repeated (:func:`_fitted` says why no other
+answer is both valid and true there); and the proxy's own
 answers (UNRESOLVED, still in flight) carry their facts as ``structuredContent`` only for a
 tool known to declare no ``outputSchema`` (else where no schema check can fail: in
 ``_meta["intentlog/operation"]``, which every answer carries).
@@ -48,9 +51,11 @@ __all__ = [
 
 log = logging.getLogger("intentlog.proxy")
 META = "intentlog/operation"
-#: The first revision whose results carry ``resultType`` (revisions are dates, so later ones
-#: compare greater).
+#: The first revision whose results carry ``resultType`` and whose structured content may be
+#: any JSON value (revisions are dates, so later ones compare greater).
 MODERN = "2026-07-28"
+#: The first revision with structured tool results (``outputSchema``, ``structuredContent``).
+STRUCTURED = "2025-06-18"
 _ROOM = 4096  # what the receipt's envelope and notes may take beside the result
 
 
@@ -226,46 +231,40 @@ def _is_tool_result(result: dict[str, Any]) -> bool:
 
 
 def replay_of(
-    receipt: Any, *, key: str, tool: dict[str, Any] | None, resolved_by: str | None = None
+    receipt: Any,
+    *,
+    key: str,
+    tool: dict[str, Any] | None,
+    resolved_by: str | None = None,
+    version: str | None = None,
 ) -> dict[str, Any]:
-    """The result to answer a replayed call with, from its receipt."""
+    """The result to answer a replayed call with, from its receipt: the recorded result (or
+    what a lookup found, or a person's receipt) as the tool's own, wherever that is valid in
+    the agent's revision ``version`` (None: not known, taken as one with structured results);
+    see :func:`_fitted` for the one case where it cannot be."""
     schema = tool.get("outputSchema") if isinstance(tool, dict) else None
     ours = (
         isinstance(receipt, dict) and isinstance(receipt.get("result"), dict) and "via" in receipt
     )
     if ours:
         result = dict(receipt["result"])
-        reduced = receipt.get("reduced")
+        via = receipt.get("via")
         if "intentlog_note" in result:  # nothing of the result was kept
-            return attach(
-                _applied_but(
-                    key,
-                    f"its result was not kept by the journal ({result['intentlog_note']})",
-                    as_error=schema is not None,
-                ),
-                key=key,
-                state="CONFIRMED",
-                replay=True,
-                via=receipt.get("via"),
-                reduced=reduced,
-            )
-        if _is_tool_result(result):
+            why = f"its result was not kept by the journal ({result['intentlog_note']})"
+            answer = _applied_but(key, why, as_error=schema is not None and _structured(version))
+        elif _is_tool_result(result):
             if "content" not in result:
                 result["content"] = _content_for(result.get("structuredContent"))
-            problem = _schema_problem(result, schema)
-            if problem is not None:
-                result = _applied_but(key, f"its recorded result {problem}", as_error=True)
+            if via == "lookup":
+                result = _found_value(result, version)
+            answer = _fitted(result, schema, version, key=key, what="its recorded result")
+        else:
+            answer = result
         return attach(
-            result,
-            key=key,
-            state="CONFIRMED",
-            replay=True,
-            via=receipt.get("via"),
-            reduced=reduced,
+            answer, key=key, state="CONFIRMED", replay=True, via=via, reduced=receipt.get("reduced")
         )
     # A person's resolution: their receipt, as the call's result where it fits the tool.
     who = f" by {resolved_by}" if resolved_by else ""
-    structured = receipt if isinstance(receipt, dict) else None
     result = {
         "content": [
             {
@@ -275,15 +274,83 @@ def replay_of(
             }
         ]
     }
-    if structured is not None:
-        result["structuredContent"] = structured
-    problem = _schema_problem(result, schema)
-    if problem is not None:
-        result = _applied_but(key, f"the receipt recorded for it {problem}", as_error=True)
-        result["content"].append(
-            {"type": "text", "text": json.dumps(receipt, ensure_ascii=False, sort_keys=True)}
-        )
-    return attach(result, key=key, state="CONFIRMED", replay=True, via="resolution")
+    if isinstance(receipt, dict) or (_any_value(version) and _present(receipt)):
+        result["structuredContent"] = receipt
+    answer = _fitted(result, schema, version, key=key, what="the receipt recorded for it")
+    return attach(answer, key=key, state="CONFIRMED", replay=True, via="resolution")
+
+
+def _fitted(
+    result: dict[str, Any], schema: Any, version: str | None, *, key: str, what: str
+) -> dict[str, Any]:
+    """``result`` (a call's recorded outcome, which is true: the call was applied, and this
+    is what is known of it) as an answer the agent's revision accepts.
+
+    - Its structured content fits the tool's ``outputSchema`` (or there is none): it is the
+      answer, ``isError`` false.
+    - It does not fit, and the agent speaks a revision before 2025-06-18, which has no
+      structured results (``outputSchema`` and ``structuredContent`` came with 2025-06-18):
+      its text content alone is a valid answer, ``isError`` false.
+    - It does not fit, from 2025-06-18 on: no answer is both valid and true. A result that
+      is not an error must carry structured content conforming to the schema (the
+      revision's "Servers MUST provide structured results that conform to this schema", and
+      the SDKs' clients refuse one without), and the only value the proxy has of this call's
+      outcome does not conform; any other value would be made up (a server-memory
+      ``create_entities`` must list the entities *that call* created, which no lookup of
+      the graph can tell). So the answer is an error result without structured content
+      (which every client accepts), whose text says that the call *was applied*, must not
+      be made again, and what is known of it; ``_meta`` says it is CONFIRMED.
+    """
+    if not isinstance(schema, dict) or result.get("isError") is True:
+        structured = result.get("structuredContent")
+        if structured is not None and not isinstance(structured, dict) and not _any_value(version):
+            return _without_structure(result)  # only objects before 2026-07-28
+        return result
+    problem = _schema_problem(result.get("structuredContent"), schema, version)
+    if problem is None:
+        return result
+    if not _structured(version):
+        return _without_structure(result)
+    answer = _applied_but(key, f"{what} {problem}", as_error=True)
+    known = [
+        b for b in result.get("content") or [] if isinstance(b, dict) and b.get("type") == "text"
+    ]
+    answer["content"].extend(known)
+    return answer
+
+
+def _without_structure(result: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in result.items() if k != "structuredContent"}
+
+
+def _found_value(result: dict[str, Any], version: str | None) -> dict[str, Any]:
+    """A lookup's recorded result with what it found as structured content, where the
+    agent's revision takes a value that is not an object (2026-07-28 on): a lookup's value is
+    kept as its JSON text, and as structured content only when it is an object."""
+    if "structuredContent" in result or not _any_value(version):
+        return result
+    try:
+        value = json.loads(text_of(result))
+    except ValueError:
+        return result
+    return {**result, "structuredContent": value} if _present(value) else result
+
+
+def _structured(version: str | None) -> bool:
+    """Whether revision ``version`` has structured tool results (2025-06-18 on; an unknown
+    revision is taken as one that has them, the stricter reading)."""
+    return not (isinstance(version, str) and version < STRUCTURED)
+
+
+def _any_value(version: str | None) -> bool:
+    """Whether structured content may be any JSON value, not only an object (2026-07-28)."""
+    return isinstance(version, str) and version >= MODERN
+
+
+def _present(value: Any) -> bool:
+    """Whether a client sees ``value`` as structured content at all: the TypeScript SDK
+    tests it for truth, so ``null``, ``false``, ``0`` and ``""`` read as none."""
+    return value is not None and value is not False and value != 0 and value != ""
 
 
 def _applied_but(key: str, why: str, *, as_error: bool) -> dict[str, Any]:
@@ -300,13 +367,13 @@ def _content_for(structured: Any) -> list[dict[str, Any]]:
     return [{"type": "text", "text": json.dumps(structured, ensure_ascii=False, sort_keys=True)}]
 
 
-def _schema_problem(result: dict[str, Any], schema: Any) -> str | None:
-    """Why ``result`` would fail a client's ``outputSchema`` check, or None."""
-    if not isinstance(schema, dict) or result.get("isError") is True:
-        return None
-    structured = result.get("structuredContent")
-    if structured is None:
+def _schema_problem(structured: Any, schema: dict[str, Any], version: str | None) -> str | None:
+    """Why ``structured`` as a result's structured content would fail a client's check
+    against ``schema`` in revision ``version``, or None."""
+    if not _present(structured):
         return "has no structured content, which the tool's output schema requires"
+    if not isinstance(structured, dict) and not _any_value(version):
+        return "is not a JSON object, as structured content must be before revision 2026-07-28"
     try:
         import jsonschema
     except ImportError:  # pragma: no cover - installed with the mcp extra
