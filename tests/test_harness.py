@@ -3,24 +3,20 @@
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import io
 import json
 import os
-import pty
 import re
 import signal
-import struct
 import subprocess
 import sys
-import termios
 import threading
 import time
-import tty
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from tests import terminal
 
 import intentlog
 from intentlog.testing import CRASH_POINTS, MatrixReport, ReferenceService, ServiceInfo
@@ -210,30 +206,10 @@ def _env() -> dict[str, str]:
 
 
 def on_a_terminal(argv: list[str], cwd: Path, *, columns: int, both: bool = False) -> str:
-    """Run ``argv`` with its stderr (and its stdout too with ``both``) on a terminal of
-    ``columns`` columns, in raw mode (so newlines arrive as written); what it wrote there."""
-    leader, follower = pty.openpty()
-    tty.setraw(follower)
-    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
-    child = subprocess.Popen(
-        argv,
-        cwd=cwd,
-        env=_env(),
-        stdin=subprocess.DEVNULL,
-        stdout=follower if both else subprocess.DEVNULL,
-        stderr=follower,
-    )
-    os.close(follower)
-    out = b""
-    try:
-        while chunk := os.read(leader, 65536):
-            out += chunk
-    except OSError:  # EIO: every process holding the terminal has closed it
-        pass
-    finally:
-        os.close(leader)
-    assert child.wait(timeout=120) == 0, out.decode(errors="replace")
-    return out.decode()
+    """What ``argv`` wrote to a terminal of ``columns`` columns (see tests/terminal.py)."""
+    status, out = terminal.on_a_terminal(argv, cwd, _env(), columns=columns, both=both)
+    assert status == 0, out
+    return out
 
 
 SMALL = "workflows:single", ["dedupe"], ["after_send", "after_confirm"]
