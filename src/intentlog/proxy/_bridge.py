@@ -44,6 +44,7 @@ __all__ = ["Bridge", "UpstreamError", "UpstreamGone"]
 
 log = logging.getLogger("intentlog.proxy")
 _ENVELOPE = "io.modelcontextprotocol/"  # per-request protocol fields of newer revisions
+_PROGRESS_MESSAGE = "2025-03-26"  # the first revision whose progress carries a message
 
 
 class UpstreamError(Exception):
@@ -399,6 +400,27 @@ class Bridge:
                 {"code": INTERNAL_ERROR, "message": "a result that is not an object"}
             )
         return result
+
+    async def progress(
+        self,
+        request_id: RequestId,
+        token: Any,
+        progress: float,
+        total: float,
+        message: str,
+        *,
+        version: str | None = None,
+    ) -> None:
+        """Tell the agent how its journaled call ``request_id`` goes: ``notifications/progress``
+        for the call's ``token``, its ``message`` only from 2025-03-26 (the revision that added
+        it). Nothing once the agent cancelled the call (its answer is dropped too)."""
+        if request_id not in self._journaled:
+            return
+        params: dict[str, Any] = {"progressToken": token, "progress": progress, "total": total}
+        if not (isinstance(version, str) and version < _PROGRESS_MESSAGE):
+            params["message"] = message
+        notification = {"jsonrpc": "2.0", "method": "notifications/progress", "params": params}
+        await self._to_agent(notification, related=request_id)
 
     def revision(self) -> str | None:
         """The protocol revision the agent speaks, as far as the session tells: the one its

@@ -43,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import dataclasses
+import functools
 import logging
 from typing import Any, Protocol
 
@@ -75,6 +76,7 @@ from intentlog.proxy._results import (
     unresolved_result,
 )
 from intentlog.proxy._tasks import TaskHandles
+from intentlog.proxy._waits import WATCH, Progress, Watch
 from intentlog.proxy._wire import INTERNAL_ERROR, INVALID_PARAMS, Message, RequestId, error_reply
 
 __all__ = ["KEY_META", "REFUSED_CODES", "TASK_META", "Calls"]
@@ -115,6 +117,17 @@ class Upstream(Protocol):
 
     def revision(self) -> str | None: ...
 
+    async def progress(
+        self,
+        request_id: RequestId,
+        token: Any,
+        progress: float,
+        total: float,
+        message: str,
+        *,
+        version: str | None = None,
+    ) -> None: ...
+
 
 @dataclasses.dataclass(slots=True)
 class _Call:
@@ -142,6 +155,7 @@ class _Job:
     policy: ToolPolicy
     effect: Effect
     version: str | None  # the protocol revision the agent speaks (None: not known)
+    progress: Progress | None  # the agent's progress channel for this call (None: not asked)
 
 
 _CURRENT: contextvars.ContextVar[_Call] = contextvars.ContextVar("intentlog_proxy_call")
@@ -345,7 +359,13 @@ class Calls:
         flight = (task_id, key)
         running = self._flights.get(flight)
         if running is None:
-            job = _Job(task_id, key, arguments, meta, extra, policy, effect, version)
+            token = envelope.get("progressToken") if isinstance(envelope, dict) else None
+            progress = (
+                functools.partial(self.upstream.progress, request_id, token, version=version)
+                if isinstance(token, int | str) and not isinstance(token, bool)
+                else None
+            )
+            job = _Job(task_id, key, arguments, meta, extra, policy, effect, version, progress)
             reply, fresh = await self._lead(flight, job)
         else:
             # Shielded: a joining call that goes away leaves the one it joined alone.
@@ -450,6 +470,9 @@ class Calls:
             key = base if attempt == 1 else f"{base}.{attempt}"
             call = _Call(arguments, meta, job.extra, carried or key)
             token = _CURRENT.set(call)
+            # What a wait of this run says, and to whom (see _waits).
+            loop = asyncio.get_running_loop()
+            told = WATCH.set(Watch(key, policy.tool, task_id, job.progress, loop))
             try:
                 receipt = await handle.run(effect, arguments=arguments, key=key)
             except Rejected as exc:
@@ -473,6 +496,7 @@ class Calls:
                 return {"result": await self._in_flight(key, task_id, policy, exc)}, call.sent
             finally:
                 _CURRENT.reset(token)
+                WATCH.reset(told)
             if call.live is not None:
                 # A lazy receipt is durable only with the task's next write (said so here).
                 durable = False if policy.lazy_receipt else None

@@ -19,6 +19,7 @@ from intentlog.proxy._calls import Calls
 from intentlog.proxy._policy import ProxyFile, default_policy, key_refusals, lookup_refusals
 from intentlog.proxy._stdio import StdioAgent
 from intentlog.proxy._tasks import TaskHandles
+from intentlog.proxy._waits import watching
 from intentlog.proxy._wire import End, StdioUpstream
 from intentlog.stores.sqlite import SQLiteStore
 
@@ -89,10 +90,11 @@ async def serve(config: ProxyConfig) -> None:
     journal = _journal(config, options)
     handles = TaskHandles(journal)
     try:
-        if config.listen is None:
-            await _stdio_session(config, journal, handles)
-        else:
-            await _listen(config, journal, handles)
+        with watching():  # a journaled call that waits on a request in flight says so
+            if config.listen is None:
+                await _stdio_session(config, journal, handles)
+            else:
+                await _listen(config, journal, handles)
     finally:
         await handles.aclose()
         await journal.aclose()

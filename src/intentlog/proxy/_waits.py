@@ -1,0 +1,243 @@
+"""A word on every wait of a journaled call: what it waits for, until when, and why.
+
+After a crash, the decision may tell a call to WAIT: the request a process that has since
+stopped sent may still reach the server until its deadline, so until then the proxy can
+neither trust a lookup's "not found" nor resend with the same key (either could apply the
+call twice). The library sleeps there without a word; an agent's call would hang for the
+whole in-flight window (tens of seconds) with nothing said. This observer of the library's
+protocol (:mod:`intentlog._observe`) makes such a sleep of a journaled call say so:
+
+- on stderr (the ``intentlog.proxy`` logger), one line per wait: the call, how long and
+  until when it waits, when and by whom its request was sent, and the decision's own reason
+  (the decision is asked again with what the protocol gave it, never re-derived here);
+- to the agent, where it asked for progress (``_meta.progressToken`` on the call), a
+  ``notifications/progress`` at the start of the wait and every :data:`EVERY` seconds until
+  it ends: ``progress`` is the seconds this call has waited, ``total`` what it will have
+  waited at the end of this wait, and the same words as ``message`` (from 2025-03-26, the
+  revision that added it; the bridge leaves it out for an older agent).
+
+Sleeps shorter than :data:`WORTH_A_WORD` say nothing. A journaled call is marked for this
+observer by :data:`WATCH`, set around its ``task.run``; any other run passes untouched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import dataclasses
+import logging
+from collections.abc import Awaitable, Callable, Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+from intentlog import _observe
+from intentlog._decide import LookupFailed, decide
+from intentlog._effect import Effect
+from intentlog._flow import Flow, Sleep, call
+from intentlog._model import JSON, Action, LookupResult
+from intentlog._owner import holder_is_dead
+from intentlog._protocol import TaskCore, judged_by
+from intentlog._words import duration
+from intentlog.stores._base import Store
+
+__all__ = ["EVERY", "WATCH", "WORTH_A_WORD", "Watch", "watching"]
+
+log = logging.getLogger("intentlog.proxy")
+#: A sleep at least this long (seconds) is said; a shorter one is not worth a line.
+WORTH_A_WORD = 1.0
+#: How often (seconds) an agent that asked for progress hears that its call still waits.
+EVERY = 5.0
+_NAME = "intentlog.proxy.waits"
+
+#: (progress, total, message) -> sent to the agent as notifications/progress.
+Progress = Callable[[float, float, str], Awaitable[None]]
+
+
+@dataclasses.dataclass(slots=True)
+class Watch:
+    """One run of a journaled call, as its waits are told: ``key`` the operation's,
+    ``progress`` the agent's progress channel (None: it asked for none), ``loop`` the loop
+    that runs the call (a flow may advance in a pool thread)."""
+
+    key: str
+    tool: str
+    task_id: str
+    progress: Progress | None
+    loop: asyncio.AbstractEventLoop
+    lookup: LookupResult | LookupFailed | None = None  # the run's latest lookup answer
+    asked_at: float | None = None  # when it was asked (store clock)
+    waited: float = 0.0  # seconds this call has waited so far
+    said: float = -1.0  # the last progress value sent (each must be greater)
+
+
+#: The journaled call whose run is in progress (set by the proxy around ``task.run``).
+WATCH: contextvars.ContextVar[Watch] = contextvars.ContextVar("intentlog_proxy_watch")
+
+
+@contextlib.contextmanager
+def watching() -> Iterator[None]:
+    """Tell the waits of journaled calls while the block runs (the proxy's whole life)."""
+    _observe.install(_NAME, _Words())
+    try:
+        yield
+    finally:
+        _observe.uninstall(_NAME)
+
+
+class _Words(_observe.Observer):
+    def __init__(self) -> None:
+        # The watch of each task handle's run in progress, by the handle's core: the lookup
+        # hook is called where the flow advances (a pool thread, for SQLite), without the
+        # caller's context.
+        self._runs: dict[int, Watch] = {}
+
+    def run(self, core: TaskCore, effect: Effect, protocol: Flow[JSON]) -> Flow[JSON]:
+        watch = WATCH.get(None)  # the caller's context: set only around a journaled call
+        if watch is None:
+            return protocol
+        return self._watched(core, effect, protocol, watch)
+
+    def lookup(
+        self, core: TaskCore, effect: Effect, protocol: Flow[LookupResult | LookupFailed]
+    ) -> Flow[LookupResult | LookupFailed]:
+        watch = self._runs.get(id(core))
+        return protocol if watch is None else _noted(core, protocol, watch)
+
+    def _watched(
+        self, core: TaskCore, effect: Effect, protocol: Flow[JSON], watch: Watch
+    ) -> Flow[JSON]:
+        """``protocol``, each of its requests passed on as it is; a long sleep is said
+        first, and its progress told until it ends."""
+        self._runs[id(core)] = watch
+        try:
+            value: Any = None
+            error: BaseException | None = None
+            while True:
+                try:
+                    request = protocol.send(value) if error is None else protocol.throw(error)
+                except StopIteration as stop:
+                    result: JSON = stop.value
+                    return result
+                ticker = None
+                if isinstance(request, Sleep) and request.seconds >= WORTH_A_WORD:
+                    try:
+                        ticker = yield from _said(core, effect, watch, request.seconds)
+                    except BaseException:  # stopped while reading the operation
+                        protocol.close()
+                        raise
+                try:
+                    value, error = (yield request), None
+                except GeneratorExit:
+                    protocol.close()
+                    raise
+                except BaseException as exc:  # handed to the protocol, as the driver would
+                    value, error = None, exc
+                finally:
+                    if ticker is not None:
+                        ticker.stop()
+                if isinstance(request, Sleep):
+                    watch.waited += request.seconds
+                    watch.lookup = watch.asked_at = None  # the next decision asks again
+        finally:
+            self._runs.pop(id(core), None)
+
+
+def _noted(
+    core: TaskCore, protocol: Flow[LookupResult | LookupFailed], watch: Watch
+) -> Flow[LookupResult | LookupFailed]:
+    """The lookup ``protocol``, its answer (and when it was asked) kept for the words."""
+    watch.asked_at = core.store.now()
+    watch.lookup = result = yield from protocol
+    return result
+
+
+def _said(core: TaskCore, effect: Effect, watch: Watch, seconds: float) -> Flow[_Ticker | None]:
+    """Say what the call about to sleep ``seconds`` waits for (a line on stderr, progress to
+    the agent); the ticker to stop when the sleep ends."""
+    try:
+        op = yield from call(Store.get_op, watch.key)
+    except Exception:  # the words must never cost the call: said without the operation
+        op = None
+    now = core.store.now()
+    head = (
+        f"call of {watch.tool!r} (operation {watch.key} of task {watch.task_id!r}) waits "
+        f"{duration(seconds)}, until {_clock(now + seconds)}"
+    )
+    if op is None:
+        text = f"{head}, before its outcome can be decided"
+    else:
+        mine = op.submitted_by == core.owner
+        gone = op.submitted_by is None or mine or holder_is_dead(op.submitted_by)
+        decision = decide(
+            op,
+            judged_by(op, effect),
+            now,
+            lookup=watch.lookup,
+            asked_at=watch.asked_at,
+            submitter_gone=gone,
+            lookup_limit=core.options.lookup_limit,
+        )
+        who = (
+            "this proxy"
+            if mine
+            else "a process that has since stopped"
+            if gone
+            else "another process, still running"
+        )
+        sent = f"its request was sent at {_clock(op.submitted_at)} by {who}"
+        why = decision.reason if decision.action is Action.WAIT else "it is then sent again"
+        text = f"{head}: {sent}; {why}" if op.submitted_at is not None else f"{head}: {why}"
+    log.warning("%s", text)
+    if watch.progress is None:
+        return None
+    return _Ticker(watch, seconds, text)
+
+
+class _Ticker:
+    """Progress to the agent while one sleep lasts, on the call's loop (started and stopped
+    from wherever the flow advances)."""
+
+    def __init__(self, watch: Watch, seconds: float, text: str) -> None:
+        self._watch = watch
+        self._seconds = seconds
+        self._text = text
+        self._task: asyncio.Task[None] | None = None
+        self._stopped = False
+        # Both through the loop's queue, in order: a stop never overtakes its start.
+        watch.loop.call_soon_threadsafe(self._start)
+
+    def stop(self) -> None:
+        self._watch.loop.call_soon_threadsafe(self._stop)
+
+    def _start(self) -> None:
+        if not self._stopped:
+            self._task = self._watch.loop.create_task(self._tell())
+
+    def _stop(self) -> None:
+        self._stopped = True
+        if self._task is not None:
+            self._task.cancel()
+
+    async def _tell(self) -> None:
+        watch, loop = self._watch, self._watch.loop
+        assert watch.progress is not None
+        started = loop.time()
+        while True:
+            done = watch.waited + min(loop.time() - started, self._seconds)
+            done = max(done, watch.said + 0.001)  # each progress value must be greater
+            watch.said = done
+            try:
+                await watch.progress(round(done, 3), round(watch.waited + self._seconds, 3),
+                                     self._text)  # fmt: skip
+            except Exception as exc:  # the agent left: nothing more to tell
+                log.debug("could not tell the agent of the wait: %s", exc)
+                return
+            await asyncio.sleep(EVERY)
+
+
+def _clock(t: float | None) -> str:
+    """A store-clock time as people read it (UTC)."""
+    if t is None:
+        return "an unknown time"
+    return datetime.fromtimestamp(t, UTC).strftime("%H:%M:%S UTC")
