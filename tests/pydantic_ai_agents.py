@@ -46,6 +46,17 @@ from intentlog.testing import ServiceClient, payment_effect
 PROMPT = "pay bob 500"
 CALL = {"amount": 500, "to": "bob"}
 
+#: How long a tool call waits for the in-flight window of a payment a killed process left (its
+#: 2 s deadline after it left, plus the journal's send slack). A re-run comes as soon as the
+#: machine allows, often inside that window: without an engine the re-run is the user's, and
+#: under DBOS (recovery) or Prefect (``flow-run retry``) nothing retries a tool call that gave
+#: up, so the call waits the window out itself, as with the journal's default max_wait (60 s).
+#: Under Temporal a StillInFlight fails the activity and Temporal retries it when the window
+#: has passed, so one attempt waits only briefly (its start_to_close_timeout stays above this
+#: wait plus the request deadline).
+RERUN_WAIT = 30.0
+TEMPORAL_WAIT = 2.0
+
 
 class Dying:
     """Kills this process once all ``parties`` payments landed (a no-op unless PAY_THEN_DIE)."""
@@ -265,7 +276,8 @@ def main() -> int:
         print(json.dumps(pay_orders(runs)), flush=True)
         return 0
     dying = Dying(len(runs))
-    with intentlog.open(os.environ["INTENTLOG_URL"], max_wait=2) as journal:
+    wait = TEMPORAL_WAIT if backend == "temporal" else RERUN_WAIT
+    with intentlog.open(os.environ["INTENTLOG_URL"], max_wait=wait) as journal:
         tools = [
             pay_tool(journal, r["url"], r["mode"], r["variant"] == "plain", dying) for r in runs
         ]

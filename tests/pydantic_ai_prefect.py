@@ -29,7 +29,7 @@ from prefect import flow
 from prefect.runtime import flow_run
 
 import intentlog
-from pydantic_ai_agents import Dying, build_agent, pay_tool, run_none
+from pydantic_ai_agents import RERUN_WAIT, Dying, build_agent, pay_tool, run_none
 
 
 @flow
@@ -40,7 +40,9 @@ def pay_orders(runs: list[dict[str, str]]) -> dict[str, Any]:
     directory = Path(os.environ["INTENTLOG_TEST_PREFECT_DIR"])
     (directory / "flow_run").write_text(str(flow_run.id))
     dying = Dying(len(runs))
-    with intentlog.open(os.environ["INTENTLOG_URL"], max_wait=2) as journal:
+    # The retried flow run's tool call waits out the killed payment's in-flight window: Prefect
+    # does not retry a tool call that gave up (see RERUN_WAIT in pydantic_ai_agents).
+    with intentlog.open(os.environ["INTENTLOG_URL"], max_wait=RERUN_WAIT) as journal:
         # Prefect names the agents' tasks after the agent: the same name in every attempt.
         agents = [
             build_agent(
