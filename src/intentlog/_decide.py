@@ -605,8 +605,9 @@ def task_outlook(
             )
         return Outlook(
             Doer.PERSON,
-            "held by an MCP proxy session that ended; the proxy never completes a task: "
-            "when the agent's work is done, " + ended,
+            "held by an MCP proxy session that did not end cleanly (the proxy completes a "
+            "task when its last session ends with every call settled): when the agent's "
+            "work is done, " + ended,
         )
     if record.kind is not None:
         kind = record.kind

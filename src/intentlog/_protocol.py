@@ -264,6 +264,8 @@ class TaskCore:
         if effect.store_args:
             stored_args = named if effect.args_kept is None else effect.args_kept(named)
             check_safe(stored_args, what="args", max_bytes=self.options.max_bytes)
+        if self.record.completed:
+            yield from self._reopen_flow(key)
         now = self.store.now()
         # An effect that can neither deduplicate nor reconcile writes PLANNED first, so a
         # crash before the send is resubmittable; the others go straight to SUBMITTED.
@@ -291,6 +293,23 @@ class TaskCore:
             return op, False
         crashpoint("after_plan" if planned else "after_submit_mark", effect.name)
         return op, True
+
+    def _reopen_flow(self, key: str) -> Flow[None]:
+        """Open a completed task again before a new operation of it is written: the
+        operations of a completed task are not among those ``pending()``, ``status`` and
+        ``recover`` read, so one that a crash left open would be seen by nobody. A task a
+        person cancelled stays ended: its work will not be done, so nothing is written."""
+        endings = yield from call(Store.task_resolutions, self.id)
+        if endings and endings[-1].outcome == "cancelled":
+            ending = endings[-1]
+            why = f" ({ending.note})" if ending.note else ""
+            raise InvalidInput(
+                f"task {self.id!r} was cancelled by {ending.actor}{why}: its work will not be "
+                f"done, so operation {key!r} is not journaled or sent; use another task id",
+                task_id=self.id,
+                key=key,
+            )
+        yield from self.write_task_flow(TaskUpdate(completed=False))
 
     def _same_call(self, op: Operation, effect: Effect, fp: str) -> None:
         if op.task_id != self.id:

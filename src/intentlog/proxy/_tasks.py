@@ -21,7 +21,6 @@ from intentlog._async import AsyncJournal, AsyncTask
 from intentlog._decide import PROXY_TASK_KIND
 from intentlog._errors import Error, InvalidInput, KeyConflict, LeaseLost
 from intentlog._model import TERMINAL
-from intentlog.stores._base import TaskUpdate
 
 __all__ = ["TaskHandles"]
 
@@ -68,9 +67,9 @@ class TaskHandles:
         return handle
 
     async def _reopen(self, handle: AsyncTask) -> None:
-        """Make a completed task open again, before its next call journals anything: an
-        operation of a completed task is not among those ``pending()`` and ``status`` read,
-        so one left open by a crash would be seen by nobody."""
+        """Refuse a completed task that a person cancelled, before its call is journaled or
+        sent; another completed task is opened again by the library itself when its next
+        call writes an intent (an operation of a completed task would be seen by nobody)."""
         endings = await self.journal.task_resolutions(handle.id)
         if endings and endings[-1].outcome == "cancelled":
             ending = endings[-1]
@@ -80,9 +79,6 @@ class TaskHandles:
                 "done, so no call of it is sent; an agent that must go on uses another task",
                 task_id=handle.id,
             )
-        # The library has no verb that reopens a task; this is the fenced task write its
-        # verbs make (complete() is the same write with completed=True).
-        await self.journal._drive(handle._core.write_task_flow(TaskUpdate(completed=False)))
 
     def forget(self, task_id: str) -> None:
         self._handles.pop(task_id, None)
