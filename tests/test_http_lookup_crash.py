@@ -31,6 +31,7 @@ from intentlog.integrations.http import Lookup, http_effect
 SERVICE = intentlog.Service("charges", lookup="key", reference=("key",), timeout=0.5)
 ANSWERS: dict[str, Any] = {
     "null": None,
+    "false": False,
     "empty-list": [],
     "empty-object": {},
     "other-keys": [{"id": "ch_old", "key": "another-key", "amount": 9}],
@@ -213,13 +214,14 @@ def careless_effect(url: str) -> intentlog.Effect:
 CARELESS = WORKER.replace("charge_effect", "careless_effect")
 
 
-@pytest.mark.parametrize("answer", ["null", "empty-list", "empty-object"])
+@pytest.mark.parametrize("answer", ["null", "false", "empty-list", "empty-object"])
 def test_a_reconciler_that_says_found_with_nothing_never_confirms_an_unsent_call(
     tmp_path: Path, charges: Charges, answer: str
 ) -> None:
-    """``Found(None)``, ``Found([])`` or ``Found({})`` is a reconciler's slip, not a hit: the
-    call killed before it was sent is not recorded CONFIRMED; the lookup counts as failed,
-    and the operation ends UNRESOLVED for a person, naming the slip, with nothing sent."""
+    """``Found(None)``, ``Found(False)``, ``Found([])`` or ``Found({})`` is a reconciler's
+    slip, not a hit: the call killed before it was sent is not recorded CONFIRMED; the lookup
+    counts as failed, and the operation ends UNRESOLVED for a person, naming the slip, with
+    nothing sent."""
     charges.answer = answer
     db = tmp_path / "journal.db"
     root = Path(__file__).resolve().parent.parent

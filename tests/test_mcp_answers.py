@@ -57,6 +57,7 @@ lookup_lag = "0s"
 tool = "find_tag"
 arguments = { name = "{arguments.name}" }
 found = "tag"
+match = { name = "{arguments.name}" }
 
 [tools.label]
 timeout = "1.5s"
@@ -65,6 +66,7 @@ lookup_lag = "0s"
 tool = "labels_of"
 arguments = { name = "{arguments.name}" }
 found = "labels"
+match = { "." = "{arguments.label}" }
 """
 MODERN = "2026-07-28"
 
@@ -91,9 +93,15 @@ async def _killed_after_commit(command: list[str], tool: str, arguments: dict[st
 
 
 async def _answer(
-    command: list[str], tool: str, arguments: dict[str, Any], revision: str, env: dict[str, str]
+    command: list[str],
+    tool: str,
+    arguments: dict[str, Any],
+    revision: str,
+    env: dict[str, str],
+    via: str | None = "lookup",
 ) -> dict[str, Any]:
-    """The result a raw agent speaking ``revision`` gets for the call."""
+    """The result a raw agent speaking ``revision`` gets for the call (settled ``via`` a
+    lookup, by default)."""
     async with await RawStdio.start(command, env) as client:
         meta: Any = None
         if revision == MODERN:
@@ -108,7 +116,8 @@ async def _answer(
         result: dict[str, Any] = (await client.response(2))["result"]
         assert await client.close() == 0
     assert operation(result)["state"] == "CONFIRMED", result
-    assert operation(result)["via"] == "lookup", result
+    if via is not None:
+        assert operation(result)["via"] == via, result
     return result
 
 
@@ -145,21 +154,35 @@ def test_what_a_lookup_found_is_the_result_wherever_the_agents_revision_takes_it
             assert replay.get("isError") is not True and replay["structuredContent"] == tag
             jsonschema.validate(replay["structuredContent"], TAG)
 
-        # What was found is an array, which fits the array schema.
+        # The lookup of label finds the one label this call added ("urgent": match picks it
+        # out of the name's labels, which other calls add to as well), not the labels so far
+        # that the tool answers: no result that fits the array schema is true, so the agent
+        # is told the call was applied, and it is not sent again.
         await _killed_after_commit(command, "label", label, env)
         modern = await _answer(command, "label", label, MODERN, env)
-        assert modern.get("isError") is not True, modern
-        assert modern["structuredContent"] == ["urgent"] and modern["resultType"] == "complete"
-        jsonschema.validate(modern["structuredContent"], LABELS)
+        assert modern.get("isError") is True, modern
+        assert "applied once already" in modern["content"][0]["text"], modern
+        assert operation(modern)["via"] == "lookup" and "structuredContent" not in modern
+
+        # A recorded array result (a call answered, then made again) fits the array schema:
+        # the 2026-07-28 agent gets it as structured content.
+        other = {"name": "bob", "label": "new"}
+        first = await _answer(command, "label", other, MODERN, env, via=None)
+        assert first["structuredContent"] == ["new"], first
+        again = await _answer(command, "label", other, MODERN, env, via=None)
+        assert again.get("isError") is not True, again
+        assert again["structuredContent"] == ["new"] and again["resultType"] == "complete"
+        assert operation(again)["replay"] is True
+        jsonschema.validate(again["structuredContent"], LABELS)
         # Before 2026-07-28 structured content is an object (and the tool is listed without
         # its array schema): the text is the result.
         for revision in ("2025-11-25", "2025-03-26"):
-            old = await _answer(command, "label", label, revision, env)
+            old = await _answer(command, "label", other, revision, env, via=None)
             assert old.get("isError") is not True and "structuredContent" not in old, old
-            assert [json.loads(block["text"]) for block in old["content"]] == [["urgent"]]
+            assert [json.loads(block["text"]) for block in old["content"]] == [["new"]]
 
     asyncio.run(body())
-    assert ledger_count(ledger, "tag") == 1 and ledger_count(ledger, "label") == 1
+    assert ledger_count(ledger, "tag") == 1 and ledger_count(ledger, "label") == 2
     with intentlog.open(db) as journal:
         assert {op.state for op in journal.operations("t1")} == {intentlog.State.CONFIRMED}
 

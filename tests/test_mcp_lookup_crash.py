@@ -34,17 +34,19 @@ ADA = {"entities": [{"name": "Ada", "entityType": "person"}]}
 # The request deadline is short so that NotFound is trusted soon after the restart: the
 # first request (never sent) could have landed until submitted_at + timeout + lookup_lag.
 HEAD = '[tools.create_entities]\ntimeout = "1.5s"\nlookup_lag = "0s"\n'
+# Asked by the call's arguments (a name), not by its key: which record is this call's.
+MATCH = 'match = { name = "{arguments.entities.0.name}" }\n'
 LOOKUPS = {
     # open_nodes answers {"entities": [], "relations": []} for a name it does not have.
     "empty": '[tools.create_entities.lookup]\ntool = "open_nodes"\n'
-    'arguments = { names = ["{arguments.entities.0.name}"] }\nfound = "entities.0"\n',
+    'arguments = { names = ["{arguments.entities.0.name}"] }\nfound = "entities.0"\n' + MATCH,
     # search_nodes("Ada") answers with "Adam", another call's record: match tells them apart.
     "another": '[tools.create_entities.lookup]\ntool = "search_nodes"\n'
     'arguments = { query = "{arguments.entities.0.name}" }\nfound = "entities"\n'
     'match = { name = "{arguments.entities.0.name}" }\n',
     # find_node answers {"node": null}.
     "null": '[tools.create_entities.lookup]\ntool = "find_node"\n'
-    'arguments = { name = "{arguments.entities.0.name}" }\nfound = "node"\n',
+    'arguments = { name = "{arguments.entities.0.name}" }\nfound = "node"\n' + MATCH,
 }
 
 
@@ -165,7 +167,7 @@ def test_server_memory_a_lookup_without_found_is_refused_and_with_it_the_call_is
     assert done.returncode == 1, done
     assert f"{tools}:4:" in done.stderr and 'needs found = "<dotted path>"' in done.stderr
 
-    tools.write_text(HEAD + lookup + 'found = "entities.0"\n')
+    tools.write_text(HEAD + lookup + 'found = "entities.0"\n' + MATCH)
     ada = {"entities": [{"name": "Ada", "entityType": "person", "observations": []}]}
     asyncio.run(die_at(command, "after_submit_mark:create_entities", ada, env))
     assert memory_entities(memory) == []
@@ -174,3 +176,29 @@ def test_server_memory_a_lookup_without_found_is_refused_and_with_it_the_call_is
     assert operation(result).get("via") != "lookup", result
     assert memory_entities(memory) == ["Ada"]
     assert states(db) == [intentlog.State.CONFIRMED]
+
+
+def test_a_lookup_whose_answer_has_another_shape_never_resends_a_call_that_landed(
+    tmp_path: Path,
+) -> None:
+    """``found = "nodes"`` where the server answers ``{"entities": [...]}`` (a typo, or a
+    server that answers otherwise) says nothing about the call: were that "not found", every
+    call lost after it landed would be sent again. Killed after the server applied it, the
+    call is not resent: the lookup cannot tell, and the call ends UNRESOLVED for a person."""
+    db, ledger, tools = tmp_path / "journal.db", tmp_path / "ledger.db", tmp_path / "tools.toml"
+    (tmp_path / "files").mkdir()
+    tools.write_text(
+        HEAD + '[tools.create_entities.lookup]\ntool = "search_nodes"\n'
+        'arguments = { query = "{arguments.entities.0.name}" }\nfound = "nodes"\n' + MATCH
+    )
+    command = proxy_command(db, entities_server(ledger, tmp_path / "files"), tools=tools)
+    asyncio.run(die_at(command, "after_remote_commit:create_entities", ADA))
+    assert entity_rows(ledger) == [("Ada", "person")]
+
+    result = asyncio.run(call_again(command, ADA))
+    assert operation(result)["state"] == "UNRESOLVED", result
+    assert entity_rows(ledger) == [("Ada", "person")]  # never applied a second time
+    with intentlog.open(db) as journal:
+        (op,) = journal.operations("t1")
+    assert op.state is intentlog.State.UNRESOLVED
+    assert "no 'nodes'" in (op.note or "") + json.dumps(result), result

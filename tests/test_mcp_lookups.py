@@ -30,6 +30,7 @@ lookup_lag = "0s"
 tool = "open_nodes"
 arguments = { names = ["{arguments.entities.0.name}"] }
 found = "entities.0"
+match = { name = "{arguments.entities.0.name}" }
 """
 
 
@@ -62,6 +63,7 @@ def test_a_lookup_that_writes_is_refused_at_load(files: dict[str, Path]) -> None
     files["tools"].write_text(
         '[tools.edit_file.lookup]\ntool = "write_file"\n'
         'arguments = { path = "{arguments.path}", content = "" }\nfound = "result"\n'
+        'match = { path = "{arguments.path}" }\n'
     )
     for extra in ((), ("--list-tools",)):
         done = run_proxy(files, *extra)
@@ -72,6 +74,7 @@ def test_a_lookup_that_writes_is_refused_at_load(files: dict[str, Path]) -> None
     files["tools"].write_text(
         '[tools.write_file]\ntimeout = "5s"\n\n[tools.edit_file.lookup]\ntool = "write_file"\n'
         'arguments = { path = "{arguments.path}" }\nfound = "result"\n'
+        'match = { path = "{arguments.path}" }\n'
     )
     done = run_proxy(files)
     assert done.returncode == 1
@@ -79,7 +82,7 @@ def test_a_lookup_that_writes_is_refused_at_load(files: dict[str, Path]) -> None
     # A lookup the server does not list.
     files["tools"].write_text(
         '[tools.edit_file.lookup]\ntool = "find_edit"\narguments = { path = "{arguments.path}" }\n'
-        'found = "edit"\n'
+        'found = "edit"\nmatch = { path = "{arguments.path}" }\n'
     )
     done = run_proxy(files)
     assert done.returncode == 1 and "'find_edit', which the server does not list" in done.stderr

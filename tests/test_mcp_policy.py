@@ -112,6 +112,11 @@ def test_no_annotation_makes_the_proxy_resend_a_call() -> None:
         ),
         ("[tools.a.lookup]\ntool = 'b'\nfound = 'x'\nmatch = 'id'\n", ":4:", "match must be"),
         (
+            "[tools.a.lookup]\ntool = 'b'\nfound = 'x'\narguments = { q = '{arguments.n}' }\n",
+            ":1:",
+            "asks by the call's arguments, not by its {key}",
+        ),
+        (
             "[tools.a.lookup]\ntool = 'b'\nfound = 'x'\nmatch = { id = '{nope}' }\n",
             ":4:",
             "unknown placeholder",
@@ -220,8 +225,13 @@ def test_a_lookup_answer_is_a_hit_only_when_it_is_this_calls_record() -> None:
     adam = {"name": "Adam", "meta": {"key": "k0"}}
     call = {"name": "Ada"}
     assert listed.judge({"items": [adam, ada]}, "k1", call) == Hit(ada)
-    for empty in (None, {}, {"items": None}, {"items": []}, {"items": [adam]}, "text", []):
+    for empty in ({"items": None}, {"items": []}, {"items": [adam]}, {"items": False}):
         assert listed.judge(empty, "k1", call) == NOT_FOUND, empty
+    # An answer of another shape cannot tell: were it "not found", a lookup whose found
+    # never matches (a typo, a server that answers otherwise) would resend every call.
+    for other in (None, {}, {"result": "T-1 is open"}, "text", [], 3):
+        shape = listed.judge(other, "k1", call)
+        assert isinstance(shape, str) and shape != NOT_FOUND and "shape" in shape, other
     # Ada's name under another key is another call's record.
     assert listed.judge({"items": [{"name": "Ada", "meta": {"key": "k0"}}]}, "k1", call) == (
         NOT_FOUND
@@ -232,9 +242,14 @@ def test_a_lookup_answer_is_a_hit_only_when_it_is_this_calls_record() -> None:
     assert isinstance(alone, str) and "not this call's" in alone and "'Adam'" in alone
     # Without match, anything present and not empty at found is a hit; nothing else is.
     assert single.judge({"item": {"id": "t-1"}}, "k1", {}) == Hit("t-1")
-    assert single.judge({"item": {"id": 0}}, "k1", {}) == Hit(0)
-    for empty in ({"item": {"id": None}}, {"item": {"id": ""}}, {"item": {}}, {}, None):
+    assert single.judge({"item": {"id": 7}}, "k1", {}) == Hit(7)
+    # null, "", false and 0 say "no", at found or on the way to it.
+    for empty in ({"item": {"id": None}}, {"item": {"id": ""}}, {"item": None},
+                  {"item": {"id": False}}, {"item": {"id": 0}}):  # fmt: skip
         assert single.judge(empty, "k1", {}) == NOT_FOUND, empty
+    for other in ({"item": {}}, {}, None, {"item": "t-1"}):
+        shape = single.judge(other, "k1", {})
+        assert isinstance(shape, str) and shape != NOT_FOUND, other
 
 
 def test_every_tools_file_in_the_docs_loads() -> None:
@@ -245,3 +260,19 @@ def test_every_tools_file_in_the_docs_loads() -> None:
     for body, name in blocks:
         file = parse_tools(body, name)
         assert file.tools, name
+
+
+def test_match_dot_searches_a_list_of_plain_values_for_the_calls_own() -> None:
+    file = parse_tools(
+        '[tools.label.lookup]\ntool = "labels_of"\narguments = { name = "{arguments.name}" }\n'
+        'found = "labels"\nmatch = { "." = "{arguments.label}" }\n',
+        "tools.toml",
+    )
+    lookup = file.tools["label"].lookup
+    assert lookup is not None
+    call = {"name": "ada", "label": "urgent"}
+    assert lookup.judge({"labels": ["vip", "urgent"]}, "k", call) == Hit("urgent")
+    assert lookup.judge({"labels": ["vip"]}, "k", call) == NOT_FOUND  # another call's label
+    with pytest.raises(InvalidInput, match=r"not a dotted path"):
+        parse_tools('[tools.a.lookup]\ntool = "b"\nfound = "x"\nmatch = { ".." = "{key}" }\n',
+                    "tools.toml")  # fmt: skip

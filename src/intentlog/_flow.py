@@ -84,9 +84,11 @@ NOT_STARTED: Any = type("NotStarted", (), {"__repr__": lambda self: "NOT_STARTED
 
 @dataclasses.dataclass(slots=True)
 class Sleep:
-    """Wait ``seconds`` (without blocking an event loop, where there is one)."""
+    """Wait ``seconds`` (without blocking an event loop, where there is one); ``reason``
+    says what for, in the decision's own words (an observer may tell a person)."""
 
     seconds: float
+    reason: str = ""
 
 
 Request = Call | User | Sleep

@@ -414,14 +414,15 @@ class TaskCore:
                         state=op.state.value,
                         not_before=decision.not_before,
                     ) from last_error
-                yield Sleep(delay)
+                yield Sleep(delay, decision.reason)
                 continue
             # SUBMIT: a fenced write records the (re)send before it happens.
             if last_error is not None:
                 if sends >= self.options.attempts_per_run:
                     raise last_error
                 # Back off before resending after an error; the op stays SUBMITTED meanwhile.
-                yield Sleep(min(0.2 * 2 ** (sends - 1), 5.0, max(give_up - time.monotonic(), 0)))
+                pause = min(0.2 * 2 ** (sends - 1), 5.0, max(give_up - time.monotonic(), 0))
+                yield Sleep(pause, f"it is then sent again, after an error: {last_error}")
             hooks = _observe.hooks
             if hooks is not None and decision.resend is not None:
                 why = decision.resend if last_error is None else "after_error"
@@ -661,9 +662,10 @@ class TaskCore:
             )
         except Exception as exc:
             return LookupFailed(scrub_text(f"{type(exc).__name__}: {exc}", limit=500))
-        if isinstance(result, Found) and result.receipt in (None, {}, [], ""):
-            # Found(rows.get(key)) or Found(search(...)) with nothing there: a reconciler's
-            # slip that would confirm a call never sent. A hit carries what it found.
+        if isinstance(result, Found) and _no_record(result.receipt):
+            # Found(rows.get(key)), Found(search(...)) or Found(service.exists(key)) with
+            # nothing there: a reconciler's slip that would confirm a call never sent. A hit
+            # carries what it found.
             return LookupFailed(
                 f"reconciler returned Found({result.receipt!r}): a hit carries the record it "
                 "found; return NotFound() when the service has nothing for the key"
@@ -782,3 +784,10 @@ def _failure_message(op: Operation) -> str:
     detail = op.error.get("message") if isinstance(op.error, dict) else None
     text = f": {detail}" if detail else ""
     return f"operation {op.key!r} ({op.effect}) FAILED{text}; a new attempt needs a new key"
+
+
+def _no_record(receipt: JSON) -> bool:
+    """Whether a Found's receipt is no record at all: null, false, 0 or empty."""
+    if receipt is None or receipt is False or (type(receipt) in (int, float) and receipt == 0):
+        return True
+    return isinstance(receipt, str | list | dict) and not receipt

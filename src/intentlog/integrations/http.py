@@ -340,8 +340,8 @@ class _Spec:
         return receipt, problem or ""
 
     def lookup_result(self, key: str, answer: _Answer) -> LookupResult:
-        """A lookup by key's answer: 404 or an empty 200 (``null``, ``[]``, ``{}``, or a
-        ``pick`` that gives None) is NotFound; a record with the receipt fields is Found.
+        """A lookup by key's answer: 404 or an empty 200 (``null``, ``false``, ``[]``, ``{}``,
+        or a ``pick`` that gives None) is NotFound; a record with the receipt fields is Found.
 
         A record that holds another key where the service writes it (its ``reference``) is
         another operation's, never Found: Indeterminate, as the lookup cannot be asking for
@@ -361,7 +361,7 @@ class _Spec:
                 data = self.lookup.pick(data)
             except Exception as exc:
                 return Indeterminate(f"lookup's pick raised {type(exc).__name__}")
-        if data is None or (isinstance(data, list | dict) and not data):
+        if data is None or data is False or (isinstance(data, list | dict) and not data):
             return NotFound()  # "nothing for this key": never taken for a record
         reference = self.service.reference if self.service is not None else None
         if isinstance(data, list) and reference is not None:

@@ -482,9 +482,9 @@ def _lookup_unresolved(policy: Any, params: Any) -> str | None:
     key_argument = getattr(policy, "key_argument", None)
     sent = {k: v for k, v in arguments.items() if k != key_argument}
     try:
-        lookup.render("key", sent)
+        lookup.check(sent)
     except InvalidInput as exc:
-        return f"intentlog mcp: {policy.tool!r}: {exc}"
+        return f"intentlog mcp: {policy.tool!r}: {exc}; the call was not sent"
     return None
 
 

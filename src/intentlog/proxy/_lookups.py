@@ -40,15 +40,17 @@ class Lookup:
 
     ``found`` (required) is a dotted path into the lookup's result (its
     ``structuredContent``, else its first text content read as JSON) to what is there only
-    when the call landed. ``match`` (optional) maps dotted paths inside that value to
-    placeholders, and ties a hit to this very call: with it, a list at ``found`` is searched
-    for the one record whose fields equal the call's values, and a single record there must
-    hold them. :meth:`judge` gives the verdict. The guarantee: "the server answered
-    something" never counts as "the call landed". An absent, null, ``""``, ``[]`` or ``{}``
-    value is NotFound, and so is a list with no matching record. A record of another call
-    where this one's should be, or two records that both match, is Indeterminate. An error
-    result means the lookup could not tell (asked again later), unless its text matches
-    ``not_found_error``.
+    when the call landed. ``match`` maps dotted paths inside that value to placeholders, and
+    ties a hit to this very call (required unless the lookup's arguments carry ``{key}``):
+    with it, a list at ``found`` is searched for the one record whose fields equal the
+    call's values, and a single record there must hold them. :meth:`judge` gives the
+    verdict. The guarantee: "the server answered something" never counts as "the call
+    landed", and an answer of another shape never counts as "it did not". A null, ``""``,
+    ``[]``, ``{}``, ``false`` or ``0`` at ``found`` (or on the way to it, or an index past a
+    list's end) is NotFound, and so is a list with no matching record. A member of the path
+    that the answer lacks, a text answer, a record of another call where this one's should
+    be, or two records that both match, is Indeterminate. An error result means the lookup
+    could not tell (asked again later), unless its text matches ``not_found_error``.
 
     The tool is called unjournaled during recovery, so it must only read: one the tools
     file journals is refused when the file is read, and one the file does not mark
@@ -67,16 +69,33 @@ class Lookup:
         call's arguments do not resolve."""
         return {name: _render(value, key, call_arguments) for name, value in self.arguments.items()}
 
+    def check(self, call_arguments: Mapping[str, Any]) -> None:
+        """Raise InvalidInput naming a placeholder of the arguments or of ``match`` that the
+        call's arguments do not resolve: such a call could never be found after a crash."""
+        self.render("key", call_arguments)
+        for value in self.match.values():
+            _render(value, "key", call_arguments)
+
     def judge(self, answer: Any, key: str, call_arguments: Mapping[str, Any]) -> Verdict:
         """What the lookup's ``answer`` says of the call with ``key`` and ``call_arguments``:
-        the value found (the call's result), NOT_FOUND, or the reason it cannot tell."""
-        value = at_path(answer, self.found)
+        the value found (the call's result), NOT_FOUND, or the reason it cannot tell.
+
+        NOT_FOUND only where the answer has the shape the tools file expects and says
+        "nothing" at ``found``; an answer of another shape (text, a path that is not there: a
+        typo in ``found`` or a server that answers otherwise) cannot tell, so that a lookup
+        that never matches does not have every call sent again."""
+        where = ".".join(self.found)
+        state, value = _walk(answer, self.found)
+        if state == "shape":
+            return (
+                f"its answer has no {value!r} on the way to found = {where!r} (it is "
+                f"{_short(answer)}): the answer's shape is not the one the tools file expects"
+            )
         if _empty(value):
             return NOT_FOUND
         if not self.match:
             return Hit(value)
         wanted = {path: _render(v, key, call_arguments) for path, v in self.match.items()}
-        where = ".".join(self.found)
         if isinstance(value, list):
             hits = [item for item in value if _matches(item, wanted)]
             if not hits:
@@ -114,8 +133,32 @@ def at_path(value: Any, path: tuple[str, ...]) -> Any:
     return value
 
 
+def _walk(answer: Any, path: tuple[str, ...]) -> tuple[str, Any]:
+    """``("value", v)`` for the value at ``path`` (None where the answer says null there,
+    or where a list is too short for the index: no such item), or ``("shape", part)`` where
+    the answer lacks the member ``part`` or is not a container where one is expected."""
+    value = answer
+    for depth, part in enumerate(path):
+        if value is None and depth > 0:
+            return "value", None  # a null on the way: nothing there
+        if isinstance(value, Mapping):
+            if part not in value:
+                return "shape", ".".join(path[: depth + 1])
+            value = value[part]
+        elif isinstance(value, list) and part.isdigit():
+            if int(part) >= len(value):
+                return "value", None
+            value = value[int(part)]
+        else:
+            return "shape", ".".join(path[: depth + 1])
+    return "value", value
+
+
 def _empty(value: Any) -> bool:
-    return value is None or (isinstance(value, str | list | dict) and not value)
+    # false and 0 say "no" ({"exists": false}, {"count": 0}): never taken for a hit.
+    if value is None or value is False or (type(value) in (int, float) and value == 0):
+        return True
+    return isinstance(value, str | list | dict) and not value
 
 
 def _matches(record: Any, wanted: Mapping[tuple[str, ...], Any]) -> bool:
@@ -126,6 +169,8 @@ def _matches(record: Any, wanted: Mapping[tuple[str, ...], Any]) -> bool:
 
 def _present(record: Any, path: tuple[str, ...]) -> bool:
     # A null where the call's value is null is a match; a field that is missing is not.
+    if not path:  # "." : the record itself
+        return True
     parent = at_path(record, path[:-1])
     if isinstance(parent, Mapping):
         return path[-1] in parent
@@ -134,7 +179,7 @@ def _present(record: Any, path: tuple[str, ...]) -> bool:
 
 def _mismatch(record: Any, wanted: Mapping[tuple[str, ...], Any]) -> str:
     for path, value in wanted.items():
-        name = ".".join(path)
+        name = ".".join(path) or "value"
         if not _present(record, path):
             return f"{name} is missing, this call's is {_short(value)}"
         if at_path(record, path) != value:
@@ -172,7 +217,7 @@ def _lookup_value(name: str, key: str, call_arguments: Mapping[str, Any]) -> Any
         else:
             raise InvalidInput(
                 f"the lookup needs {{{name}}}, which this call's arguments do not have "
-                f"({_shape(value, part)}); the call was not sent",
+                f"({_shape(value, part)})",
                 option="lookup",
             )
     return value

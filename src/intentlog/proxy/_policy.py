@@ -392,6 +392,16 @@ def _lookup(entry: Any, where: _Locator, table: str) -> Lookup:
             "this call from any other: use {key} or {arguments.NAME} in its arguments, or "
             'say which record is this call\'s with match = { FIELD = "{arguments.NAME}" }'
         )
+    if not match and not _holds_key(arguments):
+        # Asked by the call's own values (a name, a query), a server answers with records
+        # like this call's (search_nodes("Ada") also answers "Adam"): only match can say
+        # which one is this call's. Asked by the key, the server answers for the key.
+        raise InvalidInput(
+            f"{where.table(table)}: the lookup asks by the call's arguments, not by its "
+            "{key}, so its answer may hold another call's record: say which record is this "
+            'call\'s, e.g. match = { name = "{arguments.entities.0.name}" } (the fields of '
+            "the record at found that must equal the call's values)"
+        )
     return Lookup(tool, dict(arguments), path, compiled, match)
 
 
@@ -416,12 +426,28 @@ def _match_table(match: Any, at: str) -> dict[tuple[str, ...], Any]:
         )
     table: dict[tuple[str, ...], Any] = {}
     for name, value in match.items():
-        path = tuple(part for part in name.split(".") if part)
-        if not path:
-            raise InvalidInput(f"{at}: {name!r} is not a dotted path into the found record")
+        # "." is the record itself: a list of plain values (labels, names) is searched for
+        # the call's value.
+        path = () if name == "." else tuple(part for part in name.split(".") if part)
+        if not path and name != ".":
+            raise InvalidInput(
+                f'{at}: {name!r} is not a dotted path into the found record (or "." for the '
+                "record itself)"
+            )
         _check_template(value, at)
         table[path] = value
     return table
+
+
+def _holds_key(value: Any) -> bool:
+    """Whether a template holds the ``{key}`` placeholder anywhere."""
+    if isinstance(value, str):
+        return "{key}" in value
+    if isinstance(value, dict):
+        return any(_holds_key(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_holds_key(v) for v in value)
+    return False
 
 
 def _names_the_call(value: Any) -> bool:

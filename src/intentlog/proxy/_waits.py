@@ -8,8 +8,8 @@ whole in-flight window (tens of seconds) with nothing said. This observer of the
 protocol (:mod:`intentlog._observe`) makes such a sleep of a journaled call say so:
 
 - on stderr (the ``intentlog.proxy`` logger), one line per wait: the call, how long and
-  until when it waits, when and by whom its request was sent, and the decision's own reason
-  (the decision is asked again with what the protocol gave it, never re-derived here);
+  until when it waits, when and by whom its request was sent, and the reason the protocol's
+  own decision gave for the wait (carried by the sleep, never decided again here);
 - to the agent, where it asked for progress (``_meta.progressToken`` on the call), a
   ``notifications/progress`` at the start of the wait and every :data:`EVERY` seconds until
   it ends: ``progress`` is the seconds this call has waited, ``total`` what it will have
@@ -32,12 +32,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from intentlog import _observe
-from intentlog._decide import LookupFailed, decide
 from intentlog._effect import Effect
 from intentlog._flow import Flow, Sleep, call
-from intentlog._model import JSON, Action, LookupResult
+from intentlog._model import JSON
 from intentlog._owner import holder_is_dead
-from intentlog._protocol import TaskCore, judged_by
+from intentlog._protocol import TaskCore
 from intentlog._words import duration
 from intentlog.stores._base import Store
 
@@ -65,8 +64,6 @@ class Watch:
     task_id: str
     progress: Progress | None
     loop: asyncio.AbstractEventLoop
-    lookup: LookupResult | LookupFailed | None = None  # the run's latest lookup answer
-    asked_at: float | None = None  # when it was asked (store clock)
     waited: float = 0.0  # seconds this call has waited so far
     said: float = -1.0  # the last progress value sent (each must be greater)
 
@@ -86,98 +83,66 @@ def watching() -> Iterator[None]:
 
 
 class _Words(_observe.Observer):
-    def __init__(self) -> None:
-        # The watch of each task handle's run in progress, by the handle's core: the lookup
-        # hook is called where the flow advances (a pool thread, for SQLite), without the
-        # caller's context.
-        self._runs: dict[int, Watch] = {}
-
     def run(self, core: TaskCore, effect: Effect, protocol: Flow[JSON]) -> Flow[JSON]:
         watch = WATCH.get(None)  # the caller's context: set only around a journaled call
         if watch is None:
             return protocol
         return self._watched(core, effect, protocol, watch)
 
-    def lookup(
-        self, core: TaskCore, effect: Effect, protocol: Flow[LookupResult | LookupFailed]
-    ) -> Flow[LookupResult | LookupFailed]:
-        watch = self._runs.get(id(core))
-        return protocol if watch is None else _noted(core, protocol, watch)
-
     def _watched(
         self, core: TaskCore, effect: Effect, protocol: Flow[JSON], watch: Watch
     ) -> Flow[JSON]:
         """``protocol``, each of its requests passed on as it is; a long sleep is said
         first, and its progress told until it ends."""
-        self._runs[id(core)] = watch
-        try:
-            value: Any = None
-            error: BaseException | None = None
-            while True:
+        value: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                request = protocol.send(value) if error is None else protocol.throw(error)
+            except StopIteration as stop:
+                result: JSON = stop.value
+                return result
+            ticker = None
+            if isinstance(request, Sleep) and request.seconds >= WORTH_A_WORD:
                 try:
-                    request = protocol.send(value) if error is None else protocol.throw(error)
-                except StopIteration as stop:
-                    result: JSON = stop.value
-                    return result
-                ticker = None
-                if isinstance(request, Sleep) and request.seconds >= WORTH_A_WORD:
-                    try:
-                        ticker = yield from _said(core, effect, watch, request.seconds)
-                    except BaseException:  # stopped while reading the operation
-                        protocol.close()
-                        raise
-                try:
-                    value, error = (yield request), None
-                except GeneratorExit:
+                    ticker = yield from _said(core, watch, request)
+                except BaseException:  # stopped while reading the operation
                     protocol.close()
                     raise
-                except BaseException as exc:  # handed to the protocol, as the driver would
-                    value, error = None, exc
-                finally:
-                    if ticker is not None:
-                        ticker.stop()
-                if isinstance(request, Sleep):
-                    watch.waited += request.seconds
-                    watch.lookup = watch.asked_at = None  # the next decision asks again
-        finally:
-            self._runs.pop(id(core), None)
+            try:
+                value, error = (yield request), None
+            except GeneratorExit:
+                protocol.close()
+                raise
+            except BaseException as exc:  # handed to the protocol, as the driver would
+                value, error = None, exc
+            finally:
+                if ticker is not None:
+                    ticker.stop()
+            if isinstance(request, Sleep):
+                watch.waited += request.seconds
 
 
-def _noted(
-    core: TaskCore, protocol: Flow[LookupResult | LookupFailed], watch: Watch
-) -> Flow[LookupResult | LookupFailed]:
-    """The lookup ``protocol``, its answer (and when it was asked) kept for the words."""
-    watch.asked_at = core.store.now()
-    watch.lookup = result = yield from protocol
-    return result
-
-
-def _said(core: TaskCore, effect: Effect, watch: Watch, seconds: float) -> Flow[_Ticker | None]:
-    """Say what the call about to sleep ``seconds`` waits for (a line on stderr, progress to
-    the agent); the ticker to stop when the sleep ends."""
+def _said(core: TaskCore, watch: Watch, sleep: Sleep) -> Flow[_Ticker | None]:
+    """Say what the call about to sleep waits for (a line on stderr, progress to the
+    agent), in the words of the protocol's own decision (``sleep.reason``), never decided
+    again here; the ticker to stop when the sleep ends."""
     try:
         op = yield from call(Store.get_op, watch.key)
     except Exception:  # the words must never cost the call: said without the operation
         op = None
+    seconds = sleep.seconds
     now = core.store.now()
     head = (
         f"call of {watch.tool!r} (operation {watch.key} of task {watch.task_id!r}) waits "
         f"{duration(seconds)}, until {_clock(now + seconds)}"
     )
-    if op is None:
-        text = f"{head}, before its outcome can be decided"
+    why = sleep.reason or "before its outcome can be decided"
+    if op is None or op.submitted_at is None:
+        text = f"{head}: {why}"
     else:
         mine = op.submitted_by == core.owner
         gone = op.submitted_by is None or mine or holder_is_dead(op.submitted_by)
-        decision = decide(
-            op,
-            judged_by(op, effect),
-            now,
-            lookup=watch.lookup,
-            asked_at=watch.asked_at,
-            submitter_gone=gone,
-            lookup_limit=core.options.lookup_limit,
-        )
         who = (
             "this proxy"
             if mine
@@ -185,9 +150,7 @@ def _said(core: TaskCore, effect: Effect, watch: Watch, seconds: float) -> Flow[
             if gone
             else "another process, still running"
         )
-        sent = f"its request was sent at {_clock(op.submitted_at)} by {who}"
-        why = decision.reason if decision.action is Action.WAIT else "it is then sent again"
-        text = f"{head}: {sent}; {why}" if op.submitted_at is not None else f"{head}: {why}"
+        text = f"{head}: its request was sent at {_clock(op.submitted_at)} by {who}; {why}"
     log.warning("%s", text)
     if watch.progress is None:
         return None
