@@ -331,6 +331,9 @@ def test_what_is_refused_writes_nothing(journal_file: Path, tmp_path: Path) -> N
             str(journal_file),
             "--force",
         ): "is the journal itself",
+        ("--db", str(journal_file), "backup", f"{journal_file}-wal", "--force"): (
+            "is a file of the journal"
+        ),
         (
             "--db",
             str(journal_file),
@@ -474,3 +477,17 @@ def test_the_postgresql_recipe_restores_the_journal_as_it_was(
     listed = subprocess.run(["pg_restore", "--list", "printed.dump"], cwd=tmp_path,
                             capture_output=True, text=True, timeout=60)  # fmt: skip
     assert f"TABLE DATA {pg_schema} operations" in listed.stdout
+
+
+def test_the_live_journals_own_files_are_never_replaced(journal_file: Path, tmp_path: Path) -> None:
+    """A backup named after the journal's -wal or -shm, while a worker has it open, would
+    replace them under the worker and lose what the journal holds: refused, --force or not."""
+    with intentlog.open(journal_file) as journal:
+        assert journal.operations("order-1")  # open: its -wal and -shm are in use
+        for side in ("-wal", "-shm"):
+            done = run(["--db", str(journal_file), "backup", f"{journal_file}{side}",
+                        "--force"], tmp_path)  # fmt: skip
+            assert done.exit_code == 1 and "is a file of the journal" in done.output, done.output
+        (op,) = journal.operations("order-1")
+        assert op.state is intentlog.State.CONFIRMED
+    assert rows(journal_file)

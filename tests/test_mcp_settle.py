@@ -197,3 +197,24 @@ def test_a_call_on_a_task_a_person_cancelled_is_refused_and_not_sent(
         assert (code, status["tasks"]) == (0, []), status
 
     asyncio.run(body())
+
+
+def test_a_task_of_another_kind_is_released_not_completed(files: dict[str, Path]) -> None:
+    """A worker's task (kind ``orders``, with work of its own still to run) that an agent's
+    call also used is not the proxy's to end: the session's end releases it, and the worker
+    can still claim and run it."""
+    with intentlog.open(files["db"]) as journal:
+        journal.start("orders", "t1", input={"order": 42})
+
+    async def body() -> None:
+        async with stdio_session(_command(files)) as session:
+            charged = dump(await session.call_tool("charge", {"amount": 700}))
+            assert operation(charged)["state"] == "CONFIRMED", charged
+
+    asyncio.run(body())
+    with intentlog.open(files["db"]) as journal:
+        (task,) = journal.tasks()
+        assert (task.kind, task.completed, task.input, task.owner) == (
+            "orders", False, {"order": 42}, None,
+        )  # fmt: skip
+    assert ledger_count(files["ledger"], "charge") == 1

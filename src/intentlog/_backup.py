@@ -102,8 +102,14 @@ def backup_sqlite(source: str | os.PathLike[str], dest: str | os.PathLike[str], 
 
 
 def _check_target(src: Path, target: Path, *, force: bool) -> None:
-    if target.exists() and target.resolve() == src.resolve():
-        raise CliFailure(f"{target} is the journal itself; name another file for the backup")
+    own = {src.resolve().parent / (src.name + suffix) for suffix in ("", *SIDE_FILES)}
+    if target.resolve() in own:
+        # Its -wal or -shm replaced under a live writer would corrupt the journal and lose
+        # what it holds, --force or not.
+        what = (
+            "the journal itself" if target.resolve() == src.resolve() else "a file of the journal"
+        )
+        raise CliFailure(f"{target} is {what}; name another file for the backup")
     if target.is_dir():
         raise CliFailure(f"{target} is a directory; name the backup file ({target}/journal.db)")
     if not target.parent.is_dir():

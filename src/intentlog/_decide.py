@@ -605,9 +605,9 @@ def task_outlook(
             )
         return Outlook(
             Doer.PERSON,
-            "held by an MCP proxy session that did not end cleanly (the proxy completes a "
-            "task when its last session ends with every call settled): when the agent's "
-            "work is done, " + ended,
+            "its MCP proxy session ended before every call was settled, or was stopped (the "
+            "proxy completes a task when its last session ends with every call settled); "
+            "its calls are settled now: when the agent's work is done, " + ended,
         )
     if record.kind is not None:
         kind = record.kind

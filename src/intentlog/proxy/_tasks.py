@@ -107,9 +107,16 @@ class TaskHandles:
             await _settle(handle)
 
 
+def _ours(handle: AsyncTask) -> bool:
+    """Whether the proxy opened the task (its kind is the proxy's). A task of another kind
+    (a worker's, with steps of its own to run after this call) is not the proxy's to end."""
+    return handle.record.kind == PROXY_TASK_KIND
+
+
 async def _settle(handle: AsyncTask) -> None:
-    """Complete the task if every operation of it is CONFIRMED or FAILED, else release it
-    (a lease not released expires instead). Never raises: the session is over either way."""
+    """Complete the task if every operation of it is CONFIRMED or FAILED and the proxy
+    opened it, else release it (a lease not released expires instead). Never raises: the
+    session is over either way."""
     try:
         ops = await handle.operations()
         if any(op.state not in TERMINAL for op in ops):
@@ -117,7 +124,7 @@ async def _settle(handle: AsyncTask) -> None:
             # this write; then the operations are read as they now stand.
             await handle.checkpoint()
             ops = await handle.operations()
-        if all(op.state in TERMINAL for op in ops):
+        if all(op.state in TERMINAL for op in ops) and _ours(handle):
             await handle.complete()
         else:
             await handle.close()
