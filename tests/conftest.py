@@ -17,6 +17,14 @@ from intentlog.testing.store_contract import BlockingStore as BlockingAsyncStore
 sys.path.insert(0, str(Path(__file__).parent))  # tests/remote.py for the child processes too
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests marked slow first, each group in its order. pytest-xdist hands tests to its
+    workers in collection order (after the xdist_group groups), so a test of minutes starts
+    while many short ones remain to run beside it, not near the end with the others idle."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture
 def journal(tmp_path: Path) -> Iterator[intentlog.Journal]:
     with intentlog.open(tmp_path / "journal.db", max_wait=5.0) as j:

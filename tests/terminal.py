@@ -27,6 +27,9 @@ def on_a_terminal(
     leader, follower = pty.openpty()
     tty.setraw(follower)
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+    # The size is the terminal's: COLUMNS and LINES (pytest-xdist sets them in its workers)
+    # would override it.
+    env = {name: value for name, value in env.items() if name not in ("COLUMNS", "LINES")}
     child = subprocess.Popen(
         argv,
         cwd=cwd,

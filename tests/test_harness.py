@@ -19,7 +19,7 @@ import pytest
 from tests import terminal
 
 import intentlog
-from intentlog.testing import CRASH_POINTS, MatrixReport, ReferenceService, ServiceInfo
+from intentlog.testing import CRASH_POINTS, MODES, MatrixReport, ReferenceService, ServiceInfo
 from intentlog.testing._harness import Cell, _Runner, _Watch, resolve_from_record
 from intentlog.testing._progress import PlainLines, TerminalLine
 
@@ -27,13 +27,22 @@ HERE = Path(__file__).parent
 IN_FLIGHT = {"after_submit_mark", "after_send", "after_remote_commit"}
 
 
+# The matrices run one service mode per test, so that pytest-xdist spreads a matrix over its
+# workers instead of one worker running all of it while the others have finished. Together the
+# tests of a matrix cover every mode, each cell as one matrix of all modes would.
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_crash_matrix_every_mode_every_point(crash_matrix: Callable[..., MatrixReport]) -> None:
-    report = crash_matrix("workflows:order")
+@pytest.mark.parametrize("mode", MODES)
+def test_crash_matrix_every_mode_every_point(
+    crash_matrix: Callable[..., MatrixReport], mode: str
+) -> None:
+    report = crash_matrix("workflows:order", modes=[mode])
     report.raise_for_problems()
     print(report.render())
-    assert len(report.cells) == 4 * len(CRASH_POINTS) * 3
+    assert len(report.cells) == len(CRASH_POINTS) * 3
+    assert {cell.mode for cell in report.cells} == {mode}
     for cell in report.cells:
         neither = cell.mode == "neither"
         if cell.point == "after_plan" and not neither:
@@ -172,12 +181,14 @@ def test_crash_points_are_inert_unless_armed(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
+@pytest.mark.parametrize("mode", MODES)
 def test_crash_matrix_on_the_async_api_with_concurrent_tasks(
-    crash_matrix: Callable[..., MatrixReport],
+    crash_matrix: Callable[..., MatrixReport], mode: str
 ) -> None:
-    report = crash_matrix("workflows:order_async")
+    report = crash_matrix("workflows:order_async", modes=[mode])
     report.raise_for_problems()
-    assert len(report.cells) == 4 * len(CRASH_POINTS) * 4
+    assert len(report.cells) == len(CRASH_POINTS) * 4
+    assert {cell.mode for cell in report.cells} == {mode}
     for cell in report.cells:
         if cell.mode != "neither":
             assert cell.unresolved == [], cell  # a service that can be asked needs no person
@@ -185,9 +196,14 @@ def test_crash_matrix_on_the_async_api_with_concurrent_tasks(
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_crash_matrix_with_lazy_receipts(crash_matrix: Callable[..., MatrixReport]) -> None:
-    report = crash_matrix("workflows:order_lazy")
+@pytest.mark.parametrize("mode", MODES)
+def test_crash_matrix_with_lazy_receipts(
+    crash_matrix: Callable[..., MatrixReport], mode: str
+) -> None:
+    report = crash_matrix("workflows:order_lazy", modes=[mode])
     report.raise_for_problems()
+    assert len(report.cells) == len(CRASH_POINTS) * 3
+    assert {cell.mode for cell in report.cells} == {mode}
     for cell in report.cells:
         if cell.mode != "neither":
             assert cell.unresolved == [], cell

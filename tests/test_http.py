@@ -524,12 +524,18 @@ def test_after_send_fires_once_written_before_the_answer(tmp_path: Path, workflo
         assert set(truth.values()) == {1} and len(truth) == (3 if workflow == "http_order" else 4)
 
 
+# One service mode per test, so that pytest-xdist spreads each matrix over its workers; the
+# tests of a matrix together cover its modes, each cell as one matrix of all of them would.
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_crash_matrix_http_order(crash_matrix: Callable[..., MatrixReport]) -> None:
-    report = crash_matrix("integration_workflows:http_order")
+@pytest.mark.parametrize("mode", MODES)
+def test_crash_matrix_http_order(crash_matrix: Callable[..., MatrixReport], mode: str) -> None:
+    report = crash_matrix("integration_workflows:http_order", modes=[mode])
     report.raise_for_problems()
-    assert len(report.cells) == 4 * len(CRASH_POINTS) * 3
+    assert len(report.cells) == len(CRASH_POINTS) * 3
+    assert {cell.mode for cell in report.cells} == {mode}
     for cell in report.cells:
         if cell.mode != "neither":
             assert cell.unresolved == [], cell  # a service that can be asked needs no person
@@ -539,9 +545,12 @@ def test_crash_matrix_http_order(crash_matrix: Callable[..., MatrixReport]) -> N
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_crash_matrix_async_http(crash_matrix: Callable[..., MatrixReport]) -> None:
-    report = crash_matrix("integration_workflows:http_order_async", modes=["dedupe", "lookup"])
+@pytest.mark.parametrize("mode", ["dedupe", "lookup"])
+def test_crash_matrix_async_http(crash_matrix: Callable[..., MatrixReport], mode: str) -> None:
+    report = crash_matrix("integration_workflows:http_order_async", modes=[mode])
     report.raise_for_problems()
+    assert len(report.cells) == len(CRASH_POINTS) * 4
+    assert {cell.mode for cell in report.cells} == {mode}
     assert all(c.unresolved == [] for c in report.cells)
     assert all(c.outcome != "not reached" for c in report.cells if c.point == "after_send")
 

@@ -40,8 +40,13 @@ if os.environ.get("CI") != "true":  # where CI=true these tests must run, not sk
     pytest.importorskip("mcp", reason="the MCP SDK is not installed (pip install 'intentlog[mcp]')")
 
 from tests.node_tools import CONFORMANCE, NODE, need_node
+from tests.session_cache import once, shared_directory
 
 import intentlog
+
+# A suite process per revision and face, each of a minute or more on a loaded machine: slow,
+# so that pytest-xdist starts them early (tests/conftest.py).
+pytestmark = pytest.mark.slow
 
 HERE = Path(__file__).resolve().parent
 SERVER = HERE / "mcp_everything_server.py"
@@ -146,10 +151,19 @@ def everything(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def bare(everything: str, tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """The bare server's results for a revision, run once per module and revision."""
+    """The bare server's results for a revision, run once per revision for the whole session
+    (tests/session_cache.py): the first pytest-xdist worker that needs them runs the suite,
+    and any other waits for them instead of running the same suite beside it."""
+    shared = shared_directory(tmp_path_factory)
 
     @functools.cache
     def results(version: str) -> dict[str, list[str]]:
+        found: dict[str, list[str]] = once(
+            shared, f"mcp-conformance-bare-{version}", lambda: measure(version)
+        )
+        return found
+
+    def measure(version: str) -> dict[str, list[str]]:
         found = run_suite(everything, version, tmp_path_factory.mktemp("bare") / version)
         # The reference server is the yardstick, not what is tested: a scenario it did not
         # finish in the suite's time (the SDK's server now and then leaves a sampling round

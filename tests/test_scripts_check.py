@@ -9,6 +9,7 @@ import os
 import re
 import stat
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -197,3 +198,23 @@ def test_a_failing_step_still_ends_with_the_time_the_check_took(project: Path) -
     assert said[-2] == "check: mypy --strict (a minute or so without its cache)..."
     assert re.fullmatch(r"check: the whole check took \d+ s \(failed: exit 1\)", said[-1])
     assert not any("pytest" in call for call in _calls(project))
+
+
+def test_the_slow_tests_are_handed_out_first() -> None:
+    # pytest-xdist gives its workers the tests in collection order: the long ones must come
+    # first, whichever files they are in (here a file of quick tests comes first by name).
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+         "tests/test_scripts_check.py", "tests/test_soak.py"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    ids = [line for line in run.stdout.splitlines() if "::" in line]
+    assert [nodeid.split("::")[1] for nodeid in ids[:2]] == [
+        "test_random_kill_soak_never_duplicates",  # marked slow
+        "test_random_kill_soak_on_a_service_that_can_do_neither",  # marked slow
+    ], ids
+    assert ids[2].startswith("tests/test_scripts_check.py::"), ids  # then in their own order
+    assert ids[-1].endswith(
+        "::test_every_kill_falls_while_work_remains_however_little_work_there_is"
+    )
