@@ -469,8 +469,10 @@ def crash_matrix(
 
     ``progress``: None (the default) shows a progress line on stderr where stderr is a
     terminal and prints nothing elsewhere; True shows progress on stderr even where it is not
-    a terminal (a plain line every few seconds); False never shows any. The pytest fixture
-    shows it through pytest's terminal instead (see :mod:`intentlog.testing.plugin`).
+    a terminal (a plain line every few seconds); False never shows any. An object with a
+    ``live`` flag and ``update(line)`` and ``finish(line)`` methods gets the lines instead
+    (see :mod:`intentlog.testing._progress`): the pytest fixture passes one that writes
+    through pytest's terminal (see :mod:`intentlog.testing.plugin`).
     """
     for mode in modes:
         if mode not in MODES:
