@@ -42,7 +42,7 @@ from intentlog._effect import Effect
 from intentlog._model import Action
 from intentlog._words import duration
 from intentlog.testing._effects import payment_effect
-from intentlog.testing._progress import Sink, sink_for
+from intentlog.testing._progress import ProgressSink, sink_for
 from intentlog.testing._service import MODES, ReferenceService
 
 __all__ = ["Cell", "MatrixReport", "ServiceInfo", "crash_matrix", "load_workflow"]
@@ -171,7 +171,7 @@ class _Watch:
     with what each is at (set from the pool's threads; the line is written from the thread
     that runs the matrix only)."""
 
-    def __init__(self, workflow: str, sink: Sink) -> None:
+    def __init__(self, workflow: str, sink: ProgressSink) -> None:
         self.workflow = workflow
         self.sink = sink
         self.started = time.monotonic()
@@ -458,7 +458,7 @@ def crash_matrix(
     workdir: str | os.PathLike[str] | None = None,
     env: dict[str, str] | None = None,
     parallel: int | None = None,
-    progress: bool | Sink | None = None,
+    progress: bool | ProgressSink | None = None,
 ) -> MatrixReport:
     """Run ``workflow`` (``"module:function"``, called as ``function(journal, service)``) under
     a SIGKILL at every crash point, for every occurrence of every effect, in every mode.
@@ -469,10 +469,9 @@ def crash_matrix(
 
     ``progress``: None (the default) shows a progress line on stderr where stderr is a
     terminal and prints nothing elsewhere; True shows progress on stderr even where it is not
-    a terminal (a plain line every few seconds); False never shows any. An object with a
-    ``live`` flag and ``update(line)`` and ``finish(line)`` methods gets the lines instead
-    (see :mod:`intentlog.testing._progress`): the pytest fixture passes one that writes
-    through pytest's terminal (see :mod:`intentlog.testing.plugin`).
+    a terminal (a plain line every few seconds); False never shows any. A
+    :class:`~intentlog.testing.ProgressSink` gets the lines instead: the pytest fixture passes
+    one that writes through pytest's terminal (see :mod:`intentlog.testing.plugin`).
     """
     for mode in modes:
         if mode not in MODES:

@@ -1,8 +1,8 @@
 """Progress of long harness work (the crash matrix), shown the way pytest and pip show theirs.
 
-A :class:`Sink` takes two kinds of line: ``update`` (where the work stands now; a sink may
-show it in place of the last one, or skip it) and ``finish`` (the last word, always shown on
-a line of its own). Three sinks cover where the output goes:
+A :class:`ProgressSink` takes two kinds of line: ``update`` (where the work stands now; a sink
+may show it in place of the last one, or skip it) and ``finish`` (the last word, always shown
+on a line of its own). Three sinks cover where the output goes:
 
 - :class:`TerminalLine`: a terminal. One line, rewritten in place (``\\r`` and erase to the end
   of the line), cut to the terminal's width so that it never wraps (the last one, which
@@ -25,15 +25,16 @@ import time
 from collections.abc import Callable
 from typing import Protocol, TextIO
 
-__all__ = ["PLAIN_EVERY", "PlainLines", "Sink", "TerminalLine", "sink_for"]
+__all__ = ["PLAIN_EVERY", "PlainLines", "ProgressSink", "TerminalLine", "sink_for"]
 
 #: Seconds between two plain progress lines: often enough to show the work moves, rarely
 #: enough that a log is not flooded.
 PLAIN_EVERY = 5.0
 
 
-class Sink(Protocol):
-    """Where progress lines go."""
+class ProgressSink(Protocol):
+    """Where progress lines go: ``crash_matrix(..., progress=sink)`` hands its lines to any
+    object of this shape (a line on a terminal, a log, a progress bar of your own)."""
 
     #: Whether the sink shows a line that moves in place; the caller then refreshes it
     #: about once a second (a plain log only gets a line when something happened).
@@ -105,7 +106,7 @@ class PlainLines:
         self._write(line)
 
 
-def sink_for(progress: bool | None, stream: TextIO) -> Sink | None:
+def sink_for(progress: bool | None, stream: TextIO) -> ProgressSink | None:
     """The sink for ``progress`` on ``stream``: a line in place where the stream is a terminal
     (unless ``progress`` is False), plain lines elsewhere if ``progress`` is True, else none."""
     if progress is False:

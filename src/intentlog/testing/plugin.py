@@ -30,7 +30,7 @@ import pytest
 
 from intentlog.testing._harness import MatrixReport
 from intentlog.testing._harness import crash_matrix as _crash_matrix
-from intentlog.testing._progress import PlainLines, Sink
+from intentlog.testing._progress import PlainLines, ProgressSink
 from intentlog.testing._service import ReferenceService
 
 
@@ -99,7 +99,7 @@ def _nothing() -> Iterator[None]:
     yield
 
 
-def _progress_sink(config: pytest.Config) -> Sink | None:
+def _progress_sink(config: pytest.Config) -> ProgressSink | None:
     """Where a matrix of this session shows its progress (see the module docstring)."""
     if hasattr(config, "workerinput"):  # a pytest-xdist worker: nobody sees its output live
         return None
