@@ -8,6 +8,7 @@ deduplicates, or answered UNRESOLVED (never sent twice). Everything else passes 
 unchanged. See docs/mcp.md.
 """
 
+from intentlog.proxy._lookups import NOT_FOUND, Hit, Verdict
 from intentlog.proxy._policy import (
     Lookup,
     OnError,
@@ -20,11 +21,14 @@ from intentlog.proxy._policy import (
 from intentlog.proxy._serve import ProxyConfig, serve
 
 __all__ = [
+    "NOT_FOUND",
+    "Hit",
     "Lookup",
     "OnError",
     "ProxyConfig",
     "ProxyFile",
     "ToolPolicy",
+    "Verdict",
     "default_policy",
     "load_tools",
     "parse_tools",
