@@ -290,7 +290,17 @@ def test_failover_to_an_asynchronous_standby_loses_the_last_commits(
         if KINDS[name] == "dedupe":
             assert not twice and not unresolved
         else:
-            assert twice == lost_intents, (name, figures)
+            # A lost intent is run again as a first attempt: applied twice wherever the first
+            # request had left. Only one whose worker was stopped after its intent was
+            # written and before the request left (the old primary has it SUBMITTED, never
+            # CONFIRMED) may have been applied once, by the second run alone.
+            assert {k for k in lost_intents if lost_on[k][1] == "CONFIRMED"} <= twice, (
+                name, figures,
+            )  # fmt: skip
+            once = lost_intents - twice
+            assert all(lost_on[k][1] == "SUBMITTED" and truth[k] == 1 for k in once), (
+                name, figures, {k: lost_on[k][1] for k in once},
+            )  # fmt: skip
         if KINDS[name] == "neither":
             assert unresolved == lost_receipts - lost_intents, (name, figures)
         else:
