@@ -167,9 +167,13 @@ def test_what_a_lookup_found_is_the_result_wherever_the_agents_revision_takes_it
         # A recorded array result (a call answered, then made again) fits the array schema:
         # the 2026-07-28 agent gets it as structured content.
         other = {"name": "bob", "label": "new"}
-        first = await _answer(command, "label", other, MODERN, env, via=None)
-        assert first["structuredContent"] == ["new"], first
-        again = await _answer(command, "label", other, MODERN, env, via=None)
+        # A deadline no loaded machine misses here: the call is answered, not left in doubt.
+        patient = tmp_path / "patient.toml"
+        patient.write_text(TOOLS.replace('timeout = "1.5s"', 'timeout = "120s"'))
+        waits = proxy_command(db, [*SHAPES, "--ledger", str(ledger)], tools=patient)
+        first = await _answer(waits, "label", other, MODERN, env, via=None)
+        assert first.get("structuredContent") == ["new"], first
+        again = await _answer(waits, "label", other, MODERN, env, via=None)
         assert again.get("isError") is not True, again
         assert again["structuredContent"] == ["new"] and again["resultType"] == "complete"
         assert operation(again)["replay"] is True
@@ -177,7 +181,7 @@ def test_what_a_lookup_found_is_the_result_wherever_the_agents_revision_takes_it
         # Before 2026-07-28 structured content is an object (and the tool is listed without
         # its array schema): the text is the result.
         for revision in ("2025-11-25", "2025-03-26"):
-            old = await _answer(command, "label", other, revision, env, via=None)
+            old = await _answer(waits, "label", other, revision, env, via=None)
             assert old.get("isError") is not True and "structuredContent" not in old, old
             assert [json.loads(block["text"]) for block in old["content"]] == [["new"]]
 

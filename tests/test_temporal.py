@@ -502,6 +502,7 @@ def test_many_workflows_with_random_worker_kills(
     few payments and replaced. Every payment is applied exactly once, no order is lost, and
     the whole run ends within its bound."""
     orders, seed = 200, random.randrange(1 << 30)
+    waves = 6  # each wave after the first waits for one more kill: 5 kills at least
     rng = random.Random(seed)
     journal = tmp_path / "journal.db"
     intentlog.open(journal).close()
@@ -530,10 +531,13 @@ def test_many_workflows_with_random_worker_kills(
         def total() -> int:
             return sum(applied(service) for service in services.values())
 
+        spares: list[asyncio.Task[ActivityWorker]] = []  # the replacement loading now
+
         async def killer(done: asyncio.Event) -> None:
             nonlocal kills
             last = 0
             ready = asyncio.create_task(asyncio.to_thread(spare))
+            spares[:] = [ready]
             while not done.is_set():
                 if total() - last < rng.randint(3, 10) or not ready.done():
                     await asyncio.sleep(0.02)  # watching the services' records
@@ -544,7 +548,13 @@ def test_many_workflows_with_random_worker_kills(
                 kills += 1
                 pool[index] = await asyncio.to_thread(ready.result().open_gate)
                 ready = asyncio.create_task(asyncio.to_thread(spare))
+                spares[:] = [ready]
             await ready
+
+        def armed(wave: int) -> bool:
+            """The killer struck in every wave so far and its next replacement is loaded,
+            so it can strike in this one while payments are in flight."""
+            return kills >= wave and bool(spares) and spares[0].done()
 
         async def scenario() -> list[dict[str, Any]]:
             client = await Client.connect(temporal_server)
@@ -552,19 +562,34 @@ def test_many_workflows_with_random_worker_kills(
                 done = asyncio.Event()
                 killing = asyncio.create_task(killer(done))
                 try:
-                    handles = await asyncio.gather(
-                        *(
-                            client.start_workflow(
-                                Order.run,
-                                OrderInput(
-                                    ("lookup", "dedupe")[i % 2], i + 1, f"c{i}", "pay", activities
-                                ),
-                                id=f"order-{suffix}-{i}",
-                                task_queue=queue,
+                    # In waves, each started once the killer has struck during the one before:
+                    # on a loaded machine a replacement worker takes seconds to load, and the
+                    # orders must not all be paid before the kills the test is about happen.
+                    handles = []
+                    for wave in range(waves):
+                        deadline = time.monotonic() + 120
+                        while not armed(wave):
+                            assert time.monotonic() < deadline, f"no kill in wave {wave}"
+                            await asyncio.sleep(0.02)
+                        handles += await asyncio.gather(
+                            *(
+                                client.start_workflow(
+                                    Order.run,
+                                    OrderInput(
+                                        ("lookup", "dedupe")[i % 2],
+                                        i + 1,
+                                        f"c{i}",
+                                        "pay",
+                                        activities,
+                                    ),
+                                    id=f"order-{suffix}-{i}",
+                                    task_queue=queue,
+                                )
+                                for i in range(orders)
+                                if i % waves == wave
                             )
-                            for i in range(orders)
                         )
-                    )
+                    handles.sort(key=lambda handle: int(handle.id.rsplit("-", 1)[1]))
                     return await asyncio.wait_for(
                         asyncio.gather(*(handle.result() for handle in handles)), 150
                     )
