@@ -33,6 +33,7 @@ import click
 from intentlog._cli_load import CliFailure
 from intentlog._errors import JournalError
 from intentlog._open import DEFAULT_PATH, check_not_a_url
+from intentlog.stores._pg import DEFAULT_SCHEMA, parse_url
 from intentlog.stores._sqlite_exec import APPLICATION_ID
 
 __all__ = ["Backup", "backup_command", "backup_sqlite", "pg_dump_command"]
@@ -173,14 +174,15 @@ def pg_dump_command(url: str, dest: str) -> str:
     """The ``pg_dump`` command that backs up the PostgreSQL journal at ``url`` into ``dest``
     (custom format): the tables of its schema, from the URL without intentlog's own options and
     without a password (libpq finds it in ``PGPASSWORD`` or ``~/.pgpass``)."""
-    parts = urlsplit(url)
-    query = [item for item in parts.query.split("&") if item]
-    ours = {"schema", "pool_max_size", "password"}
-    schema = next(
-        (unquote(i.partition("=")[2]) for i in query if i.partition("=")[0] == "schema"),
-        "intentlog",
-    )
-    kept = [i for i in query if unquote(i.partition("=")[0]) not in ours]
+    # The store's own split: its options (schema, pool size) out, libpq's kept as written.
+    libpq, options, _, _ = parse_url(url)
+    schema = options.get("schema", DEFAULT_SCHEMA)
+    parts = urlsplit(libpq)
+    kept = [
+        item
+        for item in parts.query.split("&")
+        if item and unquote(item.partition("=")[0]) != "password"
+    ]
     userinfo, at, hosts = parts.netloc.rpartition("@")
     netloc = f"{userinfo.partition(':')[0]}@{hosts}" if at else hosts
     conninfo = f"{parts.scheme}://{netloc}{parts.path}" + (f"?{'&'.join(kept)}" if kept else "")

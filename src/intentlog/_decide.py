@@ -565,9 +565,10 @@ def task_outlook(
     ``open_ops``: its operations not yet CONFIRMED or FAILED as (key, state, next action
     from :func:`decide`, whether the effect can reconcile). In order: an operation whose next
     action is ESCALATE (UNRESOLVED, or SUBMITTED where nothing can settle it) needs a person
-    (resolve it); a live lease holder goes on with the task; a task the MCP
-    proxy opened is never completed by it (a person completes or cancels it, or resolves its
-    open calls); a task of a kind is a worker's, unless it has waited unclaimed for longer
+    (resolve it); a live lease holder goes on with the task; a task the MCP proxy opened and
+    no session holds is a person's (the proxy completes it only when its last session ends
+    with every call settled: otherwise a person resolves its open calls, or completes or
+    cancels it); a task of a kind is a worker's, unless it has waited unclaimed for longer
     than ``unclaimed_after`` (then no running worker seems to register the kind); a task
     without a kind is run by the program that opened it, which nothing here can start: its
     operations that a lookup or time settles are ``recover``'s, anything else needs a person.

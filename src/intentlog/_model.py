@@ -89,6 +89,14 @@ class Indeterminate:
 LookupResult = Found | NotFound | Indeterminate
 
 
+def no_record(value: JSON) -> bool:
+    """Whether a lookup's value says "nothing": null, false, 0 or empty. Such a value is never
+    a hit (``{"exists": false}``, ``{"count": 0}``, ``Found(rows.get(key))`` with no row)."""
+    if value is None or value is False or (type(value) in (int, float) and value == 0):
+        return True
+    return isinstance(value, str | list | dict) and not value
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Policy:
     """What the decision needs to know about an effect's service.

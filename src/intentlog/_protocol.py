@@ -50,14 +50,15 @@ from intentlog._model import (
     Policy,
     State,
     TaskRecord,
+    no_record,
 )
 from intentlog._open import cli_command
 from intentlog._options import Options
 from intentlog._owner import holder_is_dead, new_owner
 from intentlog.stores._async_store import AsyncStore
-from intentlog.stores._base import Store, TaskUpdate
+from intentlog.stores._base import Store, TaskResolution, TaskUpdate
 
-__all__ = ["TaskCore", "acquire_flow", "judged_by"]
+__all__ = ["TaskCore", "acquire_flow", "cancelled_refusal", "judged_by"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -300,15 +301,14 @@ class TaskCore:
         ``recover`` read, so one that a crash left open would be seen by nobody. A task a
         person cancelled stays ended: its work will not be done, so nothing is written."""
         endings = yield from call(Store.task_resolutions, self.id)
-        if endings and endings[-1].outcome == "cancelled":
-            ending = endings[-1]
-            why = f" ({ending.note})" if ending.note else ""
-            raise InvalidInput(
-                f"task {self.id!r} was cancelled by {ending.actor}{why}: its work will not be "
-                f"done, so operation {key!r} is not journaled or sent; use another task id",
-                task_id=self.id,
-                key=key,
-            )
+        refusal = cancelled_refusal(
+            self.id,
+            endings,
+            f"operation {key!r} is not journaled or sent; use another task id",
+            key=key,
+        )
+        if refusal is not None:
+            raise refusal
         yield from self.write_task_flow(TaskUpdate(completed=False))
 
     def _same_call(self, op: Operation, effect: Effect, fp: str) -> None:
@@ -662,7 +662,7 @@ class TaskCore:
             )
         except Exception as exc:
             return LookupFailed(scrub_text(f"{type(exc).__name__}: {exc}", limit=500))
-        if isinstance(result, Found) and _no_record(result.receipt):
+        if isinstance(result, Found) and no_record(result.receipt):
             # Found(rows.get(key)), Found(search(...)) or Found(service.exists(key)) with
             # nothing there: a reconciler's slip that would confirm a call never sent. A hit
             # carries what it found.
@@ -780,14 +780,25 @@ class _Ambiguous(Exception):
         self.error = error
 
 
+def cancelled_refusal(
+    task_id: str, endings: Sequence[TaskResolution], then: str, *, key: str | None = None
+) -> InvalidInput | None:
+    """The error that refuses new work on a task a person cancelled (its last ending by
+    hand, from ``task_resolutions``), naming who and why; ``then`` says what is not done.
+    None when the task was not cancelled."""
+    if not endings or endings[-1].outcome != "cancelled":
+        return None
+    ending = endings[-1]
+    why = f" ({ending.note})" if ending.note else ""
+    return InvalidInput(
+        f"task {task_id!r} was cancelled by {ending.actor}{why}: its work will not be done, "
+        f"so {then}",
+        task_id=task_id,
+        key=key,
+    )
+
+
 def _failure_message(op: Operation) -> str:
     detail = op.error.get("message") if isinstance(op.error, dict) else None
     text = f": {detail}" if detail else ""
     return f"operation {op.key!r} ({op.effect}) FAILED{text}; a new attempt needs a new key"
-
-
-def _no_record(receipt: JSON) -> bool:
-    """Whether a Found's receipt is no record at all: null, false, 0 or empty."""
-    if receipt is None or receipt is False or (type(receipt) in (int, float) and receipt == 0):
-        return True
-    return isinstance(receipt, str | list | dict) and not receipt

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from intentlog._errors import InvalidInput
+from intentlog._model import no_record
 
 if TYPE_CHECKING:
     from intentlog.proxy._policy import ProxyFile
@@ -91,7 +92,7 @@ class Lookup:
                 f"its answer has no {value!r} on the way to found = {where!r} (it is "
                 f"{_short(answer)}): the answer's shape is not the one the tools file expects"
             )
-        if _empty(value):
+        if no_record(value):
             return NOT_FOUND
         if not self.match:
             return Hit(value)
@@ -152,13 +153,6 @@ def _walk(answer: Any, path: tuple[str, ...]) -> tuple[str, Any]:
         else:
             return "shape", ".".join(path[: depth + 1])
     return "value", value
-
-
-def _empty(value: Any) -> bool:
-    # false and 0 say "no" ({"exists": false}, {"count": 0}): never taken for a hit.
-    if value is None or value is False or (type(value) in (int, float) and value == 0):
-        return True
-    return isinstance(value, str | list | dict) and not value
 
 
 def _matches(record: Any, wanted: Mapping[tuple[str, ...], Any]) -> bool:

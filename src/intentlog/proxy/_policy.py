@@ -23,7 +23,7 @@ import math
 import re
 import tomllib
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -441,24 +441,25 @@ def _match_table(match: Any, at: str) -> dict[tuple[str, ...], Any]:
 
 def _holds_key(value: Any) -> bool:
     """Whether a template holds the ``{key}`` placeholder anywhere."""
-    if isinstance(value, str):
-        return "{key}" in value
-    if isinstance(value, dict):
-        return any(_holds_key(v) for v in value.values())
-    if isinstance(value, list):
-        return any(_holds_key(v) for v in value)
-    return False
+    return any("{key}" in text for text in _strings(value))
 
 
 def _names_the_call(value: Any) -> bool:
     """Whether a template holds a placeholder of the call ({key} or {arguments.NAME})."""
+    return any(_PLACEHOLDER.search(text) is not None for text in _strings(value))
+
+
+def _strings(value: Any) -> Iterator[str]:
+    """Every string of a template (a value of the tools file), however deep in its tables
+    and lists."""
     if isinstance(value, str):
-        return _PLACEHOLDER.search(value) is not None
-    if isinstance(value, dict):
-        return any(_names_the_call(v) for v in value.values())
-    if isinstance(value, list):
-        return any(_names_the_call(v) for v in value)
-    return False
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
 
 
 def _journaled_in(where: _Locator, tool: str) -> bool:
@@ -468,19 +469,13 @@ def _journaled_in(where: _Locator, tool: str) -> bool:
 
 
 def _check_template(value: Any, at: str) -> None:
-    if isinstance(value, str):
-        for match in re.finditer(r"\{([^{}]*)\}", value):
+    for text in _strings(value):
+        for match in re.finditer(r"\{([^{}]*)\}", text):
             if not _PLACEHOLDER.fullmatch(match.group(0)):
                 raise InvalidInput(
                     f"{at}: unknown placeholder {match.group(0)!r} "
                     "(use {key} or {arguments.NAME})"
                 )
-    elif isinstance(value, dict):
-        for item in value.values():
-            _check_template(item, at)
-    elif isinstance(value, list):
-        for item in value:
-            _check_template(item, at)
 
 
 def _profile(name: Any, at: str) -> Service:

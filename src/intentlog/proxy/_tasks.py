@@ -6,9 +6,9 @@ take per call. When the last such session ends (over stdio: when the agent leave
 is settled as the framework adapters settle theirs: completed if every operation is
 CONFIRMED or FAILED (an idle conversation is not unfinished work, so ``intentlog status``
 does not page anyone for it, and ``intentlog gc`` may collect it), else released with its
-open operations for the next session or a person. A later call on a completed task reopens
-it before anything is journaled; a task a person cancelled stays ended and its calls are
-refused.
+open operations for the next session or a person. A later call on a completed task opens it
+again before its intent is journaled (the library does, for every task); a task a person
+cancelled stays ended and its calls are refused.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ import logging
 
 from intentlog._async import AsyncJournal, AsyncTask
 from intentlog._decide import PROXY_TASK_KIND
-from intentlog._errors import Error, InvalidInput, KeyConflict, LeaseLost
+from intentlog._errors import Error, KeyConflict, LeaseLost
 from intentlog._model import TERMINAL
+from intentlog._protocol import cancelled_refusal
 
 __all__ = ["TaskHandles"]
 
@@ -58,27 +59,22 @@ class TaskHandles:
                 await self.journal.start(PROXY_TASK_KIND, task_id)
             handle = await self.journal.task(task_id)
             if handle.completed:
+                # A task a person cancelled is refused before any call of it is answered (a
+                # replay too); another completed task is opened again by the library itself
+                # when its next call writes an intent.
                 try:
-                    await self._reopen(handle)
+                    endings = await self.journal.task_resolutions(task_id)
+                    refusal = cancelled_refusal(
+                        task_id, endings, "no call of it is sent; an agent that must go on "
+                        "uses another task",
+                    )  # fmt: skip
+                    if refusal is not None:
+                        raise refusal
                 except BaseException:
                     await handle.close()
                     raise
             self._handles[task_id] = handle
         return handle
-
-    async def _reopen(self, handle: AsyncTask) -> None:
-        """Refuse a completed task that a person cancelled, before its call is journaled or
-        sent; another completed task is opened again by the library itself when its next
-        call writes an intent (an operation of a completed task would be seen by nobody)."""
-        endings = await self.journal.task_resolutions(handle.id)
-        if endings and endings[-1].outcome == "cancelled":
-            ending = endings[-1]
-            why = f" ({ending.note})" if ending.note else ""
-            raise InvalidInput(
-                f"task {handle.id!r} was cancelled by {ending.actor}{why}: its work will not be "
-                "done, so no call of it is sent; an agent that must go on uses another task",
-                task_id=handle.id,
-            )
 
     def forget(self, task_id: str) -> None:
         self._handles.pop(task_id, None)

@@ -87,40 +87,39 @@ class _Words(_observe.Observer):
         watch = WATCH.get(None)  # the caller's context: set only around a journaled call
         if watch is None:
             return protocol
-        return self._watched(core, effect, protocol, watch)
+        return _watched(core, protocol, watch)
 
-    def _watched(
-        self, core: TaskCore, effect: Effect, protocol: Flow[JSON], watch: Watch
-    ) -> Flow[JSON]:
-        """``protocol``, each of its requests passed on as it is; a long sleep is said
-        first, and its progress told until it ends."""
-        value: Any = None
-        error: BaseException | None = None
-        while True:
+
+def _watched(core: TaskCore, protocol: Flow[JSON], watch: Watch) -> Flow[JSON]:
+    """``protocol``, each of its requests passed on as it is; a long sleep is said
+    first, and its progress told until it ends."""
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            request = protocol.send(value) if error is None else protocol.throw(error)
+        except StopIteration as stop:
+            result: JSON = stop.value
+            return result
+        ticker = None
+        if isinstance(request, Sleep) and request.seconds >= WORTH_A_WORD:
             try:
-                request = protocol.send(value) if error is None else protocol.throw(error)
-            except StopIteration as stop:
-                result: JSON = stop.value
-                return result
-            ticker = None
-            if isinstance(request, Sleep) and request.seconds >= WORTH_A_WORD:
-                try:
-                    ticker = yield from _said(core, watch, request)
-                except BaseException:  # stopped while reading the operation
-                    protocol.close()
-                    raise
-            try:
-                value, error = (yield request), None
-            except GeneratorExit:
+                ticker = yield from _said(core, watch, request)
+            except BaseException:  # stopped while reading the operation
                 protocol.close()
                 raise
-            except BaseException as exc:  # handed to the protocol, as the driver would
-                value, error = None, exc
-            finally:
-                if ticker is not None:
-                    ticker.stop()
-            if isinstance(request, Sleep):
-                watch.waited += request.seconds
+        try:
+            value, error = (yield request), None
+        except GeneratorExit:
+            protocol.close()
+            raise
+        except BaseException as exc:  # handed to the protocol, as the driver would
+            value, error = None, exc
+        finally:
+            if ticker is not None:
+                ticker.stop()
+        if isinstance(request, Sleep):
+            watch.waited += request.seconds
 
 
 def _said(core: TaskCore, watch: Watch, sleep: Sleep) -> Flow[_Ticker | None]:
