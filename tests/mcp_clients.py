@@ -280,6 +280,22 @@ async def until(condition: Callable[[], bool], timeout: float = DEADLINE_S) -> N
         await asyncio.sleep(0.01)
 
 
+async def killed_at(
+    command: Sequence[str], crash: str, tool: str, arguments: dict[str, Any],
+    env: Mapping[str, str] | None = None,
+) -> None:  # fmt: skip
+    """Start the proxy ``command`` armed to die at ``crash`` (``INTENTLOG_CRASH``, e.g.
+    ``after_remote_commit:charge``), make one call of ``tool``, and return once it has been
+    killed there (SIGKILL) without answering. ``env``: the environment (default: ours)."""
+    armed = {**(os.environ if env is None else env), "INTENTLOG_CRASH": crash}
+    async with await RawStdio.start(command, armed) as client:
+        await client.initialize()
+        await client.call(1, tool, arguments)
+        while (message := await client.recv(timeout=120)) is not None:
+            assert message.get("id") != 1, f"the proxy answered instead of dying at {crash}"
+        assert await client.process.wait() == -9  # SIGKILL, at the armed boundary
+
+
 @contextlib.contextmanager
 def serve_http(
     ledger: Path, env: Mapping[str, str] | None = None, *, host: str = "127.0.0.1"

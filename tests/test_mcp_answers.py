@@ -32,10 +32,10 @@ if os.environ.get("CI") != "true":  # where CI=true these tests must run, not sk
 
 import jsonschema
 from tests.mcp_clients import (
-    DEADLINE_S,
     INIT,
     RawStdio,
     dump,
+    killed_at,
     operation,
     proxy_command,
     stdio_session,
@@ -83,13 +83,7 @@ def _envelope() -> dict[str, Any]:
 async def _killed_after_commit(command: list[str], tool: str, arguments: dict[str, Any],
                                env: dict[str, str]) -> None:  # fmt: skip
     """One call through a proxy armed to die once the server has applied it."""
-    armed = {**env, "INTENTLOG_CRASH": f"after_remote_commit:{tool}"}
-    async with await RawStdio.start(command, armed) as client:
-        await client.initialize()
-        await client.call(1, tool, arguments)
-        while (message := await client.recv(timeout=DEADLINE_S)) is not None:
-            assert message.get("id") != 1, "the proxy answered instead of dying"
-        assert await client.process.wait() == -9
+    await killed_at(command, f"after_remote_commit:{tool}", tool, arguments, env)
 
 
 async def _answer(

@@ -30,6 +30,7 @@ from tests.mcp_clients import (
     RawStdio,
     dump,
     http_session,
+    killed_at,
     operation,
     proxy_command,
     server_command,
@@ -122,15 +123,9 @@ async def _killed_stdio(
     files: dict[str, Path], tool: str, point: str, db: Path | str | None = None
 ) -> None:
     """One call through a proxy armed to die at ``point``; returns once it has."""
-    env = {**os.environ, "INTENTLOG_CRASH": f"{point}:{tool}"}
     journal = files["db"] if db is None else db
     command = proxy_command(journal, server_command(files["ledger"]), tools=files["tools"])
-    client = await RawStdio.start(command, env)
-    await client.initialize()
-    await client.call(1, tool, CALLS[tool])
-    while (message := await client.recv(timeout=120)) is not None:
-        assert message.get("id") != 1, f"the proxy answered instead of dying at {point}"
-    assert await client.process.wait() == -9  # SIGKILL, at the armed boundary
+    await killed_at(command, f"{point}:{tool}", tool, CALLS[tool])
     await _until_gone(str(files["ledger"]))
 
 

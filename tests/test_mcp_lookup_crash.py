@@ -23,7 +23,7 @@ import pytest
 if os.environ.get("CI") != "true":  # where CI=true these tests must run, not skip
     pytest.importorskip("mcp", reason="the MCP SDK is not installed (pip install 'intentlog[mcp]')")
 
-from tests.mcp_clients import RawStdio, call_with_id, dump, operation, proxy_command, stdio_session
+from tests.mcp_clients import call_with_id, dump, killed_at, operation, proxy_command, stdio_session
 from tests.mcp_entities_server import entity_rows
 from tests.node_tools import NODE, NODE_DIR, need_node
 
@@ -66,13 +66,7 @@ async def die_at(
     command: list[str], crash: str, arguments: dict[str, Any], env: dict[str, str] | None = None
 ) -> None:
     """Start the proxy armed to die at ``crash``, make one call, and see it killed."""
-    client = await RawStdio.start(command, {**os.environ, **(env or {}), "INTENTLOG_CRASH": crash})
-    async with client:
-        await client.initialize()
-        await client.call(1, "create_entities", arguments)
-        while (message := await client.recv(timeout=120)) is not None:
-            assert message.get("id") != 1, "the proxy answered instead of dying"
-        assert await client.process.wait() == -9
+    await killed_at(command, crash, "create_entities", arguments, {**os.environ, **(env or {})})
 
 
 async def call_again(

@@ -15,7 +15,14 @@ import pytest
 if os.environ.get("CI") != "true":  # where CI=true these tests must run, not skip
     pytest.importorskip("mcp", reason="the MCP SDK is not installed (pip install 'intentlog[mcp]')")
 
-from tests.mcp_clients import RawStdio, call_with_id, dump, operation, proxy_command, stdio_session
+from tests.mcp_clients import (
+    call_with_id,
+    dump,
+    killed_at,
+    operation,
+    proxy_command,
+    stdio_session,
+)
 from tests.mcp_entities_server import entity_rows
 
 import intentlog
@@ -143,13 +150,8 @@ def test_an_array_placeholder_lookup_finds_a_call_the_proxy_lost(files: dict[str
     command = proxy_command(files["db"], server(files), tools=files["tools"])
 
     async def body() -> None:
-        env = {**os.environ, "INTENTLOG_CRASH": "after_remote_commit:create_entities"}
-        client = await RawStdio.start(command, env)
-        await client.initialize()
-        await client.call(1, "create_entities", {"entities": ENTITIES})
-        while (message := await client.recv(timeout=120)) is not None:
-            assert message.get("id") != 1, "the proxy answered instead of dying"
-        assert await client.process.wait() == -9
+        crash = "after_remote_commit:create_entities"
+        await killed_at(command, crash, "create_entities", {"entities": ENTITIES})
         assert len(entity_rows(files["ledger"])) == 2  # applied, its receipt lost
         async with stdio_session(command) as session:
             found = dump(await call_with_id(session, 7, "create_entities",

@@ -25,8 +25,8 @@ if os.environ.get("CI") != "true":  # where CI=true these tests must run, not sk
 
 from tests.mcp_clients import (
     DEADLINE_S,
-    RawStdio,
     dump,
+    killed_at,
     operation,
     proxy_command,
     server_command,
@@ -93,13 +93,7 @@ def _server_alive(ledger: Path) -> bool:
 async def _killed(files: dict[str, Path], point: str, tool: str, arguments: dict[str, Any]) -> None:
     """One call through a proxy armed to die at ``point``; returns once it and its server
     are gone (the server could otherwise still apply what it was sent)."""
-    env = {**os.environ, "INTENTLOG_CRASH": f"{point}:{tool}"}
-    client = await RawStdio.start(_command(files), env)
-    await client.initialize()
-    await client.call(1, tool, arguments)
-    while (message := await client.recv(timeout=DEADLINE_S)) is not None:
-        assert message.get("id") != 1, f"the proxy answered instead of dying at {point}"
-    assert await client.process.wait() == -9
+    await killed_at(_command(files), f"{point}:{tool}", tool, arguments)
     deadline = time.monotonic() + DEADLINE_S
     while _server_alive(files["ledger"]):
         assert time.monotonic() < deadline, "the upstream server outlived its proxy"
