@@ -139,11 +139,15 @@ class Echo(TypedDict):
 
 
 def _mark(path: Path) -> None:
-    """Create ``path`` holding this process's pid, on disk before anyone is told."""
-    with open(path, "w") as f:
+    """Create ``path`` holding this process's pid, on disk before anyone is told. Written
+    beside it and renamed into place, so a test that sees the file exist reads it whole
+    (opened for writing in place, it exists empty for a moment)."""
+    temp = path.with_name(f".{path.name}.{os.getpid()}")
+    with open(temp, "w") as f:
         f.write(str(os.getpid()))
         f.flush()
         os.fsync(f.fileno())
+    os.replace(temp, path)
 
 
 def build(ledger: str) -> MCPServer[Any]:
