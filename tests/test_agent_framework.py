@@ -1,0 +1,111 @@
+"""Microsoft Agent Framework workflows killed with SIGKILL after a tool's refund landed, resumed
+from their checkpoint.
+
+The framework runs in an env of its own (tests/envs/agent_framework.txt): one child process
+(tests/agent_framework_app.py) runs seven workflows at once, each an ``AgentExecutor`` with a
+scripted chat client and the framework's ``FileCheckpointStorage``, each refunding at a
+ReferenceService of its own. It is killed once every refund was applied and answered, before any
+tool returned and before the superstep's checkpoint. A new process resumes each workflow from its
+latest checkpoint, as the framework documents, which runs the agent's turn again (agent-framework
+issue #3938). Every count is the service's own record of what it applied:
+
+- ``plain`` (a tool without intentlog, as a control): refunded twice, whatever the service can do;
+- ``journaled`` (``durable_tool`` with the ``turns()`` middleware): once, for a service that
+  deduplicates, one that can be asked by key and one that can do neither; the last ends
+  UNRESOLVED and fails the resumed run, and after ``intentlog resolve`` the next resume returns
+  the resolved receipt without sending;
+- ``rewritten`` (journaled; the resumed model words the refund's note anew): once, and the model
+  is told the refund was already made.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import intentlog
+from framework_envs import python_for  # tests/ is on sys.path (conftest.py)
+from intentlog.testing import ReferenceService
+
+HERE = Path(__file__).parent
+APP = HERE / "agent_framework_app.py"
+MODES = ("dedupe", "lookup", "neither")
+#: name -> (variant, mode) of each workflow of one process
+RUNS = {
+    **{f"plain-{mode}": ("plain", mode) for mode in MODES},
+    **{f"journaled-{mode}": ("journaled", mode) for mode in MODES},
+    "rewritten": ("journaled", "lookup"),
+}
+
+
+class Refunds:
+    """The seven workflows, their services and their folder (checkpoints and journal)."""
+
+    def __init__(self, directory: Path, services: dict[str, ReferenceService]) -> None:
+        self.directory = directory
+        self.services = services
+        self.python = python_for("agent_framework")
+
+    def run(
+        self, names: list[str], *, die: bool = False, notes: dict[str, str] | None = None
+    ) -> Any:
+        runs = [
+            {"name": name, "variant": RUNS[name][0], "mode": RUNS[name][1],
+             "url": self.services[name].url, "note": (notes or {}).get(name, "as asked")}
+            for name in names
+        ]  # fmt: skip
+        env = {**os.environ, "PAY_THEN_DIE": "1" if die else "0"}
+        env.pop("INTENTLOG_CRASH", None)
+        done = subprocess.run(
+            [str(self.python), str(APP), str(self.directory), json.dumps(runs)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if die:
+            assert done.returncode == -signal.SIGKILL, done.stderr
+            return None
+        assert done.returncode == 0, done.stderr + done.stdout
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    def refunds(self, name: str) -> int:
+        """How many refunds the service of ``name`` applied: its own record."""
+        return sum(len(ids) for ids in self.services[name].applied().values())
+
+    def operation(self, name: str) -> intentlog.Operation:
+        """The journal's operation of ``name``: the one whose key its service saw."""
+        (key,) = self.services[name].applied()
+        with intentlog.open(self.directory / "journal.db") as journal:
+            return journal.operation(key)
+
+
+@pytest.fixture
+def refunds(tmp_path: Path) -> Iterator[Refunds]:
+    with ExitStack() as stack:
+        services = {
+            name: stack.enter_context(ReferenceService(mode, db_path=tmp_path / f"{name}.db"))
+            for name, (_, mode) in RUNS.items()
+        }
+        yield Refunds(tmp_path, services)
+
+
+def test_a_resumed_workflow_refunds_twice_without_intentlog(refunds: Refunds) -> None:
+    names = [f"plain-{mode}" for mode in MODES]
+    refunds.run(names, die=True)
+    assert {name: refunds.refunds(name) for name in names} == {name: 1 for name in names}
+    out = refunds.run(names)
+    for name in names:
+        assert out[name]["resumed"]  # from the entry checkpoint: the agent's turn ran again
+        (result,) = out[name]["tool_results"]
+        assert json.loads(result)["amount"] == 500
+    # The framework alone: every service applied the refund a second time.
+    assert {name: refunds.refunds(name) for name in names} == {name: 2 for name in names}
