@@ -1,0 +1,269 @@
+"""Google ADK: function tools whose side effects are journaled, under ADK's Resume.
+
+``durable_tool(journal, fn)`` returns an ADK ``FunctionTool`` with the name, description and
+argument declaration ADK derives from ``fn`` (without its ``idempotency_key`` parameter, which the
+model never sees). ADK's own checks stay as they are (argument validation, and
+``require_confirmation``: a call that needs a person's confirmation is journaled only once it was
+confirmed). Each call is an operation of the session's task:
+
+- **the task id is the ADK session**: ``"{app_name}/{user_id}/{session_id}"``. ADK's Resume
+  continues an invocation of a session from the session's stored events
+  (``runner.run_async(user_id=..., session_id=..., invocation_id=...)``): the session and the
+  invocation id stay the same, and a tool call the stopped invocation had not answered is run
+  again with its recorded arguments and function-call id (``decide_step_resume`` in
+  ``google/adk/flows/llm_flows/core/_resume.py``). A confirmation answered later resumes the same
+  invocation. Pass ``task_id=`` to name the task otherwise (a callable of the ``ToolContext``);
+- **which operation a call is** follows the rule of :mod:`intentlog.integrations.kernel`: the same
+  arguments in the session are the same call; a call with other arguments takes the next position
+  of the tool in its scope, the tool's calls by one agent in one invocation. ADK runs that scope
+  again with a new model turn when a call of the tool failed and a plugin such as ADK's
+  ``ReflectAndRetryToolPlugin`` handed the error to the model ("Do not repeat the exact same
+  call"): the model's rewritten call is then matched to the positions of the failed attempt, so an
+  action that was applied (or may have been) is not sent again: the model reads an
+  ``ALREADY DONE`` answer naming it. A process started again begins a fresh attempt too.
+
+Guarantees: the intent is durable before ``fn`` starts and the receipt before the tool returns it
+(the receipt is what the model reads). The same call after a crash and a Resume gets the recorded
+receipt, a reconciled one, or a resend of the same key where the service deduplicates it; never a
+blind second send. ADK's Resume page says what it does alone: "the Resume feature ensures that the
+Tools in an agent are run at least once, and may run more than once when resuming a workflow"
+(https://google.github.io/adk-docs/runtime/resume/).
+
+An outcome nothing can settle (UNRESOLVED): in a resumable app (``ResumabilityConfig(
+is_resumable=True)``) the tool raises ``intentlog.OutcomeUnknown``, so the invocation stops where
+ADK's Resume continues it: once a person settled it (``intentlog resolve KEY``), resuming the
+invocation runs the call again and it gets the resolved receipt without a send. In an app that
+cannot resume, the model reads :data:`~intentlog.integrations.kernel.UNRESOLVED_PREFIX` text
+saying the call may have been applied and must not be retried. ``unresolved_to_model=True`` or
+``False`` chooses one of the two everywhere. ``intentlog.Rejected`` (the service said "not
+applied") is reported to the model unless ``rejected_to_model=False``; every other intentlog error
+is raised.
+
+The tool is async; it runs the synchronous journal in a worker thread, so the event loop is never
+blocked, and concurrent calls of one session take turns on one leased handle
+(:class:`intentlog.integrations.kernel.TaskHandles`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import inspect
+import threading
+import typing
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from intentlog._async import AsyncJournal
+from intentlog._effect import Effect, ReceiptSelector, Reconcile, Seconds
+from intentlog._errors import InvalidInput
+from intentlog._journal import Journal
+from intentlog._service import Retention
+from intentlog.integrations.kernel import (
+    KEY_ARG,
+    ToolOptions,
+    ToolSpec,
+    attempt,
+    check_key_use,
+    handles,
+    invoke,
+    need,
+    sync_journal,
+    takes_key,
+    tool_effect,
+)
+
+if TYPE_CHECKING:
+    from google.adk.tools import FunctionTool, ToolContext
+
+__all__ = ["durable_tool", "session_task_id"]
+
+CONTEXT_ARG = "tool_context"
+"""The parameter through which ADK hands the tool its ``ToolContext``."""
+
+
+def durable_tool(
+    journal: Journal | AsyncJournal,
+    fn: Callable[..., Any] | Effect,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    idempotent: bool | None = None,
+    key_retention: Seconds | Retention | None = None,
+    reconcile: Reconcile | None = None,
+    timeout: Seconds | None = None,
+    lookup_lag: Seconds | None = None,
+    receipt: ReceiptSelector | None = None,
+    key_arg: str = KEY_ARG,
+    task_id: Callable[[ToolContext], str] | None = None,
+    require_confirmation: bool | Callable[..., bool] = False,
+    rejected_to_model: bool = True,
+    unresolved_to_model: bool | None = None,
+) -> FunctionTool:
+    """An ADK ``FunctionTool`` whose every call runs as ``task.run`` in the session's task.
+
+    ``fn`` is a plain (sync) function that receives the operation key through its ``key_arg``
+    parameter and sends it to the service as its idempotency key, or an :class:`intentlog.Effect`
+    (called as ``submit(key, **args)``). The effect options mean what they mean on
+    :class:`intentlog.Effect` (an Effect already declares them). ``require_confirmation`` is
+    ADK's own (``FunctionTool(require_confirmation=...)``). ``unresolved_to_model=None`` raises
+    ``OutcomeUnknown`` in a resumable app and tells the model otherwise (module docstring). The
+    tool's return value is its receipt: keep it small JSON (an id, a status).
+    """
+    need("google.adk", "google-adk")
+    from google.adk.tools import FunctionTool, ToolContext
+    from pydantic_core import to_jsonable_python
+
+    options = ToolOptions(idempotent, key_retention, reconcile, timeout, lookup_lag, receipt)
+    if isinstance(fn, Effect):
+        if options.given():
+            declared = ", ".join(sorted(options.given()))
+            raise InvalidInput(
+                f"effect {fn.name!r} already declares {declared}: set them on the Effect, not on "
+                "durable_tool"
+            )
+        tool_name = name or fn.name
+        first = next(iter(inspect.signature(fn.submit).parameters), "")
+        visible = _visible(fn.submit, first, tool_name)
+        spec = ToolSpec(tool_name, description or "", None, fn, spread=True)
+    elif callable(fn):
+        tool_name = name or str(getattr(fn, "__name__", ""))
+        if inspect.iscoroutinefunction(fn):
+            raise InvalidInput(
+                f"tool {tool_name!r}: give durable_tool a plain (sync) function; it runs in a "
+                "worker thread, inside the journal's task.run"
+            )
+        has_key = takes_key(fn, key_arg)
+        check_key_use(tool_name, has_key, key_arg, options)
+        visible = _visible(fn, key_arg if has_key else "", tool_name)
+        typed = _validator(visible)
+        send = fn
+
+        def call(key: str, args: dict[str, Any]) -> Any:
+            # The arguments crossed the journal as JSON: give fn the types it declares.
+            return send(**typed(args), **({key_arg: key} if has_key else {}))
+
+        spec = ToolSpec(
+            tool_name, description or "", None, tool_effect(tool_name, call, options), False
+        )
+    else:
+        raise InvalidInput(f"durable_tool needs a function or an Effect, got {fn!r}")
+    sync = sync_journal(journal)
+    tasks = handles(sync)
+    name_task = task_id or session_task_id
+    failures = _Failures()
+
+    async def run(tool_context: ToolContext, **kwargs: Any) -> Any:
+        the_task = name_task(tool_context)
+        args: dict[str, Any] = to_jsonable_python(kwargs)
+        # The scope ADK runs again with a new model turn: this tool's calls by this agent in this
+        # invocation. A call of it that failed makes the model call again (a retry plugin asks
+        # for other arguments), so each failure starts a new attempt of the scope.
+        scope = f"{tool_context.invocation_id}/{tool_context.agent_name}/{tool_name}"
+        marker = failures.count(sync, the_task, scope)
+        to_model = unresolved_to_model
+        if to_model is None:
+            to_model = not tool_context.get_invocation_context().is_resumable
+        try:
+            return await asyncio.to_thread(
+                invoke,
+                tasks,
+                the_task,
+                spec,
+                args,
+                scope=attempt(sync, the_task, scope, marker),
+                rejected_to_model=rejected_to_model,
+                unresolved_to_model=to_model,
+            )
+        except Exception:
+            failures.add(sync, the_task, scope)
+            raise
+
+    params = list(inspect.signature(visible).parameters.values())
+    context = inspect.Parameter(CONTEXT_ARG, inspect.Parameter.KEYWORD_ONLY, annotation=ToolContext)
+    keyword = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in params]
+    run.__signature__ = inspect.Signature([*keyword, context])  # type: ignore[attr-defined]
+    run.__annotations__ = {**visible.__annotations__, CONTEXT_ARG: ToolContext}
+    run.__doc__ = description if description is not None else visible.__doc__
+    run.__name__ = run.__qualname__ = tool_name
+    return FunctionTool(run, require_confirmation=require_confirmation)
+
+
+def session_task_id(tool_context: ToolContext) -> str:
+    """The task id of a tool call: its ADK session, ``"{app_name}/{user_id}/{session_id}"``."""
+    session = tool_context.session
+    return f"{session.app_name}/{tool_context.user_id}/{session.id}"
+
+
+class _Failures:
+    """How many calls of each scope failed in this process: the attempt marker of the scope.
+
+    A process started again counts from 0, and begins fresh attempts anyway (the kernel's rule).
+    """
+
+    _KEPT = 4096  # an evicted scope only counts its failures from 0 again, like the kernel's
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: collections.OrderedDict[tuple[int, str, str], int] = collections.OrderedDict()
+
+    def count(self, journal: Journal, task_id: str, scope: str) -> int:
+        with self._lock:
+            return self._counts.get((id(journal), task_id, scope), 0)
+
+    def add(self, journal: Journal, task_id: str, scope: str) -> None:
+        entry = (id(journal), task_id, scope)
+        with self._lock:
+            self._counts[entry] = self._counts.get(entry, 0) + 1
+            self._counts.move_to_end(entry)
+            while len(self._counts) > self._KEPT:
+                self._counts.popitem(last=False)
+
+
+def _visible(fn: Callable[..., Any], hidden: str, tool_name: str) -> Callable[..., Any]:
+    """A stand-in for ``fn`` without its ``hidden`` parameter, with resolved type hints, for the
+    declaration ADK derives and the validation of the arguments (never called)."""
+    signature = inspect.signature(fn)
+    params = [p for p in signature.parameters.values() if p.name != hidden]
+    for param in params:
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise InvalidInput(
+                f"tool {tool_name!r}: *args and **kwargs cannot be declared to the model; "
+                "give the function named parameters"
+            )
+        if param.name == CONTEXT_ARG:
+            raise InvalidInput(
+                f"tool {tool_name!r}: a durable tool's function cannot take {CONTEXT_ARG!r} (the "
+                "journal runs it in a worker thread, after ADK's context is gone)"
+            )
+    try:
+        hints = typing.get_type_hints(fn)
+    except (NameError, TypeError) as exc:
+        raise InvalidInput(f"tool {tool_name!r}: its type hints cannot be resolved: {exc}") from exc
+
+    def proxy(*args: Any, **kwargs: Any) -> Any:  # pragma: no cover - never called
+        raise AssertionError("schema stand-in")
+
+    proxy.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+    proxy.__annotations__ = {p.name: hints[p.name] for p in params if p.name in hints}
+    proxy.__doc__ = fn.__doc__
+    return proxy
+
+
+def _validator(visible: Callable[..., Any]) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """Turns the JSON arguments the journal holds back into the types ``fn`` declares."""
+    from pydantic import TypeAdapter
+
+    adapters = {
+        name: TypeAdapter(hint)
+        for name, hint in visible.__annotations__.items()
+        if hint is not inspect.Parameter.empty
+    }
+
+    def typed(args: dict[str, Any]) -> dict[str, Any]:
+        return {
+            name: adapters[name].validate_python(value) if name in adapters else value
+            for name, value in args.items()
+        }
+
+    return typed
