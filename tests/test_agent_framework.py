@@ -24,6 +24,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -109,3 +110,55 @@ def test_a_resumed_workflow_refunds_twice_without_intentlog(refunds: Refunds) ->
         assert json.loads(result)["amount"] == 500
     # The framework alone: every service applied the refund a second time.
     assert {name: refunds.refunds(name) for name in names} == {name: 2 for name in names}
+
+
+@pytest.mark.slow
+def test_a_resumed_workflow_refunds_once_with_intentlog(refunds: Refunds) -> None:
+    names = [f"journaled-{mode}" for mode in MODES] + ["rewritten"]
+    refunds.run(names, die=True)
+    assert {name: refunds.refunds(name) for name in names} == {name: 1 for name in names}
+    # The resumed model words the rewritten run's refund anew: another note, the same refund.
+    out = refunds.run(names, notes={"rewritten": "refund as the customer asked, order 42"})
+    assert all(out[name]["resumed"] for name in names)
+
+    # Found by key (lookup), or the same key sent again and deduplicated (dedupe): the refund
+    # already made, in the session's task (the session id came back with the checkpoint).
+    for name in ("journaled-dedupe", "journaled-lookup"):
+        op = refunds.operation(name)
+        assert op.state is intentlog.State.CONFIRMED
+        assert op.task_id == out[name]["session_id"]
+        (result,) = out[name]["tool_results"]
+        assert json.loads(result)["id"] == refunds.services[name].applied()[op.key][0]
+        assert result in out[name]["answer"]  # what the model read
+
+    # Rewritten: nothing sent for the new wording; the model is told what was already done.
+    (result,) = out["rewritten"]["tool_results"]
+    op = refunds.operation("rewritten")
+    assert result.startswith("ALREADY DONE") and op.key in result
+    assert refunds.services["rewritten"].applied()[op.key][0] in result
+    assert result in out["rewritten"]["answer"]
+    assert op.state is intentlog.State.CONFIRMED
+
+    # Neither: nothing can tell whether it landed. The run fails (no checkpoint past the turn)
+    # instead of telling the model something it could work around.
+    failed = out["journaled-neither"]
+    op = refunds.operation("journaled-neither")
+    assert op.state is intentlog.State.UNRESOLVED
+    assert failed["error"].startswith("MiddlewareFailure") and failed["cause"] == "OutcomeUnknown"
+    assert op.key in failed["error"] and "resolve" in failed["error"]
+
+    # A person checks the service and settles it; resuming again continues without a send.
+    (refund_id,) = refunds.services["journaled-neither"].applied()[op.key]
+    receipt = {"id": refund_id, "key": op.key, "status": "succeeded", "amount": 500}
+    resolve = subprocess.run(
+        [sys.executable, "-m", "intentlog.cli", "--db", str(refunds.directory / "journal.db"),
+         "resolve", op.key, "--confirmed", "--receipt", json.dumps(receipt),
+         "--note", "found in the ledger"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert resolve.returncode == 0, resolve.stderr + resolve.stdout
+    again = refunds.run(["journaled-neither"])["journaled-neither"]
+    assert again["resumed"] and "error" not in again
+    assert [json.loads(r) for r in again["tool_results"]] == [receipt]
+    assert again["session_id"] == op.task_id
+    assert {name: refunds.refunds(name) for name in names} == {name: 1 for name in names}
