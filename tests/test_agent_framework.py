@@ -162,3 +162,50 @@ def test_a_resumed_workflow_refunds_once_with_intentlog(refunds: Refunds) -> Non
     assert [json.loads(r) for r in again["tool_results"]] == [receipt]
     assert again["session_id"] == op.task_id
     assert {name: refunds.refunds(name) for name in names} == {name: 1 for name in names}
+
+
+def test_which_refund_a_call_is(tmp_path: Path) -> None:
+    """Agents without a workflow (tests/agent_framework_checks.py): the session is the task, each
+    agent run a turn, a retried turn a new attempt of it. Counted at each check's service."""
+    checks = ["no_session", "no_turns", "turns", "repeat_in_turn", "retry_middleware", "rejected"]
+    with ExitStack() as stack:
+        services = {
+            name: stack.enter_context(ReferenceService("lookup", db_path=tmp_path / f"{name}.db"))
+            for name in checks
+        }
+        done = subprocess.run(
+            [str(python_for("agent_framework")), str(HERE / "agent_framework_checks.py"),
+             str(tmp_path), json.dumps({name: svc.url for name, svc in services.items()})],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr + done.stdout
+        out = json.loads(done.stdout.strip().splitlines()[-1])
+        refunds = {name: sorted(svc.truth().values()) for name, svc in services.items()}
+
+    # Refused before anything is recorded or sent: a run without a session (the framework
+    # would make a throwaway one), and an agent without turns() (its tool cannot name the turn).
+    assert out["no_session"]["error"].startswith("InvalidInput: a durable tool needs the agent")
+    no_turns = out["no_turns"]["error"]
+    assert no_turns.startswith("MiddlewareFailure") and "turns()" in no_turns
+    assert refunds["no_session"] == refunds["no_turns"] == []
+
+    # Turns of one session: another amount in a new turn is a new refund; the first call made
+    # again word for word is that call (its receipt, nothing sent).
+    first, second, third = out["turns"]
+    assert json.loads(second["results"][0])["amount"] == 300
+    assert third["results"] == first["results"]
+    assert refunds["turns"] == [1, 1]
+
+    # Within one attempt, a second call with other arguments is a second action: sent.
+    assert [json.loads(r)["amount"] for r in out["repeat_in_turn"]["results"]] == [500, 200]
+    assert refunds["repeat_in_turn"] == [1, 1]
+
+    # A middleware that runs the turn again, whose model words the refund anew: one refund.
+    (result,) = out["retry_middleware"]["results"]
+    assert result.startswith("ALREADY DONE") and "NOT sent" in result
+    assert refunds["retry_middleware"] == [1]
+
+    # The service said "not applied": the model reads it as the tool's answer.
+    (result,) = out["rejected"]["results"]
+    assert result.startswith("refund was rejected by the service (not applied)")
+    assert refunds["rejected"] == []
