@@ -587,13 +587,14 @@ def test_a_version_6_journal_keeps_every_row_and_lists_the_same_open_operations(
             created_at=10.0 + len(rows), updated_at=11.0, args={"i": len(rows)},
             receipt={"id": 1} if state is State.CONFIRMED else None,
         )  # fmt: skip
-        values = op_values(op, 3)
+        # Version 6 had every column but the approval (migration 8), which comes back NULL.
+        values = op_values(op, 3)[:-1]
         conn.execute(
-            f"INSERT INTO operations ({', '.join(OP_COLUMNS)})"
-            f" VALUES ({', '.join('?' for _ in OP_COLUMNS)})",
+            f"INSERT INTO operations ({', '.join(OP_COLUMNS[:-1])})"
+            f" VALUES ({', '.join('?' for _ in OP_COLUMNS[:-1])})",
             values,
         )
-        rows.append(values)
+        rows.append((*values, None))
     conn.close()
     store = SQLiteStore(path)
     try:
@@ -608,7 +609,7 @@ def test_a_version_6_journal_keeps_every_row_and_lists_the_same_open_operations(
         assert store.count_ops()[State.CONFIRMED] == 2
         assert store._reader.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         version = store._reader.execute("PRAGMA user_version").fetchone()[0]
-        assert version == sqlite_store.SCHEMA_VERSION == 7
+        assert version == sqlite_store.SCHEMA_VERSION == 8
     finally:
         store.close()
 

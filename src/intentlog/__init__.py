@@ -11,6 +11,7 @@ from intentlog._check import Finding, FindingKind, check
 from intentlog._decide import Decision, Doer, LookupFailed, Outlook, decide
 from intentlog._effect import Effect, EffectOptions, ReceiptSelector, Reconcile, Submit, effect
 from intentlog._errors import (
+    ApprovalRequired,
     Error,
     InvalidInput,
     JournalCorrupt,
@@ -32,6 +33,7 @@ from intentlog._hygiene import REDACTED, ReceiptWarning
 from intentlog._journal import BlockingCallWarning, Journal, Pending, Recovered, TaskInfo, open
 from intentlog._model import (
     Action,
+    Approval,
     Found,
     Indeterminate,
     LookupResult,
@@ -73,6 +75,8 @@ __all__ = [
     "REDACTED",
     "Action",
     "AnswerError",
+    "Approval",
+    "ApprovalRequired",
     "AsyncJournal",
     "AsyncTask",
     "AsyncTaskOpening",

@@ -393,6 +393,22 @@ class AsyncJournal(OptionsView):
             )
         )
 
+    async def approve(
+        self, key: str, *, actor: str | None = None, reason: str | None = None
+    ) -> Operation:
+        """See :meth:`intentlog.Journal.approve`."""
+        return await self._drive(
+            _verbs.approval_flow(self._store, self.options, key, "approved", reason, actor)
+        )
+
+    async def deny(
+        self, key: str, *, actor: str | None = None, reason: str | None = None
+    ) -> Operation:
+        """See :meth:`intentlog.Journal.deny`."""
+        return await self._drive(
+            _verbs.approval_flow(self._store, self.options, key, "denied", reason, actor)
+        )
+
     async def resolutions(self, key: str | None = None) -> list[Resolution]:
         return await self._drive(call(Store.resolutions, key))
 

@@ -213,3 +213,20 @@ def kind_of(op: intentlog.Operation) -> str:
         ways.append("lookup")
     how = ", ".join(ways) or "neither deduplicates nor looks up"
     return f"effect ({how})" if policy.service is None else f"service {policy.service} ({how})"
+
+
+def approval_of(op: intentlog.Operation) -> dict[str, Any] | None:
+    """An operation's approval as ``show --json`` has it (None: its effect needs none)."""
+    approval = op.approval
+    if approval is None:
+        return None
+    return {"status": approval.status, "actor": approval.actor, "at": iso(approval.at),
+            "reason": approval.reason, "fingerprint": approval.fingerprint}  # fmt: skip
+
+
+def approval_text(approval: dict[str, Any]) -> str:
+    """The approval line of ``show`` (``approval`` as :func:`approval_of` gives it)."""
+    if approval["status"] == "awaiting":
+        return "awaiting a person's approval (intentlog approve KEY / intentlog deny KEY)"
+    why = f": {approval['reason']}" if approval["reason"] else ""
+    return f"{approval['status']} by {approval['actor']} at {approval['at']}{why}"

@@ -28,11 +28,14 @@ __all__ = [
     "DEFAULT_LOOKUP_LIMIT",
     "DEFAULT_UNCLAIMED_AFTER",
     "PROXY_TASK_KIND",
+    "ApprovalAnswer",
     "Decision",
     "Doer",
     "LookupFailed",
     "Outlook",
     "Risk",
+    "answer_approval",
+    "approval_reason",
     "confirm_phrase",
     "decide",
     "in_flight_until",
@@ -170,7 +173,11 @@ def decide(
     be sending the latest request: its process is known to be dead, or it is this very caller
     whose request already ended.
 
-    A PLANNED operation is sent (SUBMIT), unless it was sent before and a person's retry,
+    A PLANNED operation that needs a person's approval and has no approval of its arguments
+    (its :class:`~intentlog.Approval` does not permit its fingerprint) is never sent: APPROVE,
+    naming the commands that approve or deny it.
+
+    Any other PLANNED operation is sent (SUBMIT), unless it was sent before and a person's retry,
     without risk by the contract recorded with it, is risky by ``policy``: then ESCALATE,
     marking it UNRESOLVED (with the stricter contract recorded) for the person to decide
     again with that risk shown.
@@ -188,6 +195,8 @@ def decide(
     without a reconciler would (a WAIT's ``not_before`` is no later than that resend).
     """
     if op.state is State.PLANNED:
+        if op.approval is not None and not op.approval.permits(op.fingerprint):
+            return Decision(Action.APPROVE, approval_reason(op))
         # Sent before and PLANNED again: a person resolved it as "retry".
         again = "retry_resolved" if op.attempts else None
         if again and policy != op.policy and _retry_risky_only_now(op, policy, submitter_gone):
@@ -214,6 +223,78 @@ def decide(
         )
     asked = now if asked_at is None else min(asked_at, now)
     return _decide_submitted(op, policy, now, lookup, asked, submitter_gone, lookup_limit)
+
+
+def approval_reason(op: Operation) -> str:
+    """Why ``op`` (PLANNED, needing approval) is not sent, and what a person does about it."""
+    commands = f"intentlog approve {op.key} / intentlog deny {op.key}"
+    approval = op.approval
+    if approval is not None and approval.status == "approved":
+        # Never written so (an approval is bound to the fingerprint of the row it is written
+        # on), but a row changed by hand must not be sent on another row's approval.
+        return f"its approval is bound to other arguments; approve or deny it: {commands}"
+    return f"nothing was sent; it waits for a person's approval: approve or deny it: {commands}"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ApprovalAnswer:
+    """Whether a person's approval or denial of an operation is recorded now.
+
+    ``write``: record it (the operation changes). ``refusal``: why it is refused, naming the
+    operation's state; None when it is accepted (written, or already recorded: approving
+    twice, or denying twice, is the same answer and changes nothing).
+    """
+
+    write: bool
+    refusal: str | None = None
+
+
+def answer_approval(op: Operation, verdict: str) -> ApprovalAnswer:
+    """What recording ``verdict`` (``"approved"`` or ``"denied"``) on ``op`` does.
+
+    Guarantees: only an operation that needs approval (its effect was declared with
+    ``approval=True``) takes either; nothing is approved or denied once its first send has
+    begun (SUBMITTED, CONFIRMED, UNRESOLVED, or PLANNED again after a send): the approval
+    was spent on it. A denial wins over an approval not yet spent (a "no" after a "yes",
+    before the send), and ends it FAILED; an approval never follows a denial.
+    """
+    key, approval = op.key, op.approval
+    if approval is None:
+        return ApprovalAnswer(
+            False,
+            f"operation {key!r} ({op.effect}) needs no approval: its effect is not declared "
+            "with approval=True",
+        )
+    if op.state is State.FAILED:
+        if approval.status == "denied":
+            return ApprovalAnswer(False, None if verdict == "denied" else _denied(op))
+        return ApprovalAnswer(
+            False, f"operation {key!r} ({op.effect}) is FAILED: nothing is left to {_verb(verdict)}"
+        )
+    if op.state is not State.PLANNED or op.attempts:
+        return ApprovalAnswer(
+            False,
+            f"operation {key!r} ({op.effect}) is {op.state}: its send has begun "
+            f"({op.attempts} send(s)), so it can no longer be {verdict}; what happened is "
+            "settled as for any sent operation (intentlog resolve)",
+        )
+    if verdict == "approved" and approval.permits(op.fingerprint):
+        return ApprovalAnswer(False)  # approving twice: the same approval, nothing to write
+    return ApprovalAnswer(True)
+
+
+def _verb(verdict: str) -> str:
+    return "approve" if verdict == "approved" else "deny"
+
+
+def _denied(op: Operation) -> str:
+    approval = op.approval
+    assert approval is not None
+    why = f" ({approval.reason})" if approval.reason else ""
+    return (
+        f"operation {op.key!r} ({op.effect}) was denied by {approval.actor}{why}: it is FAILED "
+        "and is never sent; a new attempt needs a new key"
+    )
 
 
 def _retry_risky_only_now(op: Operation, policy: Policy, submitter_gone: bool) -> bool:
@@ -378,14 +459,18 @@ def task_action(
 
     ESCALATE if any is UNRESOLVED or :func:`decide` sends any to a person (``decided``: the
     next actions of its open operations, as ``pending()`` has them: a SUBMITTED operation
-    that nothing can settle is ESCALATE before anything marks it UNRESOLVED), RECONCILE if
+    that nothing can settle is ESCALATE before anything marks it UNRESOLVED), APPROVE if any
+    awaits a person's approval, RECONCILE if
     any is SUBMITTED, SUBMIT if any is PLANNED, otherwise RESUME at ``next_step``, or None
     once the task is complete. A task never says less than one of its operations: wherever
     both are shown, the task's ESCALATE and its operations' agree.
     """
     present = set(states)
-    if State.UNRESOLVED in present or Action.ESCALATE in set(decided):
+    actions = set(decided)
+    if State.UNRESOLVED in present or Action.ESCALATE in actions:
         return Action.ESCALATE
+    if Action.APPROVE in actions:
+        return Action.APPROVE
     if State.SUBMITTED in present:
         return Action.RECONCILE
     if State.PLANNED in present:
@@ -591,6 +676,14 @@ def task_outlook(
             Doer.PERSON,
             f"{what}: a person finds out at the service whether it happened, then "
             "intentlog resolve KEY --confirmed/--failed/--retry",
+        )
+    awaiting = [key for key, _, action, _ in open_ops if action is Action.APPROVE]
+    if awaiting:
+        return Outlook(
+            Doer.PERSON,
+            f"{_keys(awaiting)} waiting for a person's approval (nothing was sent): "
+            "intentlog approve KEY, or intentlog deny KEY; then the task's next run sends "
+            "what was approved",
         )
     proxy = record.kind == PROXY_TASK_KIND
     if holder_alive:

@@ -48,6 +48,13 @@ class Effect:
     ``store_args`` keeps the call's arguments in the journal (checked for secrets); by
     default only their fingerprint is.
 
+    ``approval=True`` makes each operation wait for a person's approval before its first
+    send: the first ``task.run`` journals the intent (PLANNED, with the arguments the
+    approver is shown: kept as ``store_args`` keeps them, whole and checked for secrets
+    unless ``store_args`` is a function) and raises :class:`intentlog.ApprovalRequired`,
+    sending nothing. ``intentlog approve KEY`` (or ``journal.approve``) permits the one
+    send of exactly those arguments; ``intentlog deny KEY`` ends it FAILED, never sent.
+
     ``lazy_receipt`` (only for an effect that can deduplicate or reconcile) lets the receipt
     ride in the task's next write (the next intent, a checkpoint, completion or release)
     instead of a commit of its own: about one commit per effect for a sequential task. Until
@@ -66,9 +73,15 @@ class Effect:
         receipt: ReceiptSelector | None = None,
         store_args: bool | Callable[[Any], Any] = False,
         lazy_receipt: bool = False,
+        approval: bool = False,
         **options: Unpack[EffectOptions],
     ) -> None:
         validate_label(name, "effect name", 100)
+        if type(approval) is not bool:
+            raise InvalidInput(
+                f"effect {name!r}: approval must be True or False, got {approval!r}",
+                option="approval",
+            )
         if not callable(submit):
             raise InvalidInput(f"submit of effect {name!r} must be callable, got {submit!r}")
         if reconcile is not None and not callable(reconcile):
@@ -99,8 +112,10 @@ class Effect:
         # A callable picks what is kept of the arguments (the MCP proxy keeps them bounded
         # and redacted); True keeps them whole, checked for secrets.
         self.args_kept: Callable[[Any], Any] | None = store_args if callable(store_args) else None
-        self.store_args = bool(store_args)
+        # An approver is shown the arguments: an effect that needs approval keeps them.
+        self.store_args = bool(store_args) or approval
         self.lazy_receipt = bool(lazy_receipt)
+        self.approval = approval
         try:
             self._signature: inspect.Signature | None = inspect.signature(submit)
         except (TypeError, ValueError):  # some builtins have no signature
@@ -276,6 +291,7 @@ def effect(
     receipt: ReceiptSelector | None = None,
     store_args: bool = False,
     lazy_receipt: bool = False,
+    approval: bool = False,
     **options: Unpack[EffectOptions],
 ) -> Callable[[Submit], Effect]: ...
 def effect(
@@ -287,12 +303,14 @@ def effect(
     receipt: ReceiptSelector | None = None,
     store_args: bool = False,
     lazy_receipt: bool = False,
+    approval: bool = False,
     **options: Unpack[EffectOptions],
 ) -> Effect | Callable[[Submit], Effect]:
     """Declare an effect from its submit function:
     ``@intentlog.effect(idempotent=True, key_retention=timedelta(hours=24))``.
 
-    The keywords are :class:`Effect`'s (the service's are :class:`intentlog.EffectOptions`):
+    The keywords are :class:`Effect`'s (the service's are :class:`intentlog.EffectOptions`;
+    ``approval=True``: each operation waits for a person's approval before its first send):
     ``idempotent=True`` needs ``key_retention`` (a duration, or :data:`intentlog.FOREVER`) or
     a ``service`` that states one. A misspelled option raises TypeError here, before the
     function is decorated.
@@ -310,6 +328,7 @@ def effect(
             receipt=receipt,
             store_args=store_args,
             lazy_receipt=lazy_receipt,
+            approval=approval,
             **options,
         )
 

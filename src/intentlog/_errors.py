@@ -9,6 +9,7 @@
     ├── UnknownOperation        no operation has this key (also a LookupError)
     ├── Rejected                the service said "not applied"; the operation is FAILED
     ├── OutcomeUnknown          the operation is UNRESOLVED; a person or a policy must resolve it
+    ├── ApprovalRequired        the operation awaits a person's approval; nothing was sent
     ├── StillInFlight           the decision is WAIT and the caller's wait bound ran out
     ├── TaskBusy                another live worker holds the task's lease
     ├── LeaseLost               this worker's lease was taken over; its writes are refused
@@ -24,7 +25,8 @@
 Every error carries the context it knows (``task_id``, ``key``, ``state``) as attributes,
 and some say more: ``path`` (:class:`UnsafeValue`, :class:`InvalidInput`); ``option``,
 ``phrase``, ``missing`` and ``tool`` (:class:`InvalidInput`); ``status`` (:class:`Rejected`,
-:class:`KeyConflict`, ``AmbiguousResponse``); ``not_before`` (:class:`StillInFlight`). Each
+:class:`KeyConflict`, ``AmbiguousResponse``); ``not_before`` (:class:`StillInFlight`);
+``command`` (:class:`ApprovalRequired`). Each
 is declared on its class, typed, None where not known, and given to the constructor as the
 keyword of its name. Every error survives pickling with all of them, so it can cross a
 process boundary intact.
@@ -36,6 +38,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 __all__ = [
+    "ApprovalRequired",
     "Error",
     "InvalidInput",
     "JournalCorrupt",
@@ -236,6 +239,32 @@ class OutcomeUnknown(Error):
     It is never sent again automatically. Resolve it with ``journal.resolve(key, ...)`` or
     ``intentlog resolve KEY``.
     """
+
+
+class ApprovalRequired(Error):
+    """The operation needs a person's approval before its first send, and has none yet.
+
+    Its intent is journaled (PLANNED, with the arguments the approver is shown) and nothing
+    was sent. ``command`` is what a person runs to approve it (``intentlog approve KEY``;
+    ``intentlog deny KEY`` refuses it); ``task_id`` and ``key`` name it. Once approved,
+    running the same call again (same task, same arguments) sends it, once.
+    """
+
+    _context_names = (*Error._context_names, "command")
+
+    command: str | None = None
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        command: str | None = None,
+        task_id: str | None = None,
+        key: str | None = None,
+        state: str | None = None,
+    ) -> None:
+        super().__init__(message, task_id=task_id, key=key, state=state)
+        self.command = command
 
 
 class StillInFlight(Error):

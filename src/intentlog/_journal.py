@@ -24,6 +24,7 @@ from intentlog._verbs import (
     Pending,
     Recovered,
     TaskInfo,
+    approval_flow,
     attention_flow,
     finish_flow,
     gc_flow,
@@ -258,6 +259,28 @@ class Journal(OptionsView):
         return self._run(
             resolve_flow(self._store, self.options, key, outcome, receipt, note, actor, accept_risk)
         )
+
+    def approve(
+        self, key: str, *, actor: str | None = None, reason: str | None = None
+    ) -> Operation:
+        """Approve the first send of an operation whose effect needs approval
+        (``approval=True``): exactly its recorded arguments (the approval is bound to their
+        fingerprint), sent once by the task's next run of the same call. Kept in the audit
+        log with ``actor`` (default ``user@host`` of this process) and ``reason``.
+
+        Approving again is the same approval (nothing changes). Raises UnknownOperation for
+        an unknown key, and InvalidInput, with nothing written, for an operation that needs
+        no approval, was denied, or whose send has begun (the error names its state).
+        """
+        return self._run(approval_flow(self._store, self.options, key, "approved", reason, actor))
+
+    def deny(self, key: str, *, actor: str | None = None, reason: str | None = None) -> Operation:
+        """Refuse the first send of an operation whose effect needs approval: it becomes
+        FAILED and is never sent (its task's run raises Rejected naming who denied it). A
+        denial wins over an approval whose send has not begun. Kept in the audit log with
+        ``actor`` and ``reason``; denying again changes nothing. Raises as :meth:`approve`.
+        """
+        return self._run(approval_flow(self._store, self.options, key, "denied", reason, actor))
 
     def resolutions(self, key: str | None = None) -> list[Resolution]:
         """The audit log of operator resolutions (of one key if given), oldest first."""

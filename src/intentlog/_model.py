@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 __all__ = [
     "Action",
+    "Approval",
     "Found",
     "Indeterminate",
     "LookupResult",
@@ -50,6 +51,7 @@ class Action(enum.StrEnum):
     ESCALATE = "ESCALATE"  # blocked until resolved by a person or a policy
     RESUME = "RESUME"  # task level: continue at next_step
     WAIT = "WAIT"  # a request may still land; decide again later
+    APPROVE = "APPROVE"  # nothing was sent; a person approves or denies its first send
 
 
 class Outcome(enum.StrEnum):
@@ -95,6 +97,29 @@ def no_record(value: JSON) -> bool:
     if value is None or value is False or (type(value) in (int, float) and value == 0):
         return True
     return isinstance(value, str | list | dict) and not value
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Approval:
+    """A person's say on an operation's first send, for an effect declared with
+    ``approval=True``; recorded with the operation.
+
+    ``status`` is ``"awaiting"`` (nothing decided yet: nothing may be sent), ``"approved"``
+    or ``"denied"``. ``fingerprint`` is the fingerprint of the canonical arguments the
+    approval is bound to: it permits the send of exactly these arguments, under this key.
+    ``actor``, ``at`` (store clock) and ``reason`` say who decided, when and why (None while
+    awaiting).
+    """
+
+    status: Literal["awaiting", "approved", "denied"]
+    fingerprint: str
+    actor: str | None = None
+    at: float | None = None
+    reason: str | None = None
+
+    def permits(self, fingerprint: str) -> bool:
+        """Whether this approval lets a send of arguments with ``fingerprint`` go out."""
+        return self.status == "approved" and self.fingerprint == fingerprint
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -160,6 +185,8 @@ class Operation:
     error: JSON = None  # for FAILED: what the service said
     args: JSON = None  # only when the effect opts in with store_args=True
     note: str | None = None  # the latest operator note
+    # A person's say on the first send (effects declared with approval=True), else None.
+    approval: Approval | None = None
 
     def __init__(
         self,
@@ -181,6 +208,7 @@ class Operation:
         error: JSON = None,
         args: JSON = None,
         note: str | None = None,
+        approval: Approval | None = None,
     ) -> None:
         # The generated __init__ of a frozen dataclass sets each field through
         # object.__setattr__; one dict update takes about half as long, and an operation is
@@ -205,6 +233,7 @@ class Operation:
             error=error,
             args=args,
             note=note,
+            approval=approval,
         )
 
     def replace(self, **changes: Any) -> Operation:

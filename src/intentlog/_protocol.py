@@ -19,6 +19,7 @@ from intentlog._crash import crashpoint
 from intentlog._decide import Decision, LookupFailed, decide, send_slack, strictest, task_action
 from intentlog._effect import Effect
 from intentlog._errors import (
+    ApprovalRequired,
     InvalidInput,
     JournalError,
     JournalUnreachable,
@@ -42,6 +43,7 @@ from intentlog._keys import canonical_json, derive_key, fingerprint, validate_ke
 from intentlog._model import (
     JSON,
     Action,
+    Approval,
     Found,
     Indeterminate,
     LookupResult,
@@ -58,7 +60,7 @@ from intentlog._owner import holder_is_dead, new_owner
 from intentlog.stores._async_store import AsyncStore
 from intentlog.stores._base import Store, TaskResolution, TaskUpdate
 
-__all__ = ["TaskCore", "acquire_flow", "cancelled_refusal", "judged_by"]
+__all__ = ["TaskCore", "acquire_flow", "approval_required", "cancelled_refusal", "judged_by"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -222,6 +224,9 @@ class TaskCore:
         hooks = _observe.hooks
         if hooks is not None:
             hooks.intent(self, op, created)
+        if created and op.approval is not None:
+            # Journaled, waiting for a person: nothing is sent before an approval.
+            raise approval_required(op, self.store.url)
         if created:
             try:
                 if op.state is State.PLANNED:
@@ -269,8 +274,10 @@ class TaskCore:
             yield from self._reopen_flow(key)
         now = self.store.now()
         # An effect that can neither deduplicate nor reconcile writes PLANNED first, so a
-        # crash before the send is resubmittable; the others go straight to SUBMITTED.
-        planned = planned or effect.policy.writes_planned_first
+        # crash before the send is resubmittable; the others go straight to SUBMITTED. One
+        # that needs approval waits PLANNED, with the approval it needs bound to these
+        # arguments, in the same write as its intent.
+        planned = planned or effect.policy.writes_planned_first or effect.approval
         op = Operation(
             key=key,
             task_id=self.id,
@@ -285,6 +292,7 @@ class TaskCore:
             first_submitted_at=None if planned else now,
             submitted_by=None if planned else self.owner,
             args=stored_args,
+            approval=Approval("awaiting", fp) if effect.approval else None,
         )
         op, created = yield from self._fenced(
             Store.insert_op, op, self.record.epoch, self.ttl, also=self.carried()
@@ -361,6 +369,11 @@ class TaskCore:
                 except _Changed:
                     op = yield from self.reload_flow(op)
                     continue
+            if effect.approval and op.approval is None and _never_sent(op):
+                # Planned before its effect required approval: the live declaration is the
+                # stricter, so it waits for one like a new operation of the effect.
+                op = yield from self._await_approval_flow(op, effect, args, kwargs)
+                continue
             now = self.store.now()
             gone = op.submitted_by in (None, self.owner) or holder_is_dead(op.submitted_by)
             decision = decide(
@@ -380,6 +393,8 @@ class TaskCore:
                     continue
                 op = marked
             action = decision.action
+            if action is Action.APPROVE:
+                raise approval_required(op, self.store.url)
             if action is Action.USE_RECEIPT:
                 return op.receipt
             if action is Action.REPLAN:
@@ -435,6 +450,22 @@ class TaskCore:
                 op = yield from self.reload_flow(op)
             except _Changed:  # an operator resolved it before the send: look again
                 op = yield from self.reload_flow(op)
+
+    def _await_approval_flow(
+        self, op: Operation, effect: Effect, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Flow[Operation]:
+        """Record on ``op`` (PLANNED, never sent) that it waits for an approval of its
+        arguments, with the arguments the approver is shown; ``op`` as it is now."""
+        named = effect.bind(args, kwargs)
+        shown = named if effect.args_kept is None else effect.args_kept(named)
+        check_safe(shown, what="args", max_bytes=self.options.max_bytes)
+        waiting = op.replace(
+            updated_at=self.store.now(),
+            approval=Approval("awaiting", op.fingerprint),
+            args=op.args if op.args is not None else shown,
+        )
+        stored = yield from self._fenced(Store.update_op, waiting, self.record.epoch, self.ttl)
+        return stored if stored is not None else (yield from self.reload_flow(op))
 
     def send_flow(
         self,
@@ -755,6 +786,26 @@ def _policy_change(op: Operation, policy: Policy) -> dict[str, Policy]:
     """``{"policy": policy}`` if it is not the one ``op`` records, else nothing: a write
     that names the policy assigns its eight columns (see ``Operation.changed``)."""
     return {} if policy is op.policy or policy == op.policy else {"policy": policy}
+
+
+def _never_sent(op: Operation) -> bool:
+    return op.state is State.PLANNED and not op.attempts
+
+
+def approval_required(op: Operation, url: str) -> ApprovalRequired:
+    """The error of a run that stops at ``op``, which waits for a person's approval; the
+    commands are for the journal at ``url`` (a store's printable url)."""
+    approve = cli_command(url, "approve", op.key)
+    deny = cli_command(url, "deny", op.key)
+    return ApprovalRequired(
+        f"operation {op.key!r} ({op.effect}) of task {op.task_id!r} waits for a person's "
+        f"approval; nothing was sent. Approve it: {approve} (or refuse it: {deny}); once "
+        "approved, the same call (same task, same arguments) sends it",
+        command=approve,
+        task_id=op.task_id,
+        key=op.key,
+        state=op.state.value,
+    )
 
 
 def _same_mark(stored: Operation, mark: Operation) -> bool:

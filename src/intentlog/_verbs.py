@@ -14,13 +14,14 @@ import os
 import platform
 import warnings
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Literal
 
 from intentlog._decide import (
     DEFAULT_UNCLAIMED_AFTER,
     LookupFailed,
     Outlook,
     Risk,
+    answer_approval,
     confirm_phrase,
     decide,
     resolve_risk,
@@ -32,7 +33,7 @@ from intentlog._errors import Error, InvalidInput, KeyConflict, TaskBusy, Unknow
 from intentlog._flow import Flow, call
 from intentlog._hygiene import check_safe, check_text
 from intentlog._keys import validate_label, validate_task_id
-from intentlog._model import JSON, Action, LookupResult, Operation, State, TaskRecord
+from intentlog._model import JSON, Action, Approval, LookupResult, Operation, State, TaskRecord
 from intentlog._options import Options
 from intentlog._owner import holder_is_dead
 from intentlog._protocol import TaskCore, acquire_flow, judged_by
@@ -44,6 +45,7 @@ __all__ = [
     "Pending",
     "Recovered",
     "TaskInfo",
+    "approval_flow",
     "attention_flow",
     "finish_flow",
     "gc_flow",
@@ -356,6 +358,67 @@ def resolve_flow(
             receipt=receipt,
             actor=actor,
         )
+        stored = yield from call(Store.update_op, new, None, options.lease_ttl, resolution=audit)
+        if stored is not None:
+            return stored
+
+
+#: What ``approve`` and ``deny`` record, by verb.
+VERDICTS = {"approve": "approved", "deny": "denied"}
+
+
+def approval_flow(
+    store: AnyStore,
+    options: Options,
+    key: str,
+    verdict: str,
+    reason: str | None,
+    actor: str | None,
+) -> Flow[Operation]:
+    """See :meth:`intentlog.Journal.approve` and :meth:`intentlog.Journal.deny`.
+
+    One compare-and-set of the operation on its version, with the audit record in the same
+    write (as for ``resolve``): an approval records who, when, why and the argument
+    fingerprint it is bound to, and the operation stays PLANNED for its task's next run to
+    send; a denial ends it FAILED. A worker that begins the send meanwhile moves the version
+    on, and the answer is judged again on what it wrote (refused: the send has begun).
+    """
+    if verdict not in VERDICTS.values():
+        raise InvalidInput(f"verdict must be approved or denied, got {verdict!r}", key=str(key))
+    if reason is not None and (
+        not isinstance(reason, str) or len(reason) > 2000 or _has_control(reason, allow="\n\t")
+    ):
+        raise InvalidInput(
+            "reason must be a string of at most 2000 characters without control characters",
+            key=str(key),
+            path="reason",
+        )
+    if reason is not None:
+        check_text(reason, what="reason", key=str(key))
+    actor = default_actor() if actor is None else checked_actor(actor, key=str(key))
+    while True:
+        op = yield from operation_flow(store, key)
+        answer = answer_approval(op, verdict)
+        if answer.refusal is not None:
+            raise InvalidInput(
+                f"{answer.refusal}; nothing was written", key=key, state=op.state.value
+            )
+        if not answer.write:
+            return op  # already so: the same answer twice changes nothing
+        now = store.now()
+        status: Literal["approved", "denied"] = "approved" if verdict == "approved" else "denied"
+        decided = Approval(status, op.fingerprint, actor, now, reason)
+        if verdict == "approved":
+            new = op.replace(approval=decided, updated_at=now, note=reason)
+        else:
+            why = f"denied by {actor}" + (f": {reason}" if reason else "")
+            error = {"message": why, "type": "ApprovalDenied"}
+            new = op.replace(
+                state=State.FAILED, approval=decided, updated_at=now, note=reason, error=error
+            )
+        # The audit line says which answer it was (an approval leaves the state as it was).
+        said = verdict + (f": {reason}" if reason else "")
+        audit = Resolution(op.key, op.task_id, now, op.state, new.state, said, None, actor)
         stored = yield from call(Store.update_op, new, None, options.lease_ttl, resolution=audit)
         if stored is not None:
             return stored

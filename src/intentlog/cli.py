@@ -7,6 +7,8 @@ Commands::
     intentlog complete TASK / cancel TASK [--note TEXT] [--actor NAME]
                                         end a task nothing will finish, by hand
     intentlog resolve KEY --confirmed|--failed|--retry [--receipt JSON] [--note TEXT]
+    intentlog approve KEY / deny KEY [--actor NAME] [--reason TEXT]
+                                        a person's say on a send that waits for approval
     intentlog recover --effects MODULE  reconcile SUBMITTED operations with their services
     intentlog gc --older-than 30d       delete completed tasks older than a duration
     intentlog backup DEST [--force]     a consistent copy of a SQLite journal, while workers write
@@ -212,8 +214,9 @@ def status(ctx: click.Context, unclaimed_after: float | None, as_json: bool) -> 
       0  nothing needs attention
       1  intentlog error (message on stderr)
       2  usage error
-      3  something needs a person: an operation's next action is ESCALATE,
-         or a task nothing automatic will finish (see WHY)
+      3  something needs a person: an operation's next action is ESCALATE
+         or APPROVE (it waits for approval), or a task nothing automatic will
+         finish (see WHY)
       4  work that a worker or recover will do, and nothing needs a person
 
     \b
@@ -227,7 +230,10 @@ def status(ctx: click.Context, unclaimed_after: float | None, as_json: bool) -> 
         now = journal.store.now()
         url = journal.url
     escalated = any(p.next_action is intentlog.Action.ESCALATE for p in pending)
-    needs_person = escalated or any(t.outlook and not t.outlook.automatic for t in tasks)
+    awaiting = any(p.next_action is intentlog.Action.APPROVE for p in pending)
+    needs_person = (
+        escalated or awaiting or any(t.outlook and not t.outlook.automatic for t in tasks)
+    )
     automation = bool(pending) or any(t.outlook and t.outlook.automatic for t in tasks)
     code = EXIT_PERSON if needs_person else EXIT_AUTOMATION if automation else EXIT_OK
     _exit_on_closed_pipe(ctx, code)
@@ -287,7 +293,11 @@ def status(ctx: click.Context, unclaimed_after: float | None, as_json: bool) -> 
         states = {p.state for p in pending if p.next_action is intentlog.Action.ESCALATE}
         which = "UNRESOLVED" if states == {intentlog.State.UNRESOLVED} else "ESCALATE"
         steps.append((f"resolve the {which} operations", command))
-    if any(t.outlook and not t.outlook.automatic and t.next_action is not intentlog.Action.ESCALATE
+    if awaiting:
+        command = cli_command(url, "approve", "KEY") + "   (or: deny KEY)"
+        steps.append(("approve or deny the operations waiting for approval", command))
+    if any(t.outlook and not t.outlook.automatic
+           and t.next_action not in (intentlog.Action.ESCALATE, intentlog.Action.APPROVE)
            for t in tasks):  # fmt: skip
         command = cli_command(url, "complete", "TASK") + "   (or: cancel TASK)"
         steps.append(("complete or cancel the tasks nothing will finish", command))
@@ -348,6 +358,7 @@ def show(ctx: click.Context, task_id: str, as_json: bool) -> None:
         _pick(op, *_OP_FIELDS, *_OP_TIMES)
         | {"kind": report.kind_of(op), "args": op.args, "args_stored": op.args is not None}
         | {"fingerprint": op.fingerprint}
+        | {"approval": report.approval_of(op)}
         | next_of(op)
         | {"resolutions": [_pick(r, *_RESOLUTION_FIELDS) for r in resolutions[op.key]]}
         for op in info.operations
@@ -377,6 +388,8 @@ def show(ctx: click.Context, task_id: str, as_json: bool) -> None:
         rows += [("state", op["state"]), ("next", nxt)]
         if op["next_reason"]:
             rows.append(("why", op["next_reason"]))
+        if op["approval"] is not None:
+            rows.append(("approval", report.approval_text(op["approval"])))
         rows += [("runs", str(op["attempts"])), ("args", report.args_text(op))]
         rows += [(name, _compact(op[name]) if name in ("receipt", "error") else
                   op[name] or "-") for name in ("receipt", "error", "note")]  # fmt: skip
@@ -1013,6 +1026,17 @@ def _add_backup() -> None:
 
 
 _add_backup()
+
+
+def _add_approvals() -> None:
+    # Its own module (intentlog._cli_approve), over the journal as this module opens it.
+    from intentlog._cli_approve import approval_commands
+
+    for command in approval_commands(_open, (_db_option, _json_option)):
+        cli.add_command(command)
+
+
+_add_approvals()
 
 
 def main(argv: Sequence[str] | None = None) -> None:

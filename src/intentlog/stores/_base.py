@@ -26,7 +26,7 @@ from typing import Any
 
 from intentlog._errors import LeaseLost
 from intentlog._keys import json_encoder
-from intentlog._model import Operation, Policy, State, TaskRecord
+from intentlog._model import Approval, Operation, Policy, State, TaskRecord
 
 __all__ = [
     "OP_COLUMNS",
@@ -69,6 +69,7 @@ OP_COLUMNS = (
     "locks_in_flight",
     "service",
     "receipt_fields",
+    "approval",
 )
 _POLICY_COLUMNS = frozenset(
     ("can_reconcile", "idempotent", "key_retention", "timeout", "lookup_lag",
@@ -181,6 +182,7 @@ def op_to_row(op: Operation, version: int) -> dict[str, Any]:
         "locks_in_flight": int(op.policy.locks_in_flight),
         "service": op.policy.service,
         "receipt_fields": _fields_text(op.policy.receipt_fields),
+        "approval": _approval_text(op.approval),
     }
     for name in _JSON_FIELDS:
         value = getattr(op, name)
@@ -219,6 +221,37 @@ def op_values(op: Operation, version: int) -> tuple[Any, ...]:
         int(policy.locks_in_flight),
         policy.service,
         _fields_text(policy.receipt_fields),
+        _approval_text(op.approval),
+    )
+
+
+def _approval_text(approval: Approval | None) -> str | None:
+    # Keys in a fixed order, so that the same approval is always the same text (PostgreSQL's
+    # retried insert compares a stored row with the one it meant to write).
+    if approval is None:
+        return None
+    return _dumps(
+        {
+            "status": approval.status,
+            "fingerprint": approval.fingerprint,
+            "actor": approval.actor,
+            "at": approval.at,
+            "reason": approval.reason,
+        }
+    )
+
+
+def _approval_of(text: str | None) -> Approval | None:
+    # NULL: an effect without approval, or a row written before the column existed.
+    if text is None:
+        return None
+    data = json.loads(text)
+    return Approval(
+        status=data["status"],
+        fingerprint=data["fingerprint"],
+        actor=data.get("actor"),
+        at=data.get("at"),
+        reason=data.get("reason"),
     )
 
 
@@ -262,6 +295,7 @@ def op_from_row(row: Any) -> Operation:
         submitted_by=row["submitted_by"],
         lookup_failures=row["lookup_failures"],
         note=row["note"],
+        approval=_approval_of(row["approval"]),
         **json_values,
     )
 

@@ -52,7 +52,7 @@ from intentlog.stores._plan import TRANSACTION, Ops, Plan, Q, runs
 
 __all__ = ["DEFAULT_SCHEMA", "SCHEMA_VERSION", "PostgresPlans", "parse_url"]
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 DEFAULT_SCHEMA = "intentlog"
 LOCK_KEY = 0x494C4F47  # "ILOG": with the schema name's hash, the migration advisory lock
 URL_OPTIONS = ("schema", "pool_max_size")  # ours: stripped before libpq sees the URL
@@ -147,6 +147,12 @@ MIGRATIONS: tuple[str, ...] = (
     # No index mentions it, so the receipt write stays a HOT update.
     """
     ALTER TABLE {s}.operations ADD COLUMN receipt_fields TEXT
+    """,
+    # 7: a person's approval of an operation's first send (JSON: its status, the argument
+    # fingerprint it is bound to, who, when, why); NULL for an effect that needs none and
+    # for every older operation. No index mentions it: the receipt write stays a HOT update.
+    """
+    ALTER TABLE {s}.operations ADD COLUMN approval TEXT
     """,
 )
 assert len(MIGRATIONS) == SCHEMA_VERSION

@@ -49,7 +49,7 @@ from intentlog.stores._sqlite_exec import APPLICATION_ID, SQLiteExecutor
 
 __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "SQLitePlans", "SQLiteStore"]
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 # Each entry migrates from version index to index + 1. Append only; never edit a released one.
 _MIGRATIONS: tuple[str, ...] = (
     """
@@ -222,6 +222,12 @@ _MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX tasks_live ON tasks (seq) WHERE completed = 0 OR unsettled = 1;
     CREATE INDEX operations_unresolved ON operations (task_id) WHERE state = 'UNRESOLVED';
     CREATE INDEX operations_failed ON operations (state) WHERE state = 'FAILED'
+    """,
+    # 8: a person's approval of an operation's first send (JSON: its status, the argument
+    # fingerprint it is bound to, who, when, why); NULL for an effect that needs none and
+    # for every older operation
+    """
+    ALTER TABLE operations ADD COLUMN approval TEXT
     """,
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION
