@@ -26,13 +26,16 @@ from langchain_core.tools import InjectedToolArg, tool
 
 import framework_agents  # tests/ is on sys.path (conftest.py)
 import intentlog
+from intentlog.integrations.kernel import Attempt
+from intentlog.integrations.langgraph import graph_step
 from intentlog.testing import ReferenceService
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent
 AGENTS = HERE / "framework_agents.py"
-# The key of task order-1, effect pay, arguments {"amount": 500, "to": "bob"}: the same whatever
-# the framework, since it is derived from the task id, the effect name and the arguments.
+# The key of task order-1, effect pay, arguments {"amount": 500, "to": "bob"} where it is derived
+# from the task id, the effect name and the arguments (run_effect in a step, a tool outside a graph
+# step). A tool call in a framework's step is keyed by its position in the step instead.
 KEY = "pay-c7841d6843fe21cc4e51a89e2e06414b"
 
 
@@ -83,9 +86,17 @@ def lookup_service(tmp_path: Path) -> Iterator[ReferenceService]:
 
 def the_payment(service: ReferenceService) -> str:
     applied = service.applied()
-    assert list(applied) == [KEY], applied  # the key the service saw is the journal's key
-    (payment_id,) = applied[KEY]  # applied exactly once
+    key = journal_key(service)
+    assert list(applied) == [key], applied  # the key the service saw is the journal's key
+    (payment_id,) = applied[key]  # applied exactly once
     return payment_id
+
+
+def journal_key(service: ReferenceService) -> str:
+    """The key of task order-1's one operation, in the journal beside the service's file."""
+    with intentlog.open(Path(str(service._db_path)).parent / "journal.db") as journal:
+        (op,) = journal.operations("order-1")
+        return op.key
 
 
 def op_state(tmp_path: Path) -> intentlog.State:
@@ -329,7 +340,8 @@ def test_langchain_tool_and_effect_targets(
     assert set(wrapped.tool_call_schema.model_json_schema()["properties"]) == {"amount", "to"}
     config: Any = {"configurable": {"thread_id": "order-1"}}
     receipt = wrapped.invoke({"amount": 500, "to": "bob"}, config)
-    assert receipt["key"] == KEY  # the default derivation: task id, tool name, arguments
+    # Outside a graph step: the first pay of the thread's (empty) step scope.
+    assert receipt["key"] == Attempt("order-1", graph_step(config)).key("pay", 1)
 
     class Payment(BaseModel):
         amount: int

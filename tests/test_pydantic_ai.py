@@ -33,6 +33,7 @@ import pytest
 
 import intentlog
 from conftest import PG_URL, need_postgres, with_query
+from intentlog.integrations.kernel import Attempt
 from intentlog.testing import ReferenceService
 
 HERE = Path(__file__).parent
@@ -386,8 +387,8 @@ def test_an_effect_as_the_tool_and_bad_declarations(
     assert set(tool.function_schema.json_schema["properties"]) == {"amount", "to"}
     call = {"amount": 500, "to": "bob"}
     (answer,) = returns(run(Agent(paying_model(("c1", call)), tools=[tool]), "p", run_id="order-1"))
-    # The same operation as a function tool's: key from task, effect name and arguments.
-    assert json.loads(answer)["key"] == "pay-c7841d6843fe21cc4e51a89e2e06414b"
+    # The same operation as a function tool's: the first pay of the run (its position 1).
+    assert json.loads(answer)["key"] == Attempt("order-1", "run").key("pay", 1)
     with pytest.raises(intentlog.InvalidInput, match="already declares"):
         durable_tool(journal, effect, timeout=3)
     with pytest.raises(intentlog.InvalidInput, match="no 'idempotency_key' parameter"):

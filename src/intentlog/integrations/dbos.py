@@ -8,7 +8,7 @@ inside the step runs ``task.run(effect, ...)`` in the task named by the workflow
 resend of the same key where the service deduplicates it; never a blind second send.
 
 Steps of one workflow that run concurrently share one leased handle of the workflow's task and
-take turns on it (see :class:`intentlog.integrations.langgraph.TaskHandles`). With DBOS step
+take turns on it (see :class:`intentlog.integrations.kernel.TaskHandles`). With DBOS step
 retries (``@DBOS.step(retries_allowed=True)``) a retried step goes through the journal too: an
 ambiguous failure is settled, not resent blindly. Let ``intentlog.OutcomeUnknown`` fail the
 workflow: it needs a person (``intentlog resolve``), not another attempt.
@@ -23,7 +23,7 @@ from intentlog._effect import Effect
 from intentlog._errors import InvalidInput
 from intentlog._journal import Journal
 from intentlog._model import JSON
-from intentlog.integrations.langgraph import handles, need
+from intentlog.integrations.kernel import handles, need
 
 __all__ = ["run_effect", "workflow_task_id"]
 

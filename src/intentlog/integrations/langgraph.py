@@ -2,9 +2,10 @@
 
 ``durable_tool(journal, tool)`` returns a LangChain tool with the name, description and model-facing
 argument schema of ``tool``. Each call is an operation of the task named by the LangGraph thread
-(``config["configurable"]["thread_id"]``): its key is derived from the thread id, the tool name and
-the canonical JSON of the arguments, and is handed to the tool as its idempotency key. With a
-checkpointer that resumes the thread, this guarantees:
+(``config["configurable"]["thread_id"]``); which operation a call is follows the rule of
+:mod:`intentlog.integrations.kernel` (the same arguments are the same call in the thread; a call
+with other arguments takes the next position of the tool in its graph step), and its key is handed
+to the tool as its idempotency key. With a checkpointer that resumes the thread, this guarantees:
 
 - the call's intent is durable before the tool's side effect starts, and its receipt is durable
   before the tool returns it (the receipt is what the model sees as the tool message);
@@ -21,37 +22,41 @@ checkpointer that resumes the thread, this guarantees:
 
 Concurrency: ToolNode runs the calls of one model turn in parallel threads. One task admits one
 writer (its lease), so the calls of one thread share one leased handle and take turns on it (see
-:class:`TaskHandles`); calls of different threads run in parallel. The framework-neutral pieces at
-the end of this module are shared by the other framework integrations.
+:class:`intentlog.integrations.kernel.TaskHandles`); calls of different threads run in parallel.
 """
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import importlib.util
 import inspect
-import threading
-import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from intentlog._async import AsyncJournal
 from intentlog._effect import Effect, ReceiptSelector, Reconcile, Seconds
-from intentlog._errors import InvalidInput, LeaseLost, Rejected, install_hint
+from intentlog._errors import InvalidInput, Rejected
 from intentlog._journal import Journal
-from intentlog._model import JSON, State
+from intentlog._model import JSON
 from intentlog._service import Retention
-from intentlog._task import Task
+from intentlog.integrations.kernel import (
+    KEY_ARG,
+    AlreadyDone,
+    ToolOptions,
+    ToolSpec,
+    attempt,
+    call_tool,
+    check_key_use,
+    handles,
+    need,
+    sync_journal,
+    takes_key,
+    tool_effect,
+)
 
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
     from langchain_core.tools import BaseTool
 
-__all__ = ["KEY_ARG", "TaskHandles", "durable_tool", "handles", "run_effect", "thread_task_id"]
-
-KEY_ARG = "idempotency_key"
-"""The parameter through which a wrapped tool or function receives the operation key."""
+__all__ = ["durable_tool", "graph_step", "run_effect", "thread_task_id"]
 
 
 def durable_tool(
@@ -88,7 +93,7 @@ def durable_tool(
     from langchain_core.tools import BaseTool, StructuredTool, ToolException
 
     sync = sync_journal(journal)
-    options = effect_options(idempotent, key_retention, reconcile, timeout, lookup_lag, receipt)
+    options = ToolOptions(idempotent, key_retention, reconcile, timeout, lookup_lag, receipt)
     if isinstance(tool, Effect):
         spec = _from_effect(tool, name, description, args_schema, options)
     elif isinstance(tool, BaseTool):
@@ -104,13 +109,18 @@ def durable_tool(
 
     def invoke(config: RunnableConfig, **kwargs: Any) -> Any:
         args = _json_args(spec.schema, kwargs)
+        task_id = name_task(config)
+        # The checkpoint replays a step's tool calls word for word; a step asked anew (a retried
+        # model node) is another step, so the step is the scope of a tool's positions.
+        scope = attempt(sync, task_id, graph_step(config))
         try:
-            with tasks.task(name_task(config)) as task:
-                return spec.run(task, args)
+            with tasks.task(task_id) as task:
+                result = call_tool(task, spec, args, scope)
         except Rejected as exc:
             if not rejected_to_model:
                 raise
             raise ToolException(f"{spec.name} was rejected by the service: {exc}") from exc
+        return result.text if isinstance(result, AlreadyDone) else result
 
     def rejected_only(error: ToolException) -> str:
         if isinstance(error.__cause__, Rejected):
@@ -164,12 +174,19 @@ def thread_task_id(config: RunnableConfig) -> str:
     return str(thread)
 
 
+def graph_step(config: RunnableConfig) -> str:
+    """The scope of a tool call: the graph step that runs it (its checkpoint namespace and step
+    number), so a later step's calls start from position 1 and a replayed step finds its own."""
+    metadata = config.get("metadata") or {}
+    return f"{metadata.get('langgraph_checkpoint_ns', '')}#{metadata.get('langgraph_step', '')}"
+
+
 def _from_function(
     fn: Callable[..., Any],
     name: str | None,
     description: str | None,
     schema: Any,
-    options: dict[str, Any],
+    options: ToolOptions,
     key_arg: str,
 ) -> ToolSpec:
     tool_name: str = name or str(getattr(fn, "__name__", ""))
@@ -197,7 +214,7 @@ def _from_tool(
     name: str | None,
     description: str | None,
     schema: Any,
-    options: dict[str, Any],
+    options: ToolOptions,
     key_arg: str,
 ) -> ToolSpec:
     if tool.response_format != "content":
@@ -224,11 +241,12 @@ def _from_tool(
 
 
 def _from_effect(
-    effect: Effect, name: str | None, description: str | None, schema: Any, options: dict[str, Any]
+    effect: Effect, name: str | None, description: str | None, schema: Any, options: ToolOptions
 ) -> ToolSpec:
-    if options:
+    if options.given():
+        declared = ", ".join(sorted(options.given()))
         raise InvalidInput(
-            f"effect {effect.name!r} already declares {', '.join(sorted(options))}: set them on "
+            f"effect {effect.name!r} already declares {declared}: set them on "
             "the Effect, not on durable_tool"
         )
     params = list(inspect.signature(effect.submit).parameters.values())
@@ -252,176 +270,3 @@ def _json_args(schema: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
         dumped: dict[str, Any] = schema.model_validate(kwargs).model_dump(mode="json")
         return dumped
     return dict(kwargs)
-
-
-# -- framework-neutral pieces, shared by the other framework integrations ----------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class ToolSpec:
-    """A tool as the journal sees it: ``spread`` runs ``task.run(effect, **args)`` (a user's
-    Effect), otherwise ``task.run(effect, args)`` (a :class:`ToolEffect`)."""
-
-    name: str
-    description: str
-    schema: Any
-    effect: Effect
-    spread: bool
-
-    def run(self, task: Task, args: dict[str, Any]) -> JSON:
-        if not self.spread:
-            return task.run(self.effect, args)
-        if "key" in args:
-            raise InvalidInput(
-                f"effect {self.effect.name!r}: an argument named 'key' clashes with task.run's "
-                "key=; rename it"
-            )
-        return task.run(self.effect, **args)
-
-
-class ToolEffect(Effect):
-    """An Effect called with one JSON object of arguments: ``task.run(effect, args)``, submitted
-    as ``submit(key, args)``. Key and fingerprint are those that ``task.run`` derives from the
-    arguments themselves (task id, effect name, canonical JSON of ``args``), and an argument may
-    be named ``key``."""
-
-    def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-        if kwargs or len(args) != 1 or not isinstance(args[0], dict):
-            raise InvalidInput(f"effect {self.name!r} is run as task.run(effect, args_dict)")
-        return dict(args[0])
-
-
-def tool_effect(
-    name: str, call: Callable[[str, dict[str, Any]], Any], options: dict[str, Any]
-) -> ToolEffect:
-    """The effect behind a tool: ``call(key, args)`` performs it."""
-    return ToolEffect(name, call, **options)
-
-
-def effect_options(
-    idempotent: bool | None,
-    key_retention: Seconds | Retention | None,
-    reconcile: Reconcile | None,
-    timeout: Seconds | None,
-    lookup_lag: Seconds | None,
-    receipt: ReceiptSelector | None,
-) -> dict[str, Any]:
-    """The effect options that were given (None means not given)."""
-    given = {
-        "idempotent": idempotent,
-        "key_retention": key_retention,
-        "reconcile": reconcile,
-        "timeout": timeout,
-        "lookup_lag": lookup_lag,
-        "receipt": receipt,
-    }
-    return {option: value for option, value in given.items() if value is not None}
-
-
-def takes_key(fn: Callable[..., Any], key_arg: str) -> bool:
-    """Whether ``fn`` has a parameter ``key_arg`` that can be passed by name."""
-    try:
-        param = inspect.signature(fn).parameters.get(key_arg)
-    except (TypeError, ValueError):
-        return False
-    return param is not None and param.kind in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY)
-
-
-def check_key_use(name: str, has_key: bool, key_arg: str, options: dict[str, Any]) -> None:
-    """Refuse a deduplicating or reconcilable declaration for a tool that never sees the key."""
-    if not has_key and (options.get("idempotent") or options.get("reconcile")):
-        raise InvalidInput(
-            f"tool {name!r}: idempotent=True and reconcile= need the service to know the "
-            f"operation key, but the tool has no {key_arg!r} parameter to receive it"
-        )
-
-
-def need(module: str, extra: str) -> None:
-    """Raise ImportError with the install command if the framework ``module`` is missing."""
-    if importlib.util.find_spec(module) is None:
-        raise ImportError(f"{module} is not installed: {install_hint(extra)}")
-
-
-def sync_journal(journal: Journal | AsyncJournal) -> Journal:
-    """The synchronous journal behind ``journal`` (tools run it in a worker thread)."""
-    if isinstance(journal, AsyncJournal):
-        return journal.sync_journal()
-    if not isinstance(journal, Journal):
-        raise InvalidInput(f"expected an intentlog Journal or AsyncJournal, got {journal!r}")
-    return journal
-
-
-@dataclasses.dataclass(eq=False)
-class _Entry:
-    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
-    users: int = 0
-    task: Task | None = None
-
-
-class TaskHandles:
-    """One leased handle per task id, shared by the concurrent calls of that task in a process.
-
-    A task has one writer at a time (its lease) and a handle serves one thread at a time, so calls
-    of one task take turns here, on a lock rather than by polling the lease (which would give up
-    with TaskBusy behind a slow effect); calls of different tasks run in parallel. The first call
-    leases the task and the last concurrent one releases it, so no lease is held while the agent
-    thinks. When it releases, it marks the task complete if every operation is CONFIRMED or FAILED,
-    so an idle thread is not reported as unfinished work (``intentlog status``) and ``intentlog gc``
-    may collect it; a later call on the same task records its operations as before.
-    """
-
-    def __init__(self, journal: Journal) -> None:
-        self._journal = weakref.ref(journal)
-        self._lock = threading.Lock()
-        self._entries: dict[str, _Entry] = {}
-
-    @contextlib.contextmanager
-    def task(self, task_id: str) -> Iterator[Task]:
-        """The task's leased handle, for this thread until the block ends."""
-        with self._lock:
-            entry = self._entries.setdefault(task_id, _Entry())
-            entry.users += 1
-        try:
-            with entry.lock:
-                if entry.task is None:
-                    journal = self._journal()
-                    if journal is None:
-                        raise InvalidInput("the journal of these durable tools is gone")
-                    entry.task = journal.task(task_id)
-                try:
-                    yield entry.task
-                except LeaseLost:
-                    lost, entry.task = entry.task, None
-                    lost.close()  # fenced off for good; the next call leases the task again
-                    raise
-        finally:
-            with self._lock:
-                entry.users -= 1
-                idle = entry.users == 0
-                if idle:
-                    del self._entries[task_id]
-            if idle and entry.task is not None:
-                _release(entry.task)
-
-
-def _release(task: Task) -> None:
-    with contextlib.suppress(LeaseLost):  # taken over: nothing of ours is left to release
-        settled = all(op.state in (State.CONFIRMED, State.FAILED) for op in task.operations())
-        if settled:
-            task.complete()
-            return
-    task.close()
-
-
-_registry: weakref.WeakKeyDictionary[Journal, TaskHandles] = weakref.WeakKeyDictionary()
-_registry_lock = threading.Lock()
-
-
-def handles(journal: Journal | AsyncJournal) -> TaskHandles:
-    """The process-wide :class:`TaskHandles` of a journal, shared by all its durable tools."""
-    sync = sync_journal(journal)
-    with _registry_lock:
-        found = _registry.get(sync)
-        if found is None:
-            found = _registry[sync] = TaskHandles(sync)
-        return found

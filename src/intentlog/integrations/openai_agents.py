@@ -34,16 +34,17 @@ from typing import TYPE_CHECKING, Any
 
 from intentlog._async import AsyncJournal
 from intentlog._effect import Effect, ReceiptSelector, Reconcile, Seconds
-from intentlog._errors import InvalidInput, Rejected
+from intentlog._errors import InvalidInput
 from intentlog._journal import Journal
-from intentlog._model import JSON
 from intentlog._service import Retention
-from intentlog.integrations.langgraph import (
+from intentlog.integrations.kernel import (
     KEY_ARG,
+    ToolOptions,
     ToolSpec,
+    attempt,
     check_key_use,
-    effect_options,
     handles,
+    invoke,
     need,
     sync_journal,
     takes_key,
@@ -88,11 +89,12 @@ def durable_function_tool(
     from agents import FunctionTool
 
     sync = sync_journal(journal)
-    options = effect_options(idempotent, key_retention, reconcile, timeout, lookup_lag, receipt)
+    options = ToolOptions(idempotent, key_retention, reconcile, timeout, lookup_lag, receipt)
     if isinstance(fn, Effect):
-        if options:
+        if options.given():
+            declared = ", ".join(sorted(options.given()))
             raise InvalidInput(
-                f"effect {fn.name!r} already declares {', '.join(sorted(options))}: set them on "
+                f"effect {fn.name!r} already declares {declared}: set them on "
                 "the Effect, not on durable_function_tool"
             )
         tool_name = name or fn.name
@@ -129,16 +131,20 @@ def durable_function_tool(
         except ValueError as exc:  # pydantic's ValidationError: nothing was recorded or sent
             return f"invalid arguments for {spec.name}: {exc}"
 
-        def run() -> JSON:
-            with tasks.task(the_task) as task:
-                return spec.run(task, args)
-
-        try:
-            result = await asyncio.to_thread(run)
-        except Rejected as exc:
-            if not rejected_to_model:
-                raise
-            return f"{spec.name} was rejected by the service: {exc}"
+        # A run started again asks the model again, which may word the same call otherwise: the
+        # task is the scope of the tool's positions, and the run's usage counter (one object per
+        # run) tells a run started again in this process from the calls of one run.
+        scope = attempt(sync, the_task, "run", ctx.usage)
+        result = await asyncio.to_thread(
+            invoke,
+            tasks,
+            the_task,
+            spec,
+            args,
+            scope=scope,
+            rejected_to_model=rejected_to_model,
+            unresolved_to_model=False,  # OutcomeUnknown fails the run (see the module docstring)
+        )
         return result if isinstance(result, str) else json.dumps(result)
 
     return FunctionTool(

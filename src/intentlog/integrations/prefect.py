@@ -37,7 +37,7 @@ from intentlog._effect import Effect
 from intentlog._errors import InvalidInput, KeyConflict, OutcomeUnknown, Rejected
 from intentlog._journal import Journal
 from intentlog._model import JSON
-from intentlog.integrations.langgraph import handles, need
+from intentlog.integrations.kernel import handles, need
 
 __all__ = ["FINAL_ERRORS", "flow_task_id", "retry_condition", "run_effect"]
 

@@ -35,7 +35,7 @@ it and a run without one stops.
 
 The tool is async; it runs the synchronous journal in a worker thread, so the event loop is never
 blocked, and concurrent calls of one task share one leased handle and take turns on it (see
-:class:`intentlog.integrations.langgraph.TaskHandles`).
+:class:`intentlog.integrations.kernel.TaskHandles`).
 
 Why the durable backends need this: DBOS does not wrap function tools in steps at all, so a
 recovered workflow runs the tool again (https://ai.pydantic.dev/durable_execution/dbos/); Temporal
@@ -61,29 +61,29 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from intentlog._async import AsyncJournal
 from intentlog._effect import Effect, ReceiptSelector, Reconcile, Seconds
-from intentlog._errors import InvalidInput, OutcomeUnknown, Rejected
+from intentlog._errors import InvalidInput
 from intentlog._journal import Journal
 from intentlog._keys import canonical_json, derive_key
-from intentlog._model import JSON
 from intentlog._service import Retention
-from intentlog.integrations.langgraph import (
+from intentlog.integrations.kernel import (
     KEY_ARG,
+    UNRESOLVED_PREFIX,
+    ToolOptions,
+    ToolSpec,
+    attempt,
     check_key_use,
-    effect_options,
     handles,
     need,
     sync_journal,
     takes_key,
     tool_effect,
 )
+from intentlog.integrations.kernel import invoke as kernel_invoke
 
 if TYPE_CHECKING:
     from pydantic_ai import RunContext, Tool
 
 __all__ = ["UNRESOLVED_PREFIX", "durable_tool", "run_task_id"]
-
-UNRESOLVED_PREFIX = "UNRESOLVED"
-"""The first word of the tool's answer when the outcome of a call is unknown."""
 
 
 def durable_tool(
@@ -120,12 +120,13 @@ def durable_tool(
     if key_from not in ("arguments", "tool_call"):
         raise InvalidInput(f"key_from must be 'arguments' or 'tool_call', got {key_from!r}")
     sync = sync_journal(journal)
-    options = effect_options(idempotent, key_retention, reconcile, timeout, lookup_lag, receipt)
+    options = ToolOptions(idempotent, key_retention, reconcile, timeout, lookup_lag, receipt)
     spread = isinstance(fn, Effect)
     if isinstance(fn, Effect):
-        if options:
+        if options.given():
+            declared = ", ".join(sorted(options.given()))
             raise InvalidInput(
-                f"effect {fn.name!r} already declares {', '.join(sorted(options))}: set them on "
+                f"effect {fn.name!r} already declares {declared}: set them on "
                 "the Effect, not on durable_tool"
             )
         effect: Effect = fn
@@ -164,29 +165,38 @@ def durable_tool(
     name_task = task_id or run_task_id
     tasks = handles(sync)
 
+    spec = ToolSpec(tool_name, description or "", None, effect, spread=spread)
+
     async def invoke(ctx: RunContext[Any], **kwargs: Any) -> Any:
         from pydantic_core import to_jsonable_python
 
         the_task = name_task(ctx)
         args: dict[str, Any] = to_jsonable_python(kwargs)
-        key = _tool_call_key(the_task, tool_name, ctx) if key_from == "tool_call" else None
-
-        def run() -> JSON:
-            with tasks.task(the_task) as task:
-                if spread:
-                    return task.run(effect, key=key, **args)
-                return task.run(effect, args, key=key)
-
-        try:
-            return await asyncio.to_thread(run)
-        except Rejected as exc:
-            if not rejected_to_model:
-                raise
-            return f"{tool_name} was rejected by the service (not applied): {exc}"
-        except OutcomeUnknown as exc:
-            if not unresolved_to_model:
-                raise
-            return unresolved_answer(tool_name, exc)
+        if key_from == "tool_call":
+            return await asyncio.to_thread(
+                kernel_invoke,
+                tasks,
+                the_task,
+                spec,
+                args,
+                key=_tool_call_key(the_task, tool_name, ctx),
+                rejected_to_model=rejected_to_model,
+                unresolved_to_model=unresolved_to_model,
+            )
+        # A re-run asks the model again, which may word the same call otherwise: the run is
+        # the scope of the tool's positions, and its usage counter (one object per run) tells
+        # a run started again in this process from the calls of one run.
+        scope = attempt(sync, the_task, "run", ctx.usage)
+        return await asyncio.to_thread(
+            kernel_invoke,
+            tasks,
+            the_task,
+            spec,
+            args,
+            scope=scope,
+            rejected_to_model=rejected_to_model,
+            unresolved_to_model=unresolved_to_model,
+        )
 
     invoke.__signature__ = visible.__signature__  # type: ignore[attr-defined]
     invoke.__annotations__ = visible.__annotations__
@@ -221,18 +231,6 @@ def run_task_id(ctx: RunContext[Any]) -> str:
             "(agent.run(prompt, run_id='order-42')), or task_id= to durable_tool"
         )
     return run_id
-
-
-def unresolved_answer(tool_name: str, exc: OutcomeUnknown) -> str:
-    """What the model reads when a call's outcome is unknown: not a failure it may retry."""
-    key = exc.key or "?"
-    return (
-        f"{UNRESOLVED_PREFIX}: the {tool_name} call may or may not have been applied by the "
-        f"service, and nothing can tell which (operation key {key}). Do NOT call {tool_name} "
-        "again for this and do not try another way to do it: a person has to check the service "
-        f"and settle it (intentlog resolve {key} --confirmed/--failed). Tell the user it is "
-        "waiting for that review."
-    )
 
 
 def _tool_call_key(task_id: str, tool_name: str, ctx: RunContext[Any]) -> str:

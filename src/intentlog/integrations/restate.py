@@ -36,7 +36,7 @@ second send. What each intentlog outcome becomes in Restate:
 The block runs the synchronous journal in a worker thread (the SDK runs a synchronous block in
 its executor), so the event loop is never blocked. Blocks of one invocation that run
 concurrently share one leased handle of its task and take turns on it (see
-:class:`intentlog.integrations.langgraph.TaskHandles`).
+:class:`intentlog.integrations.kernel.TaskHandles`).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ from intentlog._errors import (
 )
 from intentlog._journal import Journal
 from intentlog._model import JSON
-from intentlog.integrations.langgraph import handles, need
+from intentlog.integrations.kernel import handles, need
 
 if TYPE_CHECKING:
     import restate

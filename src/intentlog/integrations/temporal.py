@@ -70,7 +70,7 @@ from intentlog._errors import (
 from intentlog._journal import Journal
 from intentlog._model import JSON
 from intentlog._open import cli_command
-from intentlog.integrations.langgraph import handles, need, sync_journal
+from intentlog.integrations.kernel import handles, need, sync_journal
 
 __all__ = [
     "NON_RETRYABLE",
