@@ -10,12 +10,15 @@ one session each. VARIANT is ``journaled`` (the tool is ``intentlog.integrations
 durable_tool``, journal at ``INTENTLOG_URL``) or ``plain`` (the same tool as an ADK function tool
 without intentlog, a fresh key per call). The first run of a session sends "pay bob 500"; a later
 run resumes the session's last invocation, as ADK's Resume does
-(``runner.run_async(..., invocation_id=...)``).
+(``runner.run_async(..., invocation_id=...)``), or, where that invocation ended with the model's
+answer, asks "pay bob 500" again in a new invocation of the session, as its user would.
 
 The model is scripted (a ``BaseLlm`` of our own, no network). SCENARIO ``pay``: it asks for
 ``pay(amount=500, to="bob")``, then answers with what the tool returned. SCENARIO ``rewrite``: the
 app has ADK's ``ReflectAndRetryToolPlugin``; when a pay call failed and the plugin asks it not to
-repeat the exact same call, the model asks again with rewritten arguments (``to="Bob"``).
+repeat the exact same call, the model asks again once, with rewritten arguments (``to="Bob"``);
+the journaled tool raises ``OutcomeUnknown`` there (``unresolved_to_model=False``), so that the
+plugin sees the failure.
 
 ``PAY_THEN_DIE=1`` kills the process with SIGKILL once every run's payment was applied by its
 service and answered, before any tool returned (inside ``task.run``, before the receipt is
@@ -78,9 +81,20 @@ def scripted_model(scenario: str) -> Any:
         ) -> AsyncGenerator[LlmResponse, None]:
             last = llm_request.contents[-1].parts or []
             answers = [p.function_response.response for p in last if p.function_response]
+            retries = [
+                part
+                for content in llm_request.contents
+                for part in content.parts or []
+                if part.function_response
+                and part.function_response.response.get("response_type") == RETRY_RESPONSE
+            ]
             if not answers:
                 yield call(CALL)
-            elif scenario == "rewrite" and answers[-1].get("response_type") == RETRY_RESPONSE:
+            elif (
+                scenario == "rewrite"
+                and len(retries) == 1
+                and answers[-1] is retries[0].function_response.response
+            ):
                 yield call(REWRITTEN)  # "Do not repeat the exact same call."
             else:
                 text = types.Part(text=f"tool said: {json.dumps(answers[-1], sort_keys=True)}")
@@ -128,6 +142,8 @@ def pay_tool(journal: intentlog.Journal, run: dict[str, str], dying: Dying) -> A
         key_retention=charge.key_retention,
         reconcile=charge.reconcile,
         timeout=charge.timeout,
+        # Rewrite: an unknown outcome fails the call, which the retry plugin hands to the model.
+        unresolved_to_model=run["scenario"] != "rewrite",
     )
 
 
@@ -143,7 +159,11 @@ async def run_one(
     agent = LlmAgent(
         name="payer", model=scripted_model(run["scenario"]), tools=[pay_tool(journal, run, dying)]
     )
-    plugins = [ReflectAndRetryToolPlugin(max_retries=1)] if run["scenario"] == "rewrite" else []
+    plugins = []
+    if run["scenario"] == "rewrite":  # one retry; past it the model is told, not raised at
+        plugins = [
+            ReflectAndRetryToolPlugin(max_retries=1, throw_exception_if_retry_exceeded=False)
+        ]
     app = App(
         name=run["name"],
         root_agent=agent,
@@ -152,10 +172,13 @@ async def run_one(
     )
     runner = Runner(app=app, session_service=sessions)
     session = await sessions.get_session(app_name=run["name"], user_id=USER, session_id=SESSION)
+    ask = types.Content(role="user", parts=[types.Part(text="pay bob 500")])
     message, invocation = None, None
     if session is None:
         await sessions.create_session(app_name=run["name"], user_id=USER, session_id=SESSION)
-        message = types.Content(role="user", parts=[types.Part(text="pay bob 500")])
+        message = ask
+    elif session.events[-1].author == "payer" and session.events[-1].is_final_response():
+        message = ask  # the invocation ended with the model's answer: the user asks again
     else:
         invocation = session.events[-1].invocation_id  # ADK's Resume: the stopped invocation
     error = None

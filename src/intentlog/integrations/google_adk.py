@@ -20,7 +20,9 @@ confirmed). Each call is an operation of the session's task:
   ``ReflectAndRetryToolPlugin`` handed the error to the model ("Do not repeat the exact same
   call"): the model's rewritten call is then matched to the positions of the failed attempt, so an
   action that was applied (or may have been) is not sent again: the model reads an
-  ``ALREADY DONE`` answer naming it. A process started again begins a fresh attempt too.
+  ``ALREADY DONE`` answer naming it. An error event ADK recorded in the invocation (an agent
+  node that failed, retried by its ``retry_config`` or resumed) starts a new attempt as well, and
+  so does a process started again.
 
 Guarantees: the intent is durable before ``fn`` starts and the receipt before the tool returns it
 (the receipt is what the model reads). The same call after a crash and a Resume gets the recorded
@@ -29,15 +31,15 @@ blind second send. ADK's Resume page says what it does alone: "the Resume featur
 Tools in an agent are run at least once, and may run more than once when resuming a workflow"
 (https://google.github.io/adk-docs/runtime/resume/).
 
-An outcome nothing can settle (UNRESOLVED): in a resumable app (``ResumabilityConfig(
-is_resumable=True)``) the tool raises ``intentlog.OutcomeUnknown``, so the invocation stops where
-ADK's Resume continues it: once a person settled it (``intentlog resolve KEY``), resuming the
-invocation runs the call again and it gets the resolved receipt without a send. In an app that
-cannot resume, the model reads :data:`~intentlog.integrations.kernel.UNRESOLVED_PREFIX` text
-saying the call may have been applied and must not be retried. ``unresolved_to_model=True`` or
-``False`` chooses one of the two everywhere. ``intentlog.Rejected`` (the service said "not
-applied") is reported to the model unless ``rejected_to_model=False``; every other intentlog error
-is raised.
+An outcome nothing can settle (UNRESOLVED) is the model's answer: :data:`~intentlog.integrations.
+kernel.UNRESOLVED_PREFIX` text saying the call may have been applied, must not be retried, and
+waits for a person (``intentlog resolve KEY``); once resolved, the same call in the session gets
+the resolved receipt without a send. ``unresolved_to_model=False`` raises
+``intentlog.OutcomeUnknown`` instead: ADK records an error event and ends the invocation, and its
+Resume then treats that call as waiting for an answer rather than running it again.
+``intentlog.Rejected`` (the service said "not applied") is reported to the model unless
+``rejected_to_model=False``. Every other intentlog error (``StillInFlight``, ``TaskBusy``,
+``LeaseLost``, ``InvalidInput``) fails the tool call, which ADK's retry plugin hands to the model.
 
 The tool is async; it runs the synchronous journal in a worker thread, so the event loop is never
 blocked, and concurrent calls of one session take turns on one leased handle
@@ -98,7 +100,7 @@ def durable_tool(
     task_id: Callable[[ToolContext], str] | None = None,
     require_confirmation: bool | Callable[..., bool] = False,
     rejected_to_model: bool = True,
-    unresolved_to_model: bool | None = None,
+    unresolved_to_model: bool = True,
 ) -> FunctionTool:
     """An ADK ``FunctionTool`` whose every call runs as ``task.run`` in the session's task.
 
@@ -106,9 +108,8 @@ def durable_tool(
     parameter and sends it to the service as its idempotency key, or an :class:`intentlog.Effect`
     (called as ``submit(key, **args)``). The effect options mean what they mean on
     :class:`intentlog.Effect` (an Effect already declares them). ``require_confirmation`` is
-    ADK's own (``FunctionTool(require_confirmation=...)``). ``unresolved_to_model=None`` raises
-    ``OutcomeUnknown`` in a resumable app and tells the model otherwise (module docstring). The
-    tool's return value is its receipt: keep it small JSON (an id, a status).
+    ADK's own (``FunctionTool(require_confirmation=...)``). The tool's return value is its
+    receipt: keep it small JSON (an id, a status).
     """
     need("google.adk", "google-adk")
     from google.adk.tools import FunctionTool, ToolContext
@@ -158,12 +159,9 @@ def durable_tool(
         args: dict[str, Any] = to_jsonable_python(kwargs)
         # The scope ADK runs again with a new model turn: this tool's calls by this agent in this
         # invocation. A call of it that failed makes the model call again (a retry plugin asks
-        # for other arguments), so each failure starts a new attempt of the scope.
+        # for other arguments), and so may an agent node that failed: each starts a new attempt.
         scope = f"{tool_context.invocation_id}/{tool_context.agent_name}/{tool_name}"
-        marker = failures.count(sync, the_task, scope)
-        to_model = unresolved_to_model
-        if to_model is None:
-            to_model = not tool_context.get_invocation_context().is_resumable
+        marker = (failures.count(sync, the_task, scope), _error_events(tool_context))
         try:
             return await asyncio.to_thread(
                 invoke,
@@ -173,7 +171,7 @@ def durable_tool(
                 args,
                 scope=attempt(sync, the_task, scope, marker),
                 rejected_to_model=rejected_to_model,
-                unresolved_to_model=to_model,
+                unresolved_to_model=unresolved_to_model,
             )
         except Exception:
             failures.add(sync, the_task, scope)
@@ -193,6 +191,13 @@ def session_task_id(tool_context: ToolContext) -> str:
     """The task id of a tool call: its ADK session, ``"{app_name}/{user_id}/{session_id}"``."""
     session = tool_context.session
     return f"{session.app_name}/{tool_context.user_id}/{session.id}"
+
+
+def _error_events(tool_context: ToolContext) -> int:
+    """How many error events ADK recorded in the call's invocation so far."""
+    invocation = tool_context.invocation_id
+    events = tool_context.session.events
+    return sum(1 for e in events if e.invocation_id == invocation and e.error_code is not None)
 
 
 class _Failures:
