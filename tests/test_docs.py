@@ -18,7 +18,11 @@ unit's folder: the reader was asked to create those files.
 
 What each kind of block does:
 
-- ```python blocks run in this process (``exec``), in the unit's namespace.
+- ```python blocks run in this process (``exec``), in the unit's namespace. A block that imports
+  a framework with an environment of its own (tests/envs/NAME.txt; it imports NAME, or
+  ``google.adk`` for google_adk) runs instead as a script of its own in that environment's
+  Python (tests/framework_envs.py), in the unit's folder: it shares no namespace with other
+  blocks, and what it prints is its standard output.
 - ```bash (``sh``, ``shell``) blocks run in a subprocess of ``bash`` with ``set -eo pipefail``,
   in the unit's folder. The project's venv ``bin`` is first on ``PATH`` (so ``intentlog`` and
   ``python`` are the project's), ``COLUMNS=100``, and no ``INTENTLOG_*`` variable of the test's
@@ -425,6 +429,9 @@ class Runner:
                 self.modules.append(name)
 
     def python(self, block: Block, namespace: dict[str, object]) -> str:
+        env = framework_env(block.code)
+        if env is not None:
+            return self.framework_script(block, env)
         # Pad with newlines so that a traceback's line numbers are the Markdown file's.
         source = "\n" * (block.line - 1) + block.code
         out = io.StringIO()
@@ -436,6 +443,25 @@ class Runner:
             # SDK's run_sync keeps one): close it, as cleanup() would have.
             before.close()
         return out.getvalue()
+
+    def framework_script(self, block: Block, env: str) -> str:
+        """A block run as a script in the Python of the framework env ``env``; its stdout."""
+        from framework_envs import python_for
+
+        script = self.folder / f"doc_block_{block.line}.py"
+        script.write_text("\n" * (block.line - 1) + block.code)  # the Markdown file's lines
+        done = subprocess.run(
+            [str(python_for(env)), str(script)],
+            cwd=self.folder,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+        )
+        assert done.returncode == 0, (
+            f"{block.name}: exit {done.returncode} in the {env} env:\n{done.stdout}{done.stderr}"
+        )
+        return done.stdout
 
     def bash(self, script: str, where: str) -> subprocess.CompletedProcess[str]:
         # A session of its own, so that a timeout ends the block's background servers too.
@@ -506,6 +532,23 @@ def _thread_loop() -> asyncio.AbstractEventLoop | None:
     """The event loop set for this thread, without creating one (get_event_loop would)."""
     local = getattr(asyncio.get_event_loop_policy(), "_local", None)
     return getattr(local, "_loop", None)
+
+
+def framework_env(code: str) -> str | None:
+    """The framework env (tests/envs/NAME.txt) whose framework a python block imports, if any."""
+    from framework_envs import names
+
+    for name in names():
+        for module in {name, name.replace("_", ".", 1)}:
+            if re.search(rf"^\s*(?:from|import)\s+{re.escape(module)}\b", code, re.M):
+                return name
+    return None
+
+
+def test_framework_env() -> None:
+    assert framework_env("import json\nfrom agent_framework import Agent\n") == "agent_framework"
+    assert framework_env("from intentlog.integrations.agent_framework import turns\n") is None
+    assert framework_env("import intentlog\n") is None
 
 
 def _needs_journal_url(name: str) -> bool:
