@@ -13,12 +13,13 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import contextvars
 import os
 import warnings
 from collections.abc import Awaitable, Generator, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
-from intentlog import _verbs
+from intentlog import _ambient, _verbs
 from intentlog._driver import run_async
 from intentlog._effect import Effect, Seconds
 from intentlog._flow import Flow, call
@@ -65,6 +66,8 @@ class AsyncTask(TaskView):
     def __init__(self, journal: AsyncJournal, core: TaskCore) -> None:
         self._journal = journal
         self._core = core
+        # The tokens of the blocks that made this handle current, innermost last.
+        self._entered: list[contextvars.Token[Any]] = []
         journal._renewer.add(core)
 
     async def info(self) -> TaskInfo:
@@ -121,11 +124,23 @@ class AsyncTask(TaskView):
         """See :meth:`intentlog.Task.run`; ``submit`` and ``reconcile`` may be ``async def``."""
         return await self._journal._drive(self._core.run_flow(effect, args, kwargs, key))
 
+    async def _perform(
+        self, effect: Effect, args: tuple[Any, ...], kwargs: dict[str, Any], key: str | None
+    ) -> JSON:
+        """See :meth:`intentlog.Task._perform`."""
+        return await self._journal._drive(self._core.run_flow(effect, args, kwargs, key))
+
     async def __aenter__(self) -> AsyncTask:
+        """Make this task current for the block, as :meth:`intentlog.Task.__enter__` does."""
+        self._entered.append(_ambient.entered(self, asyncio.get_running_loop()))
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await self.close()
+        try:
+            await self.close()
+        finally:
+            if self._entered:
+                _ambient.left(self._entered.pop())
 
     def __enter__(self) -> None:
         raise _no_sync_with("an AsyncTask")
@@ -165,12 +180,14 @@ class AsyncTaskOpening:
         return self._open().__await__()
 
     async def __aenter__(self) -> AsyncTask:
+        # The task is current for the block (see intentlog.current_task), as the handle's
+        # own 'async with' makes it.
         self._task = await self._open()
-        return self._task
+        return await self._task.__aenter__()
 
     async def __aexit__(self, *exc: object) -> None:
         if self._task is not None:
-            await self._task.close()
+            await self._task.__aexit__(*exc)
 
     def __enter__(self) -> None:
         raise _no_sync_with("journal.task() of an AsyncJournal")

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import intentlog
+from intentlog._ambient import effect_of
 
 __all__ = ["CliFailure", "load_effects", "load_registry"]
 
@@ -38,11 +39,13 @@ def load_effects(specs: Sequence[str]) -> list[intentlog.Effect]:
             except AttributeError:
                 raise CliFailure(f"module {module_name!r} has no attribute {attr!r}") from None
             many = isinstance(obj, list | tuple | set | frozenset)
-            effects = list(obj) if many else [obj]
-            if not effects or not all(isinstance(e, intentlog.Effect) for e in effects):
+            given = [effect_of(e) for e in (obj if many else [obj])]
+            effects = [e for e in given if e is not None]
+            if not given or len(effects) != len(given):
                 raise CliFailure(f"{spec} is not an intentlog.Effect or a list of them")
         else:
-            effects = [v for v in vars(module).values() if isinstance(v, intentlog.Effect)]
+            # Effects, and the effects of functions decorated with @intentlog.journaled.
+            effects = [e for e in map(effect_of, vars(module).values()) if e is not None]
             if not effects:
                 raise CliFailure(f"no intentlog.Effect found in module {module_name!r}")
         for effect in effects:

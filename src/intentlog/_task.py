@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import math
 import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from intentlog import _ambient
 from intentlog._driver import run_sync
 from intentlog._effect import Effect, Seconds
 from intentlog._errors import InvalidInput, LeaseLost
@@ -102,6 +104,8 @@ class Task(TaskView):
         self._core = core
         self._store: Store = core.store
         self._renewer = renewer
+        # The tokens of the blocks that made this handle current, innermost last.
+        self._entered: list[contextvars.Token[Any]] = []
         renewer.add(core)
 
     def _run(self, flow: Flow[_T]) -> _T:
@@ -168,10 +172,18 @@ class Task(TaskView):
         self._run(release_flow(self._core, update))
 
     def __enter__(self) -> Task:
+        """Make this task current for the block (see :func:`intentlog.current_task`): a
+        function decorated with ``@intentlog.journaled`` called inside it runs under it. The
+        previous current task is current again when the block ends."""
+        self._entered.append(_ambient.entered(self))
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.close()
+        try:
+            self.close()
+        finally:
+            if self._entered:
+                _ambient.left(self._entered.pop())
 
     def plan(self, effect: Effect, /, *args: Any, key: str | None = None, **kwargs: Any) -> str:
         """Durably record the intent (PLANNED) without sending; returns the operation key.
@@ -190,6 +202,13 @@ class Task(TaskView):
         Rejected if it FAILED, KeyConflict if ``key`` was used with other arguments, and
         StillInFlight if the decision is to wait longer than the journal's ``max_wait``.
         """
+        return self._run(self._core.run_flow(effect, args, kwargs, key))
+
+    def _perform(
+        self, effect: Effect, args: tuple[Any, ...], kwargs: dict[str, Any], key: str | None
+    ) -> JSON:
+        """``run`` with the call's arguments as given (a journaled function's own parameter
+        may be named ``key``, which ``run``'s keywords could not carry)."""
         return self._run(self._core.run_flow(effect, args, kwargs, key))
 
 

@@ -19,6 +19,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from intentlog._ambient import Journaled, effect_of, made_current
 from intentlog._check import log_at_start
 from intentlog._decide import PROXY_TASK_KIND
 from intentlog._effect import Effect
@@ -56,7 +57,7 @@ class Registry:
             ...  # resumes at task.next_step; returning completes the task
     """
 
-    def __init__(self, effects: list[Effect] | None = None) -> None:
+    def __init__(self, effects: list[Effect | Journaled[..., Any]] | None = None) -> None:
         self.functions: dict[str, TaskFunction] = {}
         self.effects: dict[str, Effect] = {}
         self.add_effects(*(effects or []))
@@ -77,11 +78,14 @@ class Registry:
 
         return register
 
-    def add_effects(self, *effects: Effect) -> None:
-        """Effects whose SUBMITTED operations a worker reconciles before running a task."""
-        for effect in effects:
-            if not isinstance(effect, Effect):
-                raise InvalidInput(f"not an intentlog.Effect: {effect!r}")
+    def add_effects(self, *effects: Effect | Journaled[..., Any]) -> None:
+        """Effects whose SUBMITTED operations a worker reconciles before running a task
+        (:class:`intentlog.Effect` objects, or functions decorated with
+        ``@intentlog.journaled``)."""
+        for given in effects:
+            effect = effect_of(given)
+            if effect is None:
+                raise InvalidInput(f"not an intentlog.Effect or journaled function: {given!r}")
             self.effects[effect.name] = effect
 
 
@@ -189,7 +193,8 @@ class Worker:
                 raise InvalidInput(f"no task function registered for kind {record.kind!r}")
             # Settle what a dead worker left in flight, first.
             recover_submitted(task, self.registry.effects)
-            fn(task, record.input)
+            with made_current(task):  # journaled functions the task function calls run under it
+                fn(task, record.input)
             if not task.completed:
                 task.complete()
             self.completed += 1
