@@ -170,3 +170,49 @@ def test_agno_resume_with_rewritten_arguments_pays_once(
     (result,) = pay_results(out)
     op = the_operation(tmp_path)
     assert result.startswith("UNRESOLVED") and op.key in result
+
+
+# -- the adapter's seam ---------------------------------------------------------------------------
+
+
+def test_agno_resume_counts_the_calls_its_checkpoint_holds_and_errors_stop_the_run(
+    tmp_path: Path,
+) -> None:
+    with ReferenceService("lookup", db_path=tmp_path / "service.db") as service:
+        done = subprocess.run(
+            [str(python_for("agno")), str(HERE / "agno_checks.py"), str(tmp_path), service.url],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        out = answer(done)
+        paid = payments(service)
+    # Resumed from the checkpoint after paying ana, the model pays carol: a new action at the
+    # next position, sent (not answered ALREADY DONE with ana's payment).
+    resumed = out["resumed"]
+    assert resumed["first_status"] == "ERROR" and resumed["status"] == "COMPLETED"
+    assert [json.loads(r)["amount"] for r in resumed["results"]] == [2]
+    assert [(p["amount"], p["to"]) for p in paid] == [(1, "ana"), (2, "carol")]
+    # An intentlog error that is no outcome stops the run: the model is not asked again.
+    stopped = out["stopped"]
+    assert stopped["asked"] == 1
+    assert stopped["tools"] == [[True, stopped["tools"][0][1]]]
+    assert "InvalidInput" in stopped["tools"][0][1]
+
+
+def test_agno_is_imported_only_when_used(tmp_path: Path) -> None:
+    # The dev environment has no agno: the module imports, and using it says what to install.
+    code = (
+        "import sys, intentlog\n"
+        "from intentlog.integrations import agno\n"
+        "assert 'agno' not in sys.modules\n"
+        "journal = intentlog.open(sys.argv[1])\n"
+        "try:\n"
+        "    agno.durable_tool(journal, lambda amount: amount)\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "journal.db")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "agno is not installed" in done.stdout and "[agno]" in done.stdout
