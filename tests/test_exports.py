@@ -71,6 +71,7 @@ WALKED = (
     "intentlog",
     "intentlog.demo",
     "intentlog.integrations",
+    "intentlog.integrations.agent_framework",
     "intentlog.integrations.aws",
     "intentlog.integrations.dbos",
     "intentlog.integrations.http",

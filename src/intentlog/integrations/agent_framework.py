@@ -61,7 +61,6 @@ from intentlog._journal import Journal
 from intentlog._service import Retention
 from intentlog.integrations.kernel import (
     KEY_ARG,
-    ToolEffect,
     ToolOptions,
     ToolSpec,
     attempt,
@@ -71,6 +70,7 @@ from intentlog.integrations.kernel import (
     need,
     sync_journal,
     takes_key,
+    tool_effect,
 )
 
 if TYPE_CHECKING:
@@ -164,7 +164,6 @@ def durable_tool(
     lookup_lag: Seconds | None = None,
     receipt: ReceiptSelector | None = None,
     key_arg: str = KEY_ARG,
-    store_args: bool = True,
     rejected_to_model: bool = True,
 ) -> FunctionTool:
     """A ``FunctionTool`` whose every call runs as an operation of the agent session's task.
@@ -173,11 +172,10 @@ def durable_tool(
     :class:`intentlog.Effect` (called as ``submit(key, **args)``). A function receives the
     operation key through its ``key_arg`` parameter and sends it to the service as its idempotency
     key. The effect options mean what they mean on :class:`intentlog.Effect` (an Effect already
-    declares them). A function's arguments are kept in the journal (``store_args``, checked for
-    secrets like every stored value): a turn run again whose model words a call anew, while the
-    earlier call is still in doubt, is settled by the earlier call's own arguments (looked up,
-    or resent with its key); with ``store_args=False`` only their fingerprint is kept and such a
-    call fails the run until a person settles the earlier one. The agent needs :func:`turns` in
+    declares them). A function's arguments are kept in the journal unless they hold anything
+    credential-like (:func:`intentlog.integrations.kernel.kept_args`): a turn run again whose
+    model words a call anew, while the earlier call is still in doubt, is settled by the earlier
+    call's own arguments (looked up, or resent with its key). The agent needs :func:`turns` in
     its middleware.
     """
     need("agent_framework", "agent-framework")
@@ -219,9 +217,7 @@ def durable_tool(
             named = {field: getattr(validated, field) for field in args}
             return function(**named, **({key_arg: key} if has_key else {}))
 
-        # The arguments are kept, so that a resumed turn whose model words an unfinished call
-        # anew can settle that call by its own arguments instead of failing the run.
-        effect = ToolEffect(tool_name, call, store_args=store_args, **options.given())
+        effect = tool_effect(tool_name, call, options)
         spec = ToolSpec(tool_name, _text(description, fn), model, effect, spread=False)
     else:
         raise InvalidInput(f"durable_tool needs a function, a FunctionTool or an Effect: {fn!r}")
