@@ -110,6 +110,7 @@ def payers(tmp_path: Path) -> Iterator[Payers]:
         yield Payers(tmp_path, services)
 
 
+@pytest.mark.slow  # three processes in the framework's env, one killed
 def test_a_resumed_invocation_pays_once_with_intentlog_twice_without(payers: Payers) -> None:
     names = list(payers.services)
     payers.run(names, die=True)
