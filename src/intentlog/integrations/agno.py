@@ -15,10 +15,12 @@ takes ``run_context``). Agno keeps it:
   already succeeded);
 - across ``agent.continue_run(run_id=..., session_id=...)`` of a run left RUNNING, ERROR or PAUSED
   (a process that died after a ``checkpoint="tool-batch"`` checkpoint, or a paused run): Agno
-  resumes it in place, under the same run id (https://docs.agno.com/, "continue_run";
-  ``continue_run_dispatch`` in the same file). A run forked by ``continue_run`` (a COMPLETED run
-  is forked implicitly) gets a new ``run_id`` for its record, but its tools run under a run
-  context built from the run id that was continued, so they stay in that task.
+  resumes it in place, under the same run id ("RUNNING/ERROR/PAUSED runs continue in-place
+  because their loop never actually finished", ``continue_run_dispatch`` in the same file; the
+  retries: https://docs.agno.com/examples/agents/advanced/retries). A run forked by
+  ``continue_run`` (a COMPLETED run is forked implicitly) gets a new ``run_id`` for its record,
+  but its tools run under a run context built from the run id that was continued, so they stay
+  in that task.
 
 Agno's default ``run_id`` is a fresh UUID per ``agent.run``: that is enough for its own retries,
 but a process that died before its first checkpoint is started again with ``agent.run(...)``;
