@@ -10,9 +10,11 @@ checkpoints in ``DIR/<name>`` (the framework's ``FileCheckpointStorage``). A wor
 checkpoint there is resumed from its latest one, as a restarted service resumes it
 (``workflow.run(checkpoint_id=...)``); otherwise it starts with the prompt. VARIANT is
 ``journaled`` (the tool goes through intentlog, journal ``DIR/journal.db``) or ``plain`` (the
-same tool without it, as a control). The model asks for one refund of 500 on order 42 with the
-run's ``note`` (a test gives a resumed run another note: a model asked again words it anew),
-then answers with what the tool returned.
+same tool without it, as a control). A run with ``"approve": true`` declares the tool
+``approval_mode="always_require"``: the workflow pauses with the framework's approval request,
+and this process answers it approved (``workflow.run(responses=...)``), as a person would. The
+model asks for one refund of 500 on order 42 with the run's ``note`` (a test gives a resumed run
+another note: a model asked again words it anew), then answers with what the tool returned.
 
 The process prints one JSON line: for each run, ``resumed``, the agent session's id (the task
 id), what the tool answered and the agent's final text, or ``error`` if the run failed.
@@ -20,7 +22,8 @@ id), what the tool answered and the agent's final text, or ``error`` if the run 
 ``PAY_THEN_DIE=1`` kills the process with SIGKILL once every run's refund was applied by its
 service and answered, before any tool returned: inside ``task.run``, before the receipt is
 written, for the journaled tool; before the tool's answer reaches the agent for the plain one.
-No checkpoint after the workflow's entry checkpoint is written by then.
+No checkpoint after the workflow's entry checkpoint (or, for an approved run, after the one that
+records the approval) is written by then.
 """
 
 from __future__ import annotations
@@ -105,7 +108,7 @@ def refund_tool(journal: intentlog.Journal, run: dict[str, str], dying: Dying) -
             thought about a resumed workflow sends."""
             return json.dumps(await asyncio.to_thread(send, order, amount, note))
 
-        return tool(refund)
+        return tool(refund, approval_mode="always_require" if run.get("approve") else None)
 
     from intentlog.integrations.agent_framework import durable_tool
 
@@ -122,6 +125,7 @@ def refund_tool(journal: intentlog.Journal, run: dict[str, str], dying: Dying) -
         journal,
         refund_journaled,
         name="refund",
+        approval_mode="always_require" if run.get("approve") else None,
         idempotent=charge.idempotent,
         key_retention=charge.key_retention,
         reconcile=charge.reconcile,
@@ -151,6 +155,12 @@ async def run_workflow(directory: Path, run: dict[str, str], tool: Any) -> dict[
             result = await workflow.run(PROMPT)
         else:
             result = await workflow.run(checkpoint_id=latest.checkpoint_id)
+        requests = result.get_request_info_events()
+        if requests and run.get("approve"):  # a person approves the refund the agent asks for
+            out["approved"] = len(requests)
+            answers = {r.request_id: r.data.to_function_approval_response(approved=True)
+                       for r in requests}  # fmt: skip
+            result = await workflow.run(responses=answers)
     except Exception as exc:
         out["error"] = f"{type(exc).__name__}: {exc}"
         cause = exc.__cause__

@@ -2,7 +2,7 @@
 from their checkpoint.
 
 The framework runs in an env of its own (tests/envs/agent_framework.txt): one child process
-(tests/agent_framework_app.py) runs seven workflows at once, each an ``AgentExecutor`` with a
+(tests/agent_framework_app.py) runs several workflows at once, each an ``AgentExecutor`` with a
 scripted chat client and the framework's ``FileCheckpointStorage``, each refunding at a
 ReferenceService of its own. It is killed once every refund was applied and answered, before any
 tool returned and before the superstep's checkpoint. A new process resumes each workflow from its
@@ -15,7 +15,10 @@ issue #3938). Every count is the service's own record of what it applied:
   UNRESOLVED and fails the resumed run, and after ``intentlog resolve`` the next resume returns
   the resolved receipt without sending;
 - ``rewritten`` (journaled; the resumed model words the refund's note anew): once, and the model
-  is told the refund was already made.
+  is told the refund was already made;
+- ``approved`` (the framework's ``approval_mode="always_require"``, answered approved): killed
+  after the approved refund landed, resumed from the checkpoint that records the approval, it
+  refunds twice without intentlog and once with it, and is not asked to approve again.
 """
 
 from __future__ import annotations
@@ -44,11 +47,14 @@ RUNS = {
     **{f"plain-{mode}": ("plain", mode) for mode in MODES},
     **{f"journaled-{mode}": ("journaled", mode) for mode in MODES},
     "rewritten": ("journaled", "lookup"),
+    # The tool asks for a person's approval first (the framework's approval_mode).
+    "approved-plain": ("plain", "lookup"),
+    "approved": ("journaled", "lookup"),
 }
 
 
 class Refunds:
-    """The seven workflows, their services and their folder (checkpoints and journal)."""
+    """The workflows, their services and their folder (checkpoints and journal)."""
 
     def __init__(self, directory: Path, services: dict[str, ReferenceService]) -> None:
         self.directory = directory
@@ -60,7 +66,8 @@ class Refunds:
     ) -> Any:
         runs = [
             {"name": name, "variant": RUNS[name][0], "mode": RUNS[name][1],
-             "url": self.services[name].url, "note": (notes or {}).get(name, "as asked")}
+             "url": self.services[name].url, "note": (notes or {}).get(name, "as asked"),
+             "approve": name.startswith("approved")}
             for name in names
         ]  # fmt: skip
         env = {**os.environ, "PAY_THEN_DIE": "1" if die else "0"}
@@ -209,3 +216,19 @@ def test_which_refund_a_call_is(tmp_path: Path) -> None:
     (result,) = out["rejected"]["results"]
     assert result.startswith("refund was rejected by the service (not applied)")
     assert refunds["rejected"] == []
+
+
+def test_an_approved_refund_resumed_after_a_kill(refunds: Refunds) -> None:
+    names = ["approved-plain", "approved"]
+    refunds.run(names, die=True)  # approved, then killed after the refund landed
+    assert {name: refunds.refunds(name) for name in names} == {name: 1 for name in names}
+    out = refunds.run(names)
+    for name in names:
+        # Resumed from the checkpoint that holds the approval: not asked again, the call runs.
+        assert out[name]["resumed"] and "approved" not in out[name]
+    assert refunds.refunds("approved-plain") == 2  # the framework alone: refunded again
+    assert refunds.refunds("approved") == 1  # with intentlog: the approved refund, once
+    (result,) = out["approved"]["tool_results"]
+    op = refunds.operation("approved")
+    assert json.loads(result)["id"] == refunds.services["approved"].applied()[op.key][0]
+    assert op.state is intentlog.State.CONFIRMED

@@ -165,6 +165,7 @@ def durable_tool(
     receipt: ReceiptSelector | None = None,
     key_arg: str = KEY_ARG,
     rejected_to_model: bool = True,
+    approval_mode: str | None = None,
 ) -> FunctionTool:
     """A ``FunctionTool`` whose every call runs as an operation of the agent session's task.
 
@@ -175,8 +176,11 @@ def durable_tool(
     declares them). A function's arguments are kept in the journal unless they hold anything
     credential-like (:func:`intentlog.integrations.kernel.kept_args`): a turn run again whose
     model words a call anew, while the earlier call is still in doubt, is settled by the earlier
-    call's own arguments (looked up, or resent with its key). The agent needs :func:`turns` in
-    its middleware.
+    call's own arguments (looked up, or resent with its key). ``approval_mode`` is the
+    framework's own (``"always_require"``: the agent asks for a person's approval before each
+    call, and a workflow pauses with the request); an approved call is journaled like any other,
+    so a workflow resumed after a crash past the approval runs it again without a second send.
+    The agent needs :func:`turns` in its middleware.
     """
     need("agent_framework", "agent-framework")
     from agent_framework import FunctionInvocationContext, FunctionTool, MiddlewareFailure
@@ -250,7 +254,13 @@ def durable_tool(
 
     # Real objects, not strings: the framework finds the context parameter by its annotation.
     run.__annotations__ = {"ctx": FunctionInvocationContext | None, "kwargs": Any, "return": str}
-    return FunctionTool(name=spec.name, description=spec.description, func=run, input_model=model)
+    return FunctionTool(
+        name=spec.name,
+        description=spec.description,
+        func=run,
+        input_model=model,
+        approval_mode=approval_mode,
+    )
 
 
 def _input_model(fn: Callable[..., Any], name: str) -> Any:
