@@ -164,16 +164,15 @@ def test_without_a_scope_the_arguments_alone_name_the_call(
     assert sent(service) == 2
 
 
-def test_attempt_markers() -> None:
-    with intentlog.open(":memory:") as journal:
-        run = Marker()
-        assert attempt(journal, "t", "s", run) is attempt(journal, "t", "s", run)
-        assert attempt(journal, "t", "s", Marker()) is not attempt(journal, "t", "s", run)
-        # A value marker (a retry count) is compared by equality, not identity.
-        count = int("1000")
-        assert attempt(journal, "t", "v", count) is attempt(journal, "t", "v", int("1000"))
-        assert attempt(journal, "t", "v", 1001) is not attempt(journal, "t", "v", 1000)
-        assert attempt(journal, "t", "other", run) is not attempt(journal, "t", "s", run)
+def test_attempt_markers(journal: intentlog.Journal) -> None:
+    run = Marker()
+    assert attempt(journal, "t", "s", run) is attempt(journal, "t", "s", run)
+    assert attempt(journal, "t", "s", Marker()) is not attempt(journal, "t", "s", run)
+    # A value marker (a retry count) is compared by equality, not identity.
+    count = int("1000")
+    assert attempt(journal, "t", "v", count) is attempt(journal, "t", "v", int("1000"))
+    assert attempt(journal, "t", "v", 1001) is not attempt(journal, "t", "v", 1000)
+    assert attempt(journal, "t", "other", run) is not attempt(journal, "t", "s", run)
 
 
 CHILD = textwrap.dedent(
