@@ -174,6 +174,42 @@ async def check_rejected(journal: intentlog.Journal, url: str) -> Any:
     return await run(the_agent, AgentSession(session_id="rejected"))
 
 
+async def check_other_tools(journal: intentlog.Journal, url: str) -> Any:
+    """The other things durable_tool wraps: an ``@tool`` FunctionTool and an intentlog Effect
+    with named parameters (one refund each); an Effect whose submit takes ``**kwargs`` is refused,
+    since the model could not be told its arguments."""
+    from agent_framework import AgentSession, tool
+
+    from intentlog.integrations.agent_framework import durable_tool
+
+    charge = payment_effect(url, "lookup", name="refund", timeout=2.0)
+
+    @tool
+    def refund(order: str, amount: int, note: str, idempotency_key: str) -> Any:
+        """Refund `amount` cents of `order`."""
+        return charge.submit(idempotency_key, order=order, amount=amount, note=note)
+
+    def submit(key: str, order: str, amount: int, note: str) -> Any:
+        return charge.submit(key, order=order, amount=amount, note=note)
+
+    effect = intentlog.Effect("refund", submit, reconcile=charge.reconcile, timeout=2.0)
+    out: dict[str, Any] = {}
+    made_tools = {
+        "function_tool": durable_tool(journal, refund, reconcile=charge.reconcile),
+        "effect": durable_tool(journal, effect),  # the Effect declares what the service can do
+    }
+    for name, made in made_tools.items():
+        schema = made.parameters()
+        out[name] = {"schema": sorted(schema["properties"]), "description": made.description,
+                     **await run(agent(made, once(call(500, name))),
+                                 AgentSession(session_id=f"other-{name}"))}  # fmt: skip
+    try:
+        durable_tool(journal, charge)
+    except intentlog.InvalidInput as exc:
+        out["kwargs_effect"] = str(exc)
+    return out
+
+
 CHECKS = {
     "no_session": check_no_session,
     "no_turns": check_no_turns,
@@ -181,6 +217,7 @@ CHECKS = {
     "repeat_in_turn": check_repeat_in_turn,
     "retry_middleware": check_retry_middleware,
     "rejected": check_rejected,
+    "other_tools": check_other_tools,
 }
 
 

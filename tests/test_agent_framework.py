@@ -174,7 +174,8 @@ def test_a_resumed_workflow_refunds_once_with_intentlog(refunds: Refunds) -> Non
 def test_which_refund_a_call_is(tmp_path: Path) -> None:
     """Agents without a workflow (tests/agent_framework_checks.py): the session is the task, each
     agent run a turn, a retried turn a new attempt of it. Counted at each check's service."""
-    checks = ["no_session", "no_turns", "turns", "repeat_in_turn", "retry_middleware", "rejected"]
+    checks = ["no_session", "no_turns", "turns", "repeat_in_turn", "retry_middleware", "rejected",
+              "other_tools"]  # fmt: skip
     with ExitStack() as stack:
         services = {
             name: stack.enter_context(ReferenceService("lookup", db_path=tmp_path / f"{name}.db"))
@@ -216,6 +217,17 @@ def test_which_refund_a_call_is(tmp_path: Path) -> None:
     (result,) = out["rejected"]["results"]
     assert result.startswith("refund was rejected by the service (not applied)")
     assert refunds["rejected"] == []
+
+    # An @tool FunctionTool and an Effect with named parameters: the model sees the arguments
+    # without the key, and each call refunds once; a submit taking **kwargs is refused.
+    others = out["other_tools"]
+    for name in ("function_tool", "effect"):
+        assert others[name]["schema"] == ["amount", "note", "order"]
+        (result,) = others[name]["results"]
+        assert json.loads(result)["amount"] == 500
+    assert others["function_tool"]["description"] == "Refund `amount` cents of `order`."
+    assert "takes **kwargs" in others["kwargs_effect"]
+    assert refunds["other_tools"] == [1, 1]
 
 
 def test_an_approved_refund_resumed_after_a_kill(refunds: Refunds) -> None:
