@@ -2,9 +2,11 @@
 
 ``durable_function_tool(journal, fn)`` returns an ``agents.FunctionTool`` with the name,
 description and JSON schema the SDK would derive from ``fn`` (without its ``idempotency_key``
-parameter, which the model never sees). Each call is an operation of the run's task: its key is
-derived from the task id, the tool name and the canonical JSON of the arguments, and is handed to
-``fn`` as its idempotency key.
+parameter, which the model never sees). Each call is an operation of the run's task, matched by
+the rule of :mod:`intentlog.integrations.kernel` (the same arguments are the same call; a reworded
+call in a run started again is answered ALREADY DONE), and its key is handed to ``fn`` as its
+idempotency key. The scope of a tool's positions is the task; a run started again in this
+process is told apart by the run's usage counter, one object per run.
 
 The SDK has no checkpointer: after a crash the run is started again, and the model asks for the
 same tools again. The task id must therefore be stable across those runs and is supplied by the

@@ -10,10 +10,11 @@ which the model never sees). Each call is an operation of the run's task:
   crash. Without a backend, pass it yourself (``agent.run(prompt, run_id="order-42")``) and pass
   the same one when you run the agent again; Pydantic AI's own default is a fresh UUID7 on every
   run, which the tool refuses (a re-run would be a new task, and a second payment);
-- the operation key is derived from the task id, the tool name and the canonical JSON of the
-  arguments (``key_from="arguments"``, the default), so the same call made again in the re-run
-  gets the same key even when the model that asks for it is called again and names the call
-  anew. ``key_from="tool_call"`` derives it from the tool call's id instead, so that the same
+- which operation a call is follows the rule of :mod:`intentlog.integrations.kernel`
+  (``key_from="arguments"``, the default): the same arguments are the same call in the task, so
+  the same call made again in the re-run gets its receipt even when the model that asks for it
+  is called again and names the call anew; a call the re-run words otherwise lands on the
+  earlier call's position in the run and is answered ALREADY DONE. ``key_from="tool_call"`` derives it from the tool call's id instead, so that the same
   call made twice in one run is two effects; use it only where the model's response is replayed
   from a record (a durable backend), since a model asked again names its calls anew. The retry
   counter (``ctx.retry``) is never part of the key.
