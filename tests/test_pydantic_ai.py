@@ -332,6 +332,51 @@ def test_keys_from_arguments_or_from_the_tool_call(
     assert len(keys) == 2 and all(k.startswith("pay-") for k in keys)
 
 
+def test_a_run_started_again_with_a_reworded_call_is_answered_already_done(
+    journal: intentlog.Journal, lookup: ReferenceService
+) -> None:
+    """The run died after its payment (its model failed on the next request); started again
+    with the same run id, the model words the same payment otherwise. It is not sent again:
+    the model reads what was already done. A further payment in that run is sent."""
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+    from pydantic_ai.models.function import FunctionModel
+
+    tool = pay_tool(journal, lookup)
+    first = paying_model(("c1", {"amount": 500, "to": "bob"}))
+
+    def dies_after_the_tool(messages: list[Any], info: Any) -> ModelResponse:
+        if any(isinstance(p, ToolReturnPart) for p in messages[-1].parts):
+            raise RuntimeError("the provider is down")  # after the payment landed
+        return first.function(messages, info)  # type: ignore[no-any-return]
+
+    with pytest.raises(RuntimeError, match="provider is down"):
+        run(Agent(FunctionModel(dies_after_the_tool), tools=[tool]), "pay bob", run_id="order-r")
+    assert applied(lookup) == 1
+
+    reworded = paying_model(("c9", {"amount": 500, "to": "Bob Smith"}))
+    (answer,) = returns(run(Agent(reworded, tools=[tool]), "pay bob", run_id="order-r"))
+    (op,) = journal.operations("order-r")
+    assert answer.startswith("ALREADY DONE") and op.key in answer
+    assert isinstance(op.receipt, dict) and op.receipt["id"] in answer  # the earlier payment
+    assert applied(lookup) == 1  # the reworded call was not sent
+
+    # Started again once more: reworded again (answered as before), then a second payment the
+    # model makes on purpose, which takes the next position and is sent.
+    turns = [
+        [ToolCallPart("pay", {"amount": 500, "to": "Bob S."}, tool_call_id="c10")],
+        [ToolCallPart("pay", {"amount": 300, "to": "dan"}, tool_call_id="c11")],
+    ]
+
+    def pays_twice(messages: list[Any], info: Any) -> ModelResponse:
+        return ModelResponse(parts=turns.pop(0)) if turns else ModelResponse(parts=[TextPart("ok")])
+
+    answers = returns(run(Agent(FunctionModel(pays_twice), tools=[tool]), "pay", run_id="order-r"))
+    assert answers[0].startswith("ALREADY DONE")
+    assert json.loads(answers[1])["amount"] == 300
+    assert applied(lookup) == 2
+
+
 def test_a_fresh_run_id_is_refused(journal: intentlog.Journal, lookup: ReferenceService) -> None:
     from pydantic_ai import Agent
 
