@@ -1066,6 +1066,21 @@ def test_a_scheme_without_slashes_is_refused_not_taken_for_a_file_name(
     assert done.exit_code == 1 and "is not a journal URL" in done.output, done.output
 
 
+def test_an_in_memory_sqlite_name_is_refused_not_made_a_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # ":memory:" reads as SQLite's in-process database; a journal there is gone at a crash, and
+    # taken as a path it made a file of that name in the working directory.
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(intentlog.InvalidInput, match="':memory:' is no journal"):
+        intentlog.open(":memory:")
+    with pytest.raises(intentlog.InvalidInput, match="':memory:' is no journal"):
+        intentlog.open_async(":memory:")
+    done = CliRunner().invoke(cli, ["--db", ":memory:", "status"])  # reads: there is none
+    assert done.exit_code == 1 and "no journal at" in done.output, done.output
+    assert list(tmp_path.iterdir()) == []  # nothing created
+
+
 def test_url_schemes_are_case_insensitive(tmp_path: Path) -> None:
     path = tmp_path / "j.db"
     with intentlog.open(f"SQLITE://{path}") as journal:

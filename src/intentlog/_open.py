@@ -43,6 +43,13 @@ def open_store(
     scheme = scheme.lower()  # URL schemes are case-insensitive (RFC 3986, 3.1)
     if not sep:
         check_not_a_url(text)
+        if text == ":memory:":
+            # SQLite's name for a database that lives in the process: gone with it at a crash,
+            # the one moment a journal is for.
+            raise InvalidInput(
+                "':memory:' is no journal: it would vanish with the process, so nothing would "
+                "be known after a crash; give a file path (a temporary directory in tests)"
+            )
         return _sqlite(text, asynchronous, create)
     if scheme == "sqlite":
         if not rest.startswith("/") or len(rest) < 2:
