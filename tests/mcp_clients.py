@@ -43,8 +43,8 @@ INIT = {
 DEADLINE_S = 60.0
 
 
-def server_command(ledger: Path) -> list[str]:
-    return [sys.executable, SERVER, "--ledger", str(ledger)]
+def server_command(ledger: Path, script: str = SERVER) -> list[str]:
+    return [sys.executable, script, "--ledger", str(ledger)]
 
 
 def proxy_command(
@@ -298,13 +298,18 @@ async def killed_at(
 
 @contextlib.contextmanager
 def serve_http(
-    ledger: Path, env: Mapping[str, str] | None = None, *, host: str = "127.0.0.1"
+    ledger: Path,
+    env: Mapping[str, str] | None = None,
+    *,
+    host: str = "127.0.0.1",
+    script: str = SERVER,
 ) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
-    """The ledger server over streamable HTTP on a free port: its process and its URL, once
-    it accepts connections; terminated (and waited for) on the way out."""
+    """The ledger server (or another server ``script`` with its command line) over streamable
+    HTTP on a free port: its process and its URL, once it accepts connections; terminated (and
+    waited for) on the way out."""
     ready = ledger.with_name(f"{ledger.name}.{os.getpid()}.{next(_ids)}.url")
     process = subprocess.Popen(
-        [*server_command(ledger), "--http", f"{host}:0", "--ready-file", str(ready)],
+        [*server_command(ledger, script), "--http", f"{host}:0", "--ready-file", str(ready)],
         stdin=subprocess.DEVNULL,
         env=dict(os.environ if env is None else env),
     )

@@ -76,6 +76,7 @@ WALKED = (
     "intentlog.integrations.dbos",
     "intentlog.integrations.http",
     "intentlog.integrations.langgraph",
+    "intentlog.integrations.mcp_server",
     "intentlog.integrations.nats",
     "intentlog.integrations.openai_agents",
     "intentlog.integrations.prefect",
