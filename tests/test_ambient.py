@@ -461,7 +461,9 @@ def test_an_async_function_under_a_sync_task_is_refused(
 def run_child(
     url: str, remote: Remote, kind: str, mode: str, crash: str | None = None
 ) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(HERE)}
+    # tests/ for remote.py, before whatever the caller's path already held.
+    path = os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "PYTHONPATH": path}
     env.pop("INTENTLOG_CRASH", None)
     if crash:
         env["INTENTLOG_CRASH"] = crash
