@@ -6,6 +6,7 @@ with the service before it would ever send again. Where nothing can settle an ou
 UNRESOLVED and never duplicates the effect automatically.
 """
 
+from intentlog._ambient import Journaled, current_key, current_task, journaled
 from intentlog._async import AsyncJournal, AsyncTask, AsyncTaskOpening, open_async
 from intentlog._check import Finding, FindingKind, check
 from intentlog._decide import Decision, Doer, LookupFailed, Outlook, decide
@@ -21,6 +22,7 @@ from intentlog._errors import (
     JournalUnreachable,
     KeyConflict,
     LeaseLost,
+    NoCurrentTask,
     OutcomeUnknown,
     Rejected,
     SchemaTooNew,
@@ -100,6 +102,7 @@ __all__ = [
     "JournalOptions",
     "JournalReadOnly",
     "JournalUnreachable",
+    "Journaled",
     "KeyConflict",
     "KeyKind",
     "KeyPlace",
@@ -109,6 +112,7 @@ __all__ = [
     "LookupKind",
     "LookupResult",
     "MarkerPlace",
+    "NoCurrentTask",
     "NotFound",
     "Operation",
     "Options",
@@ -145,8 +149,11 @@ __all__ = [
     "Worker",
     "__version__",
     "check",
+    "current_key",
+    "current_task",
     "decide",
     "effect",
+    "journaled",
     "open",
     "open_async",
 ]

@@ -13,6 +13,7 @@
     ├── StillInFlight           the decision is WAIT and the caller's wait bound ran out
     ├── TaskBusy                another live worker holds the task's lease
     ├── LeaseLost               this worker's lease was taken over; its writes are refused
+    ├── NoCurrentTask           a journaled function was called where no task is current
     ├── AmbiguousResponse       an integration's answer does not say whether it applied
     │                           (in intentlog.integrations)
     └── JournalError            the journal itself cannot be used
@@ -48,6 +49,7 @@ __all__ = [
     "JournalUnreachable",
     "KeyConflict",
     "LeaseLost",
+    "NoCurrentTask",
     "OutcomeUnknown",
     "Rejected",
     "SchemaTooNew",
@@ -297,6 +299,13 @@ class TaskBusy(Error):
 
 class LeaseLost(Error):
     """This worker's lease on the task was taken over; the write was refused (fencing)."""
+
+
+class NoCurrentTask(Error):
+    """A function decorated with ``@intentlog.journaled`` was called where no task is current
+    (outside ``with journal.task(...)``, in another thread, or in an asyncio task not started
+    inside the block), or ``intentlog.current_key()`` was asked outside such a function's
+    body. The message names the function; nothing was journaled or sent."""
 
 
 class JournalError(Error):
