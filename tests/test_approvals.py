@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from click.testing import CliRunner
 
 import intentlog
 from approval_child import make_refund
+from console_support import csrf_of, running_console, task_path
 from intentlog.cli import cli
 from remote import Remote
 
@@ -496,3 +498,56 @@ def test_a_journal_of_the_previous_schema_opens_migrated(tmp_path: Path, remote:
     assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_store.SCHEMA_VERSION
     conn.close()
     assert remote.count() == 1
+
+
+# -- the console -------------------------------------------------------------------------------
+
+
+def post_approval(client: Any, key: str, **fields: str) -> Any:
+    """Fill and send the approval form of ``key`` as its task page shows it."""
+    page = client.get(task_path("order-1"))
+    assert page.status_code == 200, page.text
+    shown = re.search(rf'id="approve-{re.escape(key)}".*?name="seen" value="([^"]+)"', page.text,
+                      re.DOTALL)  # fmt: skip
+    assert shown, f"no approval form for {key}"
+    return client.post("/approve", data={"csrf": csrf_of(page.text), "key": key,
+                                         "seen": shown[1], **fields})  # fmt: skip
+
+
+def test_the_console_approves_and_denies_with_the_resolve_forms_rules(
+    journal_url: str, remote: Remote
+) -> None:
+    refund = make_refund("dedupe", remote)
+    with intentlog.open(journal_url) as journal:
+        first = awaiting(journal, refund, 500).key
+        second = awaiting(journal, refund, 700).key
+    assert first is not None and second is not None
+    with running_console(journal_url) as console, console.client() as client:
+        assert "Needs a person (2)" in client.get("/").text
+        page = client.get(task_path("order-1")).text
+        assert "APPROVE" in page and "&#34;amount&#34;: 500" in page
+        assert 'value="approve">Approve<' in page and 'value="deny">Deny<' in page
+        # Without this session's CSRF token: refused, nothing written.
+        forged = {"csrf": "0" * 64, "key": first, "seen": "PLANNED:0", "verdict": "approve",
+                  "actor": "mallory"}  # fmt: skip
+        assert client.post("/approve", data=forged).status_code == 403
+        nameless = post_approval(client, first, verdict="approve", actor="")
+        assert nameless.status_code == 400 and "Your name is needed" in nameless.text
+        done = post_approval(client, first, verdict="approve", actor="alice", reason="ok")
+        assert done.status_code == 303
+        page = client.get(done.headers["location"]).text
+        assert "approved: ok" in page and "Approved by alice" in page
+        # Approved and not sent: only a denial is offered, and it still wins.
+        assert post_approval(client, first, verdict="deny", actor="bob").status_code == 303
+        assert post_approval(client, second, verdict="approve", actor="alice").status_code == 303
+        assert "Needs a person (0)" in client.get("/").text
+    with intentlog.open(journal_url) as journal:
+        with pytest.raises(intentlog.Rejected, match="denied by bob"):
+            run(journal, refund, 500)
+        assert run(journal, refund, 700)["amount"] == 700
+    assert (remote.count(first), remote.count(second)) == (0, 1)
+    with running_console(journal_url, "--read-only") as console, console.client() as client:
+        page = client.get(task_path("order-1")).text
+        assert 'action="/approve"' not in page
+        refused = client.post("/approve", data={"key": first, "verdict": "approve", "actor": "a"})
+        assert refused.status_code == 403

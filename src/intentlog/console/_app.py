@@ -189,6 +189,54 @@ class Console:
             end_error=None,
         )
 
+    async def approve(self, request: Request) -> Response:
+        """POST /approve: approve or deny the first send of one operation that waits for
+        approval (``verdict`` is ``approve`` or ``deny``); 303 to its task page. The same
+        rules as resolving: refused (403) without this session's CSRF token, and what the
+        journal refuses (a send begun, a missing name) is shown, nothing written."""
+        names = ("csrf", "key", "seen", "verdict", "reason", "actor")
+        async with request.form(max_files=0, max_fields=len(names) * 2) as form:
+            fields = {name: _field(form, name) for name in names}
+        if not fields["csrf"] or not self.gate.csrf_ok(identity(request), fields["csrf"]):
+            return self.render(request, "error.html", 403, title="Refused",
+                               message="The form's CSRF token is missing or wrong: reload the "
+                               "page and try again.")  # fmt: skip
+        return await run_in_threadpool(self._approve, request, fields)
+
+    def _approve(self, request: Request, fields: dict[str, str]) -> Response:
+        key, verdict = fields["key"], fields["verdict"]
+        try:
+            op = self.journal.operation(key)
+        except intentlog.UnknownOperation as exc:
+            return self.render(
+                request, "error.html", 404, title="No such operation", message=str(exc)
+            )
+        problem: str | None = None
+        if fields["seen"] != seen(op):
+            problem = (
+                f"Nothing was written: the operation changed since the page was shown (it is "
+                f"{op.state.value} now, after {op.attempts} send(s)); look at it again."
+            )
+        elif verdict not in ("approve", "deny"):
+            problem = "Choose approve or deny."
+        elif not fields["actor"]:
+            problem = "Your name is needed: it is kept in the audit trail as who decided."
+        else:
+            answer = self.journal.approve if verdict == "approve" else self.journal.deny
+            try:
+                answer(key, actor=fields["actor"], reason=fields["reason"] or None)
+            except intentlog.Error as exc:
+                problem = f"Nothing was written: {exc}"
+            else:
+                return RedirectResponse(f"{task_url(op.task_id)}#op-{_quote(key)}", 303)
+        values = {
+            name: "" if _holds_secret(name, fields[name]) else fields[name]
+            for name in ("reason", "actor")
+        }
+        view = task_view(self.journal, op.task_id)
+        return self.render(request, "task.html", 400, view=view, errors={key: problem},
+                           values={key: values}, end_error=None)  # fmt: skip
+
     async def end_task(self, request: Request) -> Response:
         """POST /end-task: complete or cancel a task nothing automatic will finish; 303 to
         its page. Refused (403) without this session's CSRF token; what the journal refuses
@@ -324,6 +372,7 @@ def create_app(journal: intentlog.Journal, *, token: str, read_only: bool = Fals
         Route("/task/{task_id:path}", console.task, name="task"),
         Route("/resolve", console.resolve, methods=["POST"], name="resolve"),
         Route("/end-task", console.end_task, methods=["POST"], name="end-task"),
+        Route("/approve", console.approve, methods=["POST"], name="approve"),
         Route("/metrics", console.metrics, name="metrics"),
         Route("/console.css", console.css_file, name="css"),
     ]

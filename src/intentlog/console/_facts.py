@@ -14,9 +14,9 @@ from typing import Any
 import intentlog
 from intentlog import Action, Operation, Outcome, Pending, Policy, State, TaskInfo, TaskRecord
 from intentlog._check import human
-from intentlog._decide import Risk
+from intentlog._decide import Risk, answer_approval
 from intentlog._owner import holder_is_dead
-from intentlog._verbs import risk_of
+from intentlog._verbs import VERDICTS, risk_of
 from intentlog.stores._base import Resolution
 
 __all__ = [
@@ -98,6 +98,9 @@ class OpView:
     resolutions: list[Resolution]
     receipt: str | None  # pretty JSON
     error: str | None
+    # What a person may answer on its first send (effects declared with approval=True):
+    # "approve" and "deny" while it waits, "deny" once approved and not yet sent; else empty.
+    verdicts: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -126,7 +129,7 @@ def overview(journal: intentlog.Journal) -> Overview:
         now=now,
         counts={s.value: counts.get(s, 0) for s in State},
         needs_person=sorted(
-            (p for p in pending if p.next_action is Action.ESCALATE),
+            (p for p in pending if p.next_action in _PERSON),
             key=lambda p: p.operation.created_at,
         ),
         oldest_submitted=oldest,
@@ -221,7 +224,11 @@ def _op_view(
     task: TaskRecord | None = None,
 ) -> OpView:
     outcomes: tuple[Outcome, ...] = ()
-    if op.state is State.PLANNED:
+    # The decision module says what approve and deny may do here; a refused one is not shown.
+    verdicts = tuple(v for v, said in VERDICTS.items() if answer_approval(op, said).write)
+    if verdicts:
+        outcomes = ()  # a person's say on the first send comes first, not a resolution
+    elif op.state is State.PLANNED:
         outcomes = (Outcome.CONFIRMED, Outcome.FAILED)
     elif op.state in _OPEN:
         outcomes = tuple(Outcome)
@@ -231,7 +238,7 @@ def _op_view(
         action=action,
         reason=reason,
         wait=None if not_before is None else max(not_before - now, 0.0),
-        needs_person=action is Action.ESCALATE,
+        needs_person=action in _PERSON,
         outcomes=outcomes,
         policy_text=describe_policy(op.policy),
         risks=risks_of(op, outcomes, now, task),
@@ -239,7 +246,12 @@ def _op_view(
         resolutions=journal.resolutions(op.key),
         receipt=_pretty(op.receipt),
         error=_pretty(op.error),
+        verdicts=verdicts,
     )
+
+
+#: The next actions only a person takes: resolve it, or approve or deny its first send.
+_PERSON = (Action.ESCALATE, Action.APPROVE)
 
 
 def describe_policy(policy: Policy) -> str:
