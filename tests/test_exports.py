@@ -49,8 +49,13 @@ def test_design_surface_exists() -> None:
         intentlog.LeaseLost,
         intentlog.UnsafeValue,
         intentlog.Rejected,
+        intentlog.NoCurrentTask,
     ):
         assert issubclass(error, intentlog.Error)
+    # The ambient task: a journaled function is called like the plain function under the task
+    # that 'with journal.task(...)' makes current.
+    for verb in (intentlog.journaled, intentlog.current_task, intentlog.current_key):
+        assert callable(verb) and verb.__module__ == "intentlog._ambient"
 
 
 def test_import_needs_only_the_standard_library() -> None:
