@@ -22,6 +22,7 @@ import pytest
 if os.environ.get("CI") != "true":  # where CI=true these tests must run, not skip
     pytest.importorskip("mcp", reason="the MCP SDK is not installed (pip install 'intentlog[mcp]')")
 
+from mcp.types import InputRequiredResult
 from tests.mcp_clients import (
     MCPError,
     call,
@@ -398,4 +399,10 @@ def test_a_tool_called_outside_a_request_or_misdeclared_says_so(tmp_path: Path) 
 
         with pytest.raises(intentlog.InvalidInput, match="may not be named 'intentlog_context'"):
             durable_tool(journal)(clash)
+
+        def rounds(amount: int) -> dict[str, int] | InputRequiredResult:
+            return {"amount": amount}
+
+        with pytest.raises(intentlog.InvalidInput, match="journals single-round tools only"):
+            durable_tool(journal)(rounds)
         assert journal.pending() == []

@@ -189,6 +189,7 @@ class _Tool:
         meta_arg: str | None,
         task_id: Callable[[Context[Any, Any]], str | None] | None,
     ) -> None:
+        from mcp.server.mcpserver.resolve import find_resolved_parameters, returns_input_required
         from mcp.server.mcpserver.utilities.context_injection import find_context_parameter
 
         if not inspect.isfunction(fn):
@@ -205,6 +206,14 @@ class _Tool:
         check_key_use(self.name, self.has_key, key_arg, options)
         if CONTEXT_ARG in params:
             raise InvalidInput(f"tool {self.name!r}: a parameter may not be named {CONTEXT_ARG!r}")
+        if returns_input_required(fn) or find_resolved_parameters(fn):
+            # A multi-round call (input_required, then the same call with the answers) is one
+            # logical call over several requests; journaling each round as a call of its own
+            # would record a round that applied nothing as the call's receipt.
+            raise InvalidInput(
+                f"tool {self.name!r} asks the client for input (an InputRequiredResult return "
+                "or Resolve(...) parameters): durable_tool journals single-round tools only"
+            )
         self.own_context = find_context_parameter(fn)  # the function's own Context parameter
         self.meta_arg = meta_arg if meta_arg is not None and meta_arg in params else None
         self.spec = ToolSpec(
