@@ -551,3 +551,77 @@ def test_the_console_approves_and_denies_with_the_resolve_forms_rules(
         assert 'action="/approve"' not in page
         refused = client.post("/approve", data={"key": first, "verdict": "approve", "actor": "a"})
         assert refused.status_code == 403
+
+
+# -- the decision ------------------------------------------------------------------------------
+
+
+def _op(state: intentlog.State, approval: intentlog.Approval | None, attempts: int = 0) -> Any:
+    return intentlog.Operation(
+        key="refund-1", task_id="t", effect="refund", fingerprint="f" * 64, state=state,
+        policy=intentlog.Policy(), created_at=1.0, updated_at=1.0, attempts=attempts,
+        approval=approval,
+    )  # fmt: skip
+
+
+AWAITING = intentlog.Approval("awaiting", "f" * 64)
+APPROVED = intentlog.Approval("approved", "f" * 64, "alice", 2.0, None)
+DENIED = intentlog.Approval("denied", "f" * 64, "bob", 3.0, "no")
+P, S, C, F = (intentlog.State.PLANNED, intentlog.State.SUBMITTED, intentlog.State.CONFIRMED,
+              intentlog.State.FAILED)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("op", "action"),
+    [
+        (_op(P, AWAITING), intentlog.Action.APPROVE),
+        (_op(P, APPROVED), intentlog.Action.SUBMIT),
+        # An approval is for the fingerprint it was given on: never another's.
+        (_op(P, intentlog.Approval("approved", "e" * 64, "alice", 2.0)), intentlog.Action.APPROVE),
+        (_op(P, None), intentlog.Action.SUBMIT),
+        (_op(F, DENIED), intentlog.Action.REPLAN),
+    ],
+)
+def test_the_decision_never_sends_an_operation_without_its_approval(
+    op: intentlog.Operation, action: intentlog.Action
+) -> None:
+    assert intentlog.decide(op, op.policy, 10.0).action is action
+
+
+@pytest.mark.parametrize(
+    ("op", "verdict", "write", "refused"),
+    [
+        (_op(P, AWAITING), "approved", True, None),
+        (_op(P, AWAITING), "denied", True, None),
+        (_op(P, APPROVED), "approved", False, None),  # twice: the same approval
+        (_op(P, APPROVED), "denied", True, None),  # a later no, before the send, wins
+        (_op(F, DENIED), "denied", False, None),
+        (_op(F, DENIED), "approved", False, "was denied by bob (no)"),
+        (_op(S, APPROVED, 1), "denied", False, "is SUBMITTED: its send has begun"),
+        (_op(C, APPROVED, 1), "approved", False, "is CONFIRMED: its send has begun"),
+        (_op(P, APPROVED, 1), "denied", False, "is PLANNED: its send has begun (1 send(s))"),
+        (_op(P, None), "approved", False, "needs no approval"),
+    ],
+)
+def test_what_approve_and_deny_may_do_in_each_state(
+    op: intentlog.Operation, verdict: str, write: bool, refused: str | None
+) -> None:
+    from intentlog._decide import answer_approval
+
+    answer = answer_approval(op, verdict)
+    assert answer.write is write
+    if refused is None:
+        assert answer.refusal is None
+    else:
+        assert answer.refusal is not None and refused in answer.refusal
+
+
+def test_a_task_waiting_for_an_approval_needs_a_person() -> None:
+    from intentlog._decide import task_action
+
+    A = intentlog.Action
+    assert task_action([P], False, [A.APPROVE]) is A.APPROVE
+    assert task_action([P, S], False, [A.APPROVE, A.RECONCILE]) is A.APPROVE
+    assert task_action([P, intentlog.State.UNRESOLVED], False, [A.APPROVE, A.ESCALATE]) is (
+        A.ESCALATE
+    )
