@@ -14,10 +14,11 @@ which the model never sees). Each call is an operation of the run's task:
   (``key_from="arguments"``, the default): the same arguments are the same call in the task, so
   the same call made again in the re-run gets its receipt even when the model that asks for it
   is called again and names the call anew; a call the re-run words otherwise lands on the
-  earlier call's position in the run and is answered ALREADY DONE. ``key_from="tool_call"`` derives it from the tool call's id instead, so that the same
-  call made twice in one run is two effects; use it only where the model's response is replayed
-  from a record (a durable backend), since a model asked again names its calls anew. The retry
-  counter (``ctx.retry``) is never part of the key.
+  earlier call's position in the run and is answered ALREADY DONE. ``key_from="tool_call"``
+  derives the key from the tool call's id instead, so that the same call made twice in one run
+  is two effects; use it only where the model's response is replayed from a record (a durable
+  backend), since a model asked again names its calls anew. The retry counter (``ctx.retry``)
+  is never part of the key.
 
 Guarantees: the intent is durable before ``fn`` starts and the receipt before the tool returns
 it (the receipt is what the model reads). The same call in the same task after a crash gets the
