@@ -8,9 +8,10 @@ The journal is ``$INTENTLOG_URL``. Over stdio by default; ``--http`` and ``--rea
 row is written only where a tool really applies something, so a test counts what happened,
 whatever the client was told.
 
-- ``pay(amount, idempotency_key)`` (sync) and ``apay`` (its async twin): deduplicate on the
-  key in the ledger (a second run with the key applies nothing and answers the first payment),
-  and can be asked about a key (``reconcile``).
+- ``pay(amount, idempotency_key)`` (sync) and ``apay`` (its async twin, journaled through an
+  ``AsyncJournal`` on the same journal): deduplicate on the key in the ledger (a second run with
+  the key applies nothing and answers the first payment), and can be asked about a key
+  (``reconcile``).
 - ``send_note(to, text)``: can neither deduplicate nor be asked: a row per run.
 - ``refund(payment_id)``: raises the SDK's ToolError for an unknown payment (nothing applied).
 - ``complete_checkout(id, payload, meta)``: the MCP binding of ACP (``meta`` carries the
@@ -122,7 +123,7 @@ def build(ledger: str) -> MCPServer[Any]:
         raise ToolError("a stand-in for comparing schemas")
 
     @app.tool()
-    @durable_tool(journal, reconcile=lookup("apay"))
+    @durable_tool(intentlog.open_async(), reconcile=lookup("apay"))  # the same journal, asyncio
     async def apay(amount: int, idempotency_key: str) -> Payment:
         """Charge an amount, asynchronously."""
         hold = os.environ.get("LEDGER_HOLD")
