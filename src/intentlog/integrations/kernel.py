@@ -105,6 +105,9 @@ class ToolOptions:
     timeout: Seconds | None = None
     lookup_lag: Seconds | None = None
     receipt: ReceiptSelector | None = None
+    # True: each call waits for a person's approval before its first send (the run raises
+    # intentlog.ApprovalRequired, which each framework maps onto its own human-in-the-loop).
+    approval: bool | None = None
 
     def given(self) -> dict[str, Any]:
         """The options that were given, as keyword arguments of :class:`Effect`."""
