@@ -215,6 +215,27 @@ def test_outside_a_task_the_call_fails_clearly_and_sends_nothing(
     assert journal.operations() == [] and remote.count() == 0
 
 
+def test_a_journaled_body_may_call_another_each_its_own_operation(
+    journal: intentlog.Journal, remote: Remote
+) -> None:
+    charge = deduplicated(remote)
+    keys: list[str] = []
+
+    @intentlog.journaled(idempotent=True, key_retention=60)
+    def checkout(amount: int) -> dict[str, Any]:
+        keys.append(intentlog.current_key())
+        paid = charge(amount=amount)  # an operation of the same task, while this one is sent
+        keys.append(intentlog.current_key())  # this operation's key again
+        return {"paid": paid["id"]}
+
+    with journal.task("t"):
+        receipt = checkout(amount=5)
+        assert checkout(amount=5) == receipt  # replayed: the body does not run again
+    ops = {op.effect: op for op in journal.operations("t")}
+    assert keys == [ops["checkout"].key] * 2
+    assert receipt == {"paid": ops["charge"].receipt["id"]} and remote.count() == 1
+
+
 def test_a_task_handle_not_entered_is_not_current(journal: intentlog.Journal) -> None:
     task = journal.task("t")  # leased, but no block made it current
     try:

@@ -313,7 +313,10 @@ def _journal(
     """The journaled function of ``fn``: its effect, and the wrapper callers call."""
     if not callable(fn):
         raise InvalidInput(f"@intentlog.journaled decorates a function, got {fn!r}")
-    what: str = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
+    # The name the caller wrote: a method's qualified name, never "<locals>" paths.
+    qualname = getattr(fn, "__qualname__", None)
+    plain = qualname if qualname and "<" not in qualname else getattr(fn, "__name__", None)
+    what = str(plain or repr(fn))
     try:
         own = inspect.signature(fn)
     except (TypeError, ValueError) as exc:
