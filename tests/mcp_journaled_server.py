@@ -12,7 +12,8 @@ whatever the client was told.
   ``AsyncJournal`` on the same journal): deduplicate on the key in the ledger (a second run with
   the key applies nothing and answers the first payment), and can be asked about a key
   (``reconcile``).
-- ``send_note(to, text)``: can neither deduplicate nor be asked: a row per run.
+- ``send_note(to, text, ctx)``: can neither deduplicate nor be asked: a row per run. It takes
+  the request's ``Context`` itself.
 - ``refund(payment_id)``: raises the SDK's ToolError for an unknown payment (nothing applied).
 - ``complete_checkout(id, payload, meta)``: the MCP binding of ACP (``meta`` carries the
   protocol's headers, ``meta.idempotency_key`` among them).
@@ -33,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from typing_extensions import TypedDict
@@ -135,8 +136,10 @@ def build(ledger: str) -> MCPServer[Any]:
 
     @app.tool()
     @durable_tool(journal)
-    def send_note(to: str, text: str) -> dict[str, Any]:
+    def send_note(to: str, text: str, ctx: Context) -> dict[str, Any]:
         """Send a note (neither deduplicated nor reconcilable)."""
+        if not ctx.request_id:  # the tool's own Context reaches it, as without the decorator
+            raise RuntimeError("no request context")
         return {"note_id": apply("send_note", None, {"to": to, "text": text}), "to": to}
 
     @app.tool()

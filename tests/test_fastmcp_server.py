@@ -320,6 +320,7 @@ def test_the_tools_schemas_are_the_functions_own(tmp_path: Path) -> None:
     assert pay["inputSchema"]["properties"] == {"amount": {"title": "Amount", "type": "integer"}}
     assert pay["outputSchema"] == plain["outputSchema"]
     assert pay["description"] == plain["description"]
+    assert list(tools["send_note"]["inputSchema"]["properties"]) == ["to", "text"]
     assert list(tools["complete_checkout"]["inputSchema"]["properties"]) == [
         "id",
         "payload",
