@@ -3,15 +3,17 @@
 
     python tests/mcp_journaled_server.py --ledger PATH [--http HOST:PORT] [--ready-file F]
 
-The journal is ``$INTENTLOG_URL``. Over stdio by default; ``--http`` and ``--ready-file`` as in
-``mcp_ledger_server.py``. The ledger (SQLite, table ``applied``) is the tools' own record: a
-row is written only where a tool really applies something, so a test counts what happened,
-whatever the client was told.
+The journal is ``$INTENTLOG_URL`` (``$JOURNAL_MAX_WAIT``: its ``max_wait``, default 60 s).
+Over stdio by default; ``--http`` and ``--ready-file`` as in ``mcp_ledger_server.py``. The
+ledger (SQLite, table ``applied``) is the tools' own record: a row is written only where a tool
+really applies something, so a test counts what happened, whatever the client was told.
 
 - ``pay(amount, idempotency_key)`` (sync) and ``apay`` (its async twin, journaled through an
   ``AsyncJournal`` on the same journal): deduplicate on the key in the ledger (a second run with
   the key applies nothing and answers the first payment), and can be asked about a key
   (``reconcile``).
+- ``transfer(amount, idempotency_key)``: deduplicates like ``pay`` but cannot be asked, so a
+  run caught in flight is resent with its key only once its 30 s deadline has passed.
 - ``send_note(to, text, ctx)``: can neither deduplicate nor be asked: a row per run. It takes
   the request's ``Context`` itself.
 - ``refund(payment_id)``: raises the SDK's ToolError for an unknown payment (nothing applied).
@@ -78,7 +80,8 @@ def ledger_rows(path: str | os.PathLike[str], tool: str | None = None) -> list[d
 
 
 def build(ledger: str) -> MCPServer[Any]:
-    journal = intentlog.open()  # $INTENTLOG_URL
+    # $INTENTLOG_URL; JOURNAL_MAX_WAIT bounds how long a call waits for an earlier run to land.
+    journal = intentlog.open(max_wait=float(os.environ.get("JOURNAL_MAX_WAIT", "60")))
     app: MCPServer[Any] = MCPServer("journaled-ledger")
     conn = connect(ledger)
 
@@ -117,6 +120,12 @@ def build(ledger: str) -> MCPServer[Any]:
     def pay(amount: int, idempotency_key: str) -> Payment:
         """Charge an amount (deduplicated on the idempotency key)."""
         return payment("pay", idempotency_key, amount)
+
+    @app.tool()
+    @durable_tool(journal, idempotent=True, key_retention=intentlog.FOREVER, timeout=30)
+    def transfer(amount: int, idempotency_key: str) -> Payment:
+        """Transfer an amount (deduplicated on the key; cannot be asked)."""
+        return payment("transfer", idempotency_key, amount)
 
     @app.tool()
     def plain_pay(amount: int) -> Payment:

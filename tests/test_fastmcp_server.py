@@ -263,6 +263,24 @@ def test_an_unknown_outcome_says_so_until_a_person_resolves_it(
     assert len(ledger_rows(ledger)) == 1
 
 
+def test_a_call_whose_earlier_run_may_still_land_says_when_to_call_again(tmp_path: Path) -> None:
+    """``transfer`` deduplicates but cannot be asked: after a crash in flight the same key is
+    resent only once the first run's 30 s deadline has passed, and a server whose journal
+    waits at most 0.2 s answers the wait instead of running it."""
+    ledger, journal_url = tmp_path / "ledger.db", str(tmp_path / "journal.db")
+    env = server_env(journal_url, JOURNAL_MAX_WAIT="0.2")
+    meta = {"idempotency_key": "t-1"}
+    asyncio.run(killed_after_commit(ledger, env, "transfer", {"amount": 70}, meta))
+
+    [waiting] = asyncio.run(session_calls(ledger, env, ("transfer", {"amount": 70}, meta)))
+
+    assert "may still be in flight" in error_text(waiting)
+    facts = operation(waiting)
+    assert (facts["state"], facts["next_action"], facts["key"]) == ("SUBMITTED", "WAIT", "t-1")
+    assert 0 < facts["retry_after_seconds"] < 40  # until the 30 s deadline of the first run
+    assert len(ledger_rows(ledger)) == 1
+
+
 def test_a_tool_error_is_recorded_not_applied_and_answered_again(tmp_path: Path) -> None:
     ledger, journal_url = tmp_path / "ledger.db", str(tmp_path / "journal.db")
     meta = {"idempotency_key": "refund-1"}
