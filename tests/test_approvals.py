@@ -17,6 +17,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -625,3 +626,34 @@ def test_a_task_waiting_for_an_approval_needs_a_person() -> None:
     assert task_action([P, intentlog.State.UNRESOLVED], False, [A.APPROVE, A.ESCALATE]) is (
         A.ESCALATE
     )
+
+
+def test_a_worker_parks_a_task_waiting_for_approval_and_sends_once_approved(
+    journal_url: str, remote: Remote
+) -> None:
+    refund = make_refund("dedupe", remote)
+    registry = intentlog.Registry(effects=[refund])
+
+    @registry.task("refund")
+    def refund_order(task: intentlog.Task, input: Any) -> None:
+        task.run(refund, amount=input["amount"])
+
+    with intentlog.open(journal_url) as journal:
+        journal.start("refund", "order-1", {"amount": 500})
+        worker = intentlog.Worker(journal, registry, poll=0.05)
+        assert worker.run_once() is True
+        (op,) = journal.operations("order-1")
+        record = journal.task_info("order-1").record
+        # Parked, not failed: no run counted, not claimable again at once.
+        assert (worker.parked, worker.failed, record.runs, record.last_error) == (1, 0, 0, None)
+        assert record.not_before > journal.store.now()
+        assert worker.run_once() is False
+        assert journal.task_info("order-1").next_action is intentlog.Action.APPROVE
+        journal.approve(op.key, actor="alice")
+        for _ in range(2000):  # the next look, once due (bounded: 20 polls of 0.05 s)
+            if worker.run_once():
+                break
+            time.sleep(0.01)
+        assert worker.completed == 1
+        assert journal.task_info("order-1").record.completed
+    assert remote.count() == remote.count(op.key) == 1

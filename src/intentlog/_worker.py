@@ -3,10 +3,11 @@
 A worker claims a runnable task of a kind it registered (new, or whose lease expired), renews
 its lease while it runs, reconciles the task's SUBMITTED operations first, then calls the task
 function, which resumes at the task's ``next_step``. A task that stops on an UNRESOLVED
-operation is parked until a person resolves it; a task whose function raises is retried later
-with backoff. A journal whose server cannot be reached for longer than its store waits
-(JournalUnreachable) does not end a worker: it logs one line and claims again after a
-jittered backoff.
+operation is parked until a person resolves it; one that stops at an operation waiting for a
+person's approval is run again every 20 polls, no failure counted; a task whose function
+raises is retried later with backoff. A journal whose server cannot be reached for longer
+than its store waits (JournalUnreachable) does not end a worker: it logs one line and claims
+again after a jittered backoff.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from intentlog._check import log_at_start
 from intentlog._decide import PROXY_TASK_KIND
 from intentlog._effect import Effect
 from intentlog._errors import (
+    ApprovalRequired,
     InvalidInput,
     JournalUnreachable,
     LeaseLost,
@@ -41,6 +43,8 @@ __all__ = ["Registry", "Worker"]
 #: a task of that kind.
 TaskFunction = Callable[[Task, JSON], Any]
 _BACKOFF_CAP = 300.0
+#: A task whose operation waits for an approval is looked at again after this many polls.
+_APPROVAL_POLLS = 20
 _OUTAGE_CAP = 30.0  # seconds: the longest wait between claims while the journal is away
 log = logging.getLogger("intentlog.worker")
 
@@ -203,6 +207,13 @@ class Worker:
             task.close()
         except StillInFlight as exc:
             task.release(not_before=exc.not_before)
+        except ApprovalRequired:
+            # Waiting for a person is no failure: no run is counted and no backoff grows.
+            # The task is run again after a while (its function stops at the same approval
+            # until someone approves it, which the next run sends, or denies it, which it
+            # sees as Rejected); status names the approval meanwhile.
+            self.parked += 1
+            task.release(retry_in=min(self.poll * _APPROVAL_POLLS, _BACKOFF_CAP))
         except LeaseLost:
             task.close()  # another worker has it: a lost lease writes nothing more
         except Exception as exc:
