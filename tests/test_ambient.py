@@ -91,6 +91,10 @@ def test_effect_options_are_checked_as_effect_checks_them() -> None:
 
     with pytest.raises(intentlog.InvalidInput, match="'idempotency_key' receives the operation"):
         intentlog.journaled(takes_key_by_position)
+    once = intentlog.journaled(key_parameter=None)(takes_key_by_position)
+    for not_plain in (once, once.effect, 42):
+        with pytest.raises(intentlog.InvalidInput, match="decorates a plain function"):
+            intentlog.journaled(not_plain)
 
 
 # -- journaled as task.run, under the current task -------------------------------------------

@@ -311,8 +311,11 @@ def _journal(
     fn: Callable[..., Any], key_parameter: str | None, **effect_options: Any
 ) -> Journaled[Any, Any]:
     """The journaled function of ``fn``: its effect, and the wrapper callers call."""
-    if not callable(fn):
-        raise InvalidInput(f"@intentlog.journaled decorates a function, got {fn!r}")
+    if not callable(fn) or effect_of(fn) is not None:
+        raise InvalidInput(
+            f"@intentlog.journaled decorates a plain function (not an effect or a journaled "
+            f"function), got {fn!r}"
+        )
     # The name the caller wrote: a method's qualified name, never "<locals>" paths.
     qualname = getattr(fn, "__qualname__", None)
     plain = qualname if qualname and "<" not in qualname else getattr(fn, "__name__", None)
