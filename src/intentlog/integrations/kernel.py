@@ -49,7 +49,14 @@ from typing import Any
 
 from intentlog._async import AsyncJournal
 from intentlog._effect import Effect, ReceiptSelector, Reconcile, Seconds
-from intentlog._errors import InvalidInput, LeaseLost, OutcomeUnknown, Rejected, install_hint
+from intentlog._errors import (
+    InvalidInput,
+    LeaseLost,
+    OutcomeUnknown,
+    Rejected,
+    UnknownOperation,
+    install_hint,
+)
 from intentlog._hygiene import redact
 from intentlog._journal import Journal
 from intentlog._keys import canonical_json, derive_key, fingerprint
@@ -59,6 +66,7 @@ from intentlog._task import Task
 
 __all__ = [
     "ALREADY_DONE_PREFIX",
+    "DENIED_PREFIX",
     "KEY_ARG",
     "UNRESOLVED_PREFIX",
     "AlreadyDone",
@@ -67,6 +75,7 @@ __all__ = [
     "ToolEffect",
     "ToolOptions",
     "ToolSpec",
+    "answer_approval",
     "attempt",
     "call_tool",
     "check_key_use",
@@ -74,6 +83,7 @@ __all__ = [
     "invoke",
     "kept_args",
     "need",
+    "refusal_answer",
     "rejected_answer",
     "sync_journal",
     "takes_key",
@@ -86,6 +96,9 @@ KEY_ARG = "idempotency_key"
 
 ALREADY_DONE_PREFIX = "ALREADY DONE"
 """The first words of the tool's answer when a rewritten retry found its action already taken."""
+
+DENIED_PREFIX = "DENIED"
+"""The first word of the tool's answer when a person denied the call: it was not sent."""
 
 UNRESOLVED_PREFIX = "UNRESOLVED"
 """The first word of the tool's answer when the outcome of a call is unknown."""
@@ -516,6 +529,75 @@ def unresolved_answer(tool: str, exc: OutcomeUnknown) -> str:
         "again for this and do not try another way to do it: a person has to check the service "
         f"and settle it (intentlog resolve {key} --confirmed/--failed). Tell the user it is "
         "waiting for that review."
+    )
+
+
+# -- a person's answer given through the framework ----------------------------------------------
+
+
+def answer_approval(
+    journal: Journal | AsyncJournal,
+    task_id: str,
+    spec: ToolSpec,
+    args: dict[str, Any],
+    *,
+    approved: bool,
+    actor: str,
+    reason: str | None = None,
+) -> Operation | None:
+    """Record the answer a person gave through the framework's own human-in-the-loop, before
+    anything is sent: ``journal.approve`` (``approved``) or ``journal.deny`` of the operation
+    that a call of ``spec`` with ``args`` in ``task_id`` is by the identity rule's first clause
+    (the same call: exactly these arguments), so the approval is bound to them and the next run
+    of that call sends it once.
+
+    Returns that operation as the answer left it, or None when the task has none (the call's
+    next run journals it and asks again). An answer that comes too late changes nothing and is
+    not an error: once the send has begun the approval was spent, and a "yes" after a "no"
+    leaves the denial standing (the run then reads the denial). Raises InvalidInput for an
+    actor or reason the journal refuses, with nothing written.
+    """
+    sync = sync_journal(journal)
+    fp = spec.fingerprint(args)
+    ops = sync.operations(task_id)
+    op = next((o for o in ops if o.effect == spec.effect.name and o.fingerprint == fp), None)
+    if op is None or not _answerable(op):
+        return op
+    answer = sync.approve if approved else sync.deny
+    try:
+        return answer(op.key, actor=actor, reason=reason)
+    except InvalidInput:
+        now = sync.operation(op.key)
+        if _answerable(now):  # the actor or reason was refused, not the moment
+            raise
+        return now  # a send began, or a denial landed, meanwhile: that stands
+
+
+def _answerable(op: Operation) -> bool:
+    approval = op.approval
+    return (
+        approval is not None
+        and approval.status != "denied"
+        and op.state is State.PLANNED
+        and not op.attempts
+    )
+
+
+def refusal_answer(journal: Journal | AsyncJournal, tool: str, exc: Rejected) -> str:
+    """What the model reads when a call was not applied: who denied it, for an operation a
+    person denied (never sent), else :func:`rejected_answer` (the service refused it)."""
+    op = None
+    if exc.key:
+        with contextlib.suppress(UnknownOperation):  # a key the journal never held: the service's
+            op = sync_journal(journal).operation(exc.key)
+    approval = op.approval if op is not None else None
+    if op is None or approval is None or approval.status != "denied":
+        return rejected_answer(tool, exc)
+    why = f" ({approval.reason})" if approval.reason else ""
+    return (
+        f"{DENIED_PREFIX}: {approval.actor} denied this {tool} call{why}, so it was NOT sent "
+        f"and never will be (operation {op.key}). Do not call {tool} again for it unless the "
+        "user asks for it anew; tell the user it was denied."
     )
 
 
