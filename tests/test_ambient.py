@@ -453,22 +453,34 @@ def test_asyncio_tasks_see_only_the_task_of_the_block_they_started_in(
 
 
 def test_a_plain_function_under_an_async_task_runs_from_a_thread(
-    tmp_path: Path, remote: Remote
+    journal_url: str, remote: Remote
 ) -> None:
-    charge = deduplicated(remote)
+    in_body: list[Any] = []
+
+    @intentlog.journaled(idempotent=True, key_retention=3600)
+    def charge(amount: int) -> dict[str, Any]:
+        # The body runs in the journal's thread pool: the key answers, the task is not current.
+        try:
+            in_body.append(intentlog.current_task())
+        except intentlog.NoCurrentTask as exc:
+            in_body.append(exc)
+        return remote.apply(intentlog.current_key(), amount, dedupe=True)
 
     async def main() -> tuple[Any, Any, list[intentlog.Operation]]:
-        async with intentlog.open_async(tmp_path / "j.db") as journal:
+        async with intentlog.open_async(journal_url) as journal:
             async with journal.task("t"):
                 with pytest.raises(intentlog.InvalidInput, match="to_thread") as on_loop:
                     charge(amount=1)  # on the loop it would block it: refused, nothing sent
                 receipt = await asyncio.to_thread(charge, amount=2)
+                assert await asyncio.to_thread(charge, amount=2) == receipt  # replayed
             return on_loop.value, receipt, await journal.operations("t")
 
     error, receipt, ops = asyncio.run(main())
     assert "nothing was journaled or sent" in str(error)
     assert [(op.state, op.receipt) for op in ops] == [(State.CONFIRMED, receipt)]
     assert remote.count() == 1 and receipt["amount"] == 2
+    assert remote.lookup(ops[0].key).receipt == receipt  # sent with the operation's key
+    assert len(in_body) == 1 and isinstance(in_body[0], intentlog.NoCurrentTask)
 
 
 def test_an_async_function_under_a_sync_task_is_refused(
