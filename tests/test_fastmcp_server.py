@@ -114,6 +114,7 @@ def test_a_key_in_meta_applies_once_in_either_spelling(tmp_path: Path, journal_u
     assert (op.key, op.state, op.receipt) == ("order-42-payment", intentlog.State.CONFIRMED, paid)
 
 
+@pytest.mark.slow  # a server SIGKILLed, then started again
 @pytest.mark.parametrize(
     ("backend", "tool"), [("sqlite", "pay"), ("sqlite", "apay"), ("postgres", "pay")]
 )
@@ -225,6 +226,7 @@ def test_without_a_key_it_is_derived_in_the_named_task_or_else_the_session(
 # -- what the client sees -----------------------------------------------------------------------
 
 
+@pytest.mark.slow  # a server SIGKILLed, then started again
 def test_an_unknown_outcome_says_so_until_a_person_resolves_it(
     tmp_path: Path, journal_url: str
 ) -> None:
@@ -263,6 +265,7 @@ def test_an_unknown_outcome_says_so_until_a_person_resolves_it(
     assert len(ledger_rows(ledger)) == 1
 
 
+@pytest.mark.slow  # a server SIGKILLed, then started again
 def test_a_call_whose_earlier_run_may_still_land_says_when_to_call_again(tmp_path: Path) -> None:
     """``transfer`` deduplicates but cannot be asked: after a crash in flight the same key is
     resent only once the first run's 30 s deadline has passed, and a server whose journal
