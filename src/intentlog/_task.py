@@ -113,7 +113,8 @@ class Task(TaskView):
 
     def info(self) -> TaskInfo:
         """The task as the journal holds it now: its record, its operations and its next
-        action (``.next_action``: ESCALATE, RECONCILE, SUBMIT or RESUME; None once complete).
+        action (``.next_action``: ESCALATE, APPROVE, RECONCILE, SUBMIT or RESUME; None once
+        complete).
         The same :class:`intentlog.TaskInfo` as ``journal.task_info(task.id)``; reads the
         journal on every call."""
         return self._run(task_info_flow(self._store, self.id, self._core.options))
