@@ -96,7 +96,7 @@ def error_text(answer: dict[str, Any]) -> str:
 # -- the key the client sends ------------------------------------------------------------------
 
 
-def test_a_key_in_meta_applies_once_in_either_spelling(tmp_path: Path, journal_url: str) -> None:
+def test_a_key_in_meta_applies_once_in_any_spelling(tmp_path: Path, journal_url: str) -> None:
     ledger, env = tmp_path / "ledger.db", server_env(journal_url)
     answers = asyncio.run(
         session_calls(
@@ -104,12 +104,13 @@ def test_a_key_in_meta_applies_once_in_either_spelling(tmp_path: Path, journal_u
             env,
             ("pay", {"amount": 500}, {"idempotency_key": "order-42-payment"}),
             ("pay", {"amount": 500}, {"idempotency-key": "order-42-payment"}),
+            ("pay", {"amount": 500}, {"intentlog/key": "order-42-payment"}),  # the proxy's
             ("pay", {"amount": 500}, {"idempotency_key": "order-42-payment"}),
         )
     )
     assert len(ledger_rows(ledger, "pay")) == 1
     paid = {"payment_id": "pay_1", "amount": 500}
-    assert [structured(a) for a in answers] == [paid, paid, paid]
+    assert [structured(a) for a in answers] == [paid, paid, paid, paid]
     [op] = operations(journal_url, "key:order-42-payment")  # one task per key
     assert (op.key, op.state, op.receipt) == ("order-42-payment", intentlog.State.CONFIRMED, paid)
 

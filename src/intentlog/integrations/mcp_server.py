@@ -55,7 +55,9 @@ Each of these errors carries its facts in ``_meta["intentlog/operation"]`` (``ke
 ``next_action``, ``task_id``, ``tool``), as intentlog's MCP proxy does. Read-only tools need no
 decorator. Sync and async tool functions both work: the journal (synchronous, or the synchronous
 twin of an :class:`intentlog.AsyncJournal`) always runs in a worker thread, never on the event
-loop, and an async body is run back on the loop from there.
+loop, and an async body is run back on the loop from there. A tool that asks the client for
+input over several rounds (an ``InputRequiredResult`` return, ``Resolve(...)`` parameters) is
+refused when it is decorated: each round would be journaled as a call of its own.
 """
 
 from __future__ import annotations
