@@ -20,6 +20,12 @@ repeat the exact same call, the model asks again once, with rewritten arguments 
 the journaled tool raises ``OutcomeUnknown`` there (``unresolved_to_model=False``), so that the
 plugin sees the failure.
 
+SCENARIO ``approval``: the journaled tool is declared ``approval=True``; its first call pauses the
+invocation with ADK's tool confirmation. A run with ``"answer": "yes"`` (or ``"no"``) answers a
+pending confirmation of its session with a ``ToolConfirmation`` (``confirmed`` true or false), in
+the paused invocation, as a person's client does; without an answer, a paused or stopped
+invocation is resumed as above.
+
 ``PAY_THEN_DIE=1`` kills the process with SIGKILL once every run's payment was applied by its
 service and answered, before any tool returned (inside ``task.run``, before the receipt is
 written, for the journaled tool). The process prints one JSON line: for each run, what its
@@ -48,6 +54,7 @@ CALL = {"amount": 500, "to": "bob"}
 REWRITTEN = {"amount": 500, "to": "Bob"}
 USER, SESSION = "u", "s"
 RETRY_RESPONSE = "ERROR_HANDLED_BY_REFLECT_AND_RETRY_PLUGIN"  # ReflectAndRetryToolPlugin's mark
+CONFIRM = "adk_request_confirmation"  # the function call through which ADK asks a person
 
 
 class Dying:
@@ -138,6 +145,7 @@ def pay_tool(journal: intentlog.Journal, run: dict[str, str], dying: Dying) -> A
         journal,
         pay_with_key,
         name="pay",
+        approval=run["scenario"] == "approval",
         idempotent=charge.idempotent,
         key_retention=charge.key_retention,
         reconcile=charge.reconcile,
@@ -174,9 +182,15 @@ async def run_one(
     session = await sessions.get_session(app_name=run["name"], user_id=USER, session_id=SESSION)
     ask = types.Content(role="user", parts=[types.Part(text="pay bob 500")])
     message, invocation = None, None
+    pending = pending_confirmation(session) if session is not None else None
     if session is None:
         await sessions.create_session(app_name=run["name"], user_id=USER, session_id=SESSION)
         message = ask
+    elif pending is not None and run.get("answer"):  # a person answers the confirmation
+        confirmed = {"confirmed": run["answer"] == "yes"}
+        response = types.FunctionResponse(name=CONFIRM, id=pending[1], response=confirmed)
+        message = types.Content(role="user", parts=[types.Part(function_response=response)])
+        invocation = pending[0]
     elif session.events[-1].author == "payer" and session.events[-1].is_final_response():
         message = ask  # the invocation ended with the model's answer: the user asks again
     else:
@@ -203,12 +217,31 @@ async def run_one(
         for part in event.content.parts or []
         if part.text
     ]
+    asked = [
+        fc.args["toolConfirmation"]["payload"]
+        for event in session.events
+        for fc in event.get_function_calls()
+        if fc.name == CONFIRM
+    ]
     return {
+        "confirmations": asked,
         "resumed": invocation is not None,
         "tool_responses": responses,
         "final": texts[-1] if texts else None,
         "error": error,
     }
+
+
+def pending_confirmation(session: Any) -> tuple[str, str] | None:
+    """The invocation and id of the session's confirmation request no one answered yet."""
+    answered = {fr.id for event in session.events for fr in event.get_function_responses()}
+    asked = [
+        (event.invocation_id, fc.id)
+        for event in session.events
+        for fc in event.get_function_calls()
+        if fc.name == CONFIRM and fc.id not in answered
+    ]
+    return asked[-1] if asked else None
 
 
 async def main_async(directory: Path, runs: list[dict[str, str]]) -> dict[str, Any]:

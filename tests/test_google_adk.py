@@ -36,7 +36,7 @@ import pytest
 
 import intentlog
 from framework_envs import python_for  # tests/ is on sys.path (conftest.py)
-from intentlog.integrations.kernel import UNRESOLVED_PREFIX
+from intentlog.integrations.kernel import DENIED_PREFIX, UNRESOLVED_PREFIX
 from intentlog.testing import ReferenceService
 
 HERE = Path(__file__).parent
@@ -55,15 +55,28 @@ class Payers:
         self.env = {**os.environ, "INTENTLOG_URL": str(directory / "journal.db")}
         self.env.pop("INTENTLOG_CRASH", None)
 
-    def run(self, names: list[str], *, scenario: str = "pay", die: bool = False) -> Any:
+    def run(
+        self,
+        names: list[str],
+        *,
+        scenario: str = "pay",
+        die: bool = False,
+        answers: dict[str, str] | None = None,
+        crash: str | None = None,
+    ) -> Any:
         runs = [
             {"name": name, "variant": name.split("_")[0], "mode": self.services[name].mode,
-             "url": self.services[name].url, "scenario": scenario}
+             "url": self.services[name].url, "scenario": scenario,
+             "answer": (answers or {}).get(name)}
             for name in names
         ]  # fmt: skip
+        env = {**self.env, "PAY_THEN_DIE": "1" if die else "0"}
+        if crash is not None:  # an intentlog crash point (intentlog._crash), SIGKILL there
+            env["INTENTLOG_CRASH"] = crash
+            die = True
         done = subprocess.run(
             [str(self.python), str(APP), str(self.directory), json.dumps(runs)],
-            env={**self.env, "PAY_THEN_DIE": "1" if die else "0"},
+            env=env,
             capture_output=True,
             text=True,
             timeout=120,
@@ -196,3 +209,86 @@ def test_without_google_adk_installed_the_tool_says_how_to_install_it(tmp_path: 
         with pytest.raises(ImportError, match=r"intentlog\[google-adk\]"):
             durable_tool(journal, lambda amount: amount)
         assert journal.operations() == []
+
+
+# -- approvals: ADK's tool confirmation, journaled -------------------------------------------
+
+
+def paused(payers: Payers, names: list[str]) -> dict[str, intentlog.Operation]:
+    """First runs of approval=True sessions: each pauses with ADK's confirmation and sends
+    nothing; returns each session's operation, PLANNED and awaiting approval."""
+    out = payers.run(names, scenario="approval")
+    ops = {}
+    for name in names:
+        (op,) = payers.operations(name)
+        assert op.state is intentlog.State.PLANNED and op.args == {"amount": 500, "to": "bob"}
+        assert op.approval == intentlog.Approval("awaiting", op.fingerprint)
+        (asked,) = out[name]["confirmations"]  # ADK's own request, naming what to approve
+        assert asked["key"] == op.key and asked["task_id"] == f"{name}/u/s"
+        assert asked["arguments"] == op.args and asked["command"].endswith(f"approve {op.key}")
+        assert payers.payments(name) == 0
+        ops[name] = op
+    return ops
+
+
+def test_a_confirmation_is_journaled_before_the_send_and_a_denial_is_never_sent(
+    payers: Payers,
+) -> None:
+    yes, no = "journaled_lookup", "journaled_dedupe"
+    paused(payers, [yes, no])
+    out = payers.run([yes, no], scenario="approval", answers={yes: "yes", no: "no"})
+
+    # Confirmed through ADK: recorded as the session user's approval, then sent once.
+    (op,) = payers.operations(yes)
+    assert op.state is intentlog.State.CONFIRMED and payers.payments(yes) == 1
+    assert op.approval is not None and op.approval.status == "approved"
+    assert op.approval.actor == "u via google-adk" and op.approval.fingerprint == op.fingerprint
+    assert out[yes]["tool_responses"][-1]["id"] == payers.services[yes].applied()[op.key][0]
+
+    # Refused through ADK: FAILED, never sent, and the model reads who denied it.
+    (op,) = payers.operations(no)
+    assert op.state is intentlog.State.FAILED and payers.payments(no) == 0
+    assert op.approval is not None and op.approval.status == "denied"
+    told = out[no]["tool_responses"][-1]["result"]
+    assert told.startswith(DENIED_PREFIX) and "u via google-adk denied" in told
+    assert op.key in told and told in out[no]["final"]
+
+    # Asked again in a new invocation: the same call gets its receipt, or its denial; no send.
+    again = payers.run([yes, no], scenario="approval")
+    assert again[yes]["tool_responses"][-1] == out[yes]["tool_responses"][-1]
+    assert again[no]["tool_responses"][-1]["result"].startswith(DENIED_PREFIX)
+    assert (payers.payments(yes), payers.payments(no)) == (1, 0)
+
+
+@pytest.mark.slow  # five processes in the framework's env, two killed
+def test_approvals_survive_a_kill_and_one_given_with_the_cli_works(payers: Payers) -> None:
+    between, after, cli = "journaled_lookup", "journaled_dedupe", "journaled_neither"
+    ops = paused(payers, [between, after, cli])
+
+    # Confirmed, and killed after the approval was journaled, before the request went out.
+    payers.run([between], scenario="approval", answers={between: "yes"},
+               crash="after_submit_mark:pay")  # fmt: skip
+    assert payers.payments(between) == 0
+    (op,) = payers.operations(between)
+    assert op.approval is not None and op.approval.status == "approved"
+    # Confirmed, and killed once the service applied it, before the receipt was written.
+    payers.run([after], scenario="approval", answers={after: "yes"}, die=True)
+    assert payers.payments(after) == 1
+    # Approved with the CLI instead of ADK's confirmation.
+    approve = subprocess.run(
+        [sys.executable, "-m", "intentlog.cli", "approve", ops[cli].key, "--actor", "alice"],
+        env=payers.env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert approve.returncode == 0, approve.stderr + approve.stdout
+
+    # ADK's Resume of the two stopped invocations; the CLI-approved session's invocation ended
+    # at its confirmation request, so its user asks again, with no answer given through ADK.
+    out = payers.run([between, after, cli], scenario="approval")
+    assert out[between]["resumed"] and out[after]["resumed"] and not out[cli]["resumed"]
+    for name in (between, after, cli):
+        assert payers.payments(name) == 1, name  # sent once, and only once approved
+        (op,) = payers.operations(name)
+        assert op.state is intentlog.State.CONFIRMED, name
+        assert out[name]["tool_responses"][-1]["id"] == payers.services[name].applied()[op.key][0]
+    (op,) = payers.operations(cli)
+    assert op.approval is not None and op.approval.actor == "alice"

@@ -41,6 +41,20 @@ Resume then treats that call as waiting for an answer rather than running it aga
 ``rejected_to_model=False``. Every other intentlog error (``StillInFlight``, ``TaskBusy``,
 ``LeaseLost``, ``InvalidInput``) fails the tool call, which ADK's retry plugin hands to the model.
 
+**Approvals.** ``approval=True`` maps ADK's tool confirmation onto the journal's approval. The
+first call journals the intent (PLANNED, awaiting a person, bound to the arguments), sends nothing
+and pauses the invocation with ``tool_context.request_confirmation``: the request's payload names
+the tool, the arguments, the task, the key and the ``intentlog approve`` command. The
+``ToolConfirmation`` a person answers with (ADK runs the call again with it) is recorded as
+``journal.approve`` / ``journal.deny`` of that same call's operation, with ``approver`` as the
+actor, before anything is sent; then the call runs: approved, it is sent once; denied, it is FAILED,
+never sent, and the model reads :data:`~intentlog.integrations.kernel.DENIED_PREFIX` text naming
+who denied it. An approval given instead with ``intentlog approve KEY`` is used by the call's next
+run (the same arguments in the session). Killed after the approval, before or after the send,
+ADK's Resume runs the call again and the journal sends it at most once. A call with other
+arguments is another operation and asks for its own approval. ADK's own ``require_confirmation``
+is not journaled (the answer lives in ADK's session only): use one or the other.
+
 The tool is async; it runs the synchronous journal in a worker thread, so the event loop is never
 blocked, and concurrent calls of one session take turns on one leased handle
 (:class:`intentlog.integrations.kernel.TaskHandles`).
@@ -51,6 +65,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import inspect
+import json
 import threading
 import typing
 from collections.abc import Callable
@@ -58,18 +73,20 @@ from typing import TYPE_CHECKING, Any
 
 from intentlog._async import AsyncJournal
 from intentlog._effect import Effect, ReceiptSelector, Reconcile, Seconds
-from intentlog._errors import InvalidInput
+from intentlog._errors import ApprovalRequired, InvalidInput, Rejected
 from intentlog._journal import Journal
 from intentlog._service import Retention
 from intentlog.integrations.kernel import (
     KEY_ARG,
     ToolOptions,
     ToolSpec,
+    answer_approval,
     attempt,
     check_key_use,
     handles,
     invoke,
     need,
+    refusal_answer,
     sync_journal,
     takes_key,
     tool_effect,
@@ -99,6 +116,8 @@ def durable_tool(
     key_arg: str = KEY_ARG,
     task_id: Callable[[ToolContext], str] | None = None,
     require_confirmation: bool | Callable[..., bool] = False,
+    approval: bool | None = None,
+    approver: str | Callable[[ToolContext], str] | None = None,
     rejected_to_model: bool = True,
     unresolved_to_model: bool = True,
 ) -> FunctionTool:
@@ -110,12 +129,22 @@ def durable_tool(
     :class:`intentlog.Effect` (an Effect already declares them). ``require_confirmation`` is
     ADK's own (``FunctionTool(require_confirmation=...)``). The tool's return value is its
     receipt: keep it small JSON (an id, a status).
+
+    ``approval=True`` (or an Effect declared with it) makes each call wait for a person's
+    approval, journaled and bound to its arguments, asked for with ADK's tool confirmation: see
+    "Approvals" in the module docstring. ``approver`` names who answered an ADK confirmation in
+    the journal (a name, or a callable of the ``ToolContext``); the default is the session's
+    user, ``"{user_id} via google-adk"``.
     """
     need("google.adk", "google-adk")
     from google.adk.tools import FunctionTool, ToolContext
     from pydantic_core import to_jsonable_python
 
-    options = ToolOptions(idempotent, key_retention, reconcile, timeout, lookup_lag, receipt)
+    options = ToolOptions(
+        idempotent, key_retention, reconcile, timeout, lookup_lag, receipt, approval
+    )
+    if approval is not None and type(approval) is not bool:
+        raise InvalidInput(f"approval must be True or False, got {approval!r}")
     if isinstance(fn, Effect):
         if options.given():
             declared = ", ".join(sorted(options.given()))
@@ -149,6 +178,13 @@ def durable_tool(
         )
     else:
         raise InvalidInput(f"durable_tool needs a function or an Effect, got {fn!r}")
+    gated = spec.effect.approval
+    if gated and require_confirmation is not False:
+        raise InvalidInput(
+            f"tool {tool_name!r}: approval=True asks for ADK's tool confirmation itself and "
+            "journals the answer; give it without require_confirmation"
+        )
+    name_actor = _actor_namer(approver)
     sync = sync_journal(journal)
     tasks = handles(sync)
     name_task = task_id or session_task_id
@@ -162,7 +198,19 @@ def durable_tool(
         # for other arguments), and so may an agent node that failed: each starts a new attempt.
         scope = f"{tool_context.invocation_id}/{tool_context.agent_name}/{tool_name}"
         marker = (failures.count(sync, the_task, scope), _error_events(tool_context))
+        confirmation = tool_context.tool_confirmation
         try:
+            if gated and confirmation is not None:
+                # The person's answer is journaled, bound to these arguments, before the send.
+                await asyncio.to_thread(
+                    answer_approval,
+                    sync,
+                    the_task,
+                    spec,
+                    args,
+                    approved=confirmation.confirmed,
+                    actor=name_actor(tool_context),
+                )
             return await asyncio.to_thread(
                 invoke,
                 tasks,
@@ -170,9 +218,16 @@ def durable_tool(
                 spec,
                 args,
                 scope=attempt(sync, the_task, scope, marker),
-                rejected_to_model=rejected_to_model,
+                rejected_to_model=False,
                 unresolved_to_model=unresolved_to_model,
             )
+        except ApprovalRequired as exc:
+            return _ask(tool_context, spec.name, args, exc)
+        except Rejected as exc:
+            if not rejected_to_model:
+                failures.add(sync, the_task, scope)
+                raise
+            return await asyncio.to_thread(refusal_answer, sync, spec.name, exc)
         except Exception:
             failures.add(sync, the_task, scope)
             raise
@@ -185,6 +240,37 @@ def durable_tool(
     run.__doc__ = description if description is not None else visible.__doc__
     run.__name__ = run.__qualname__ = tool_name
     return FunctionTool(run, require_confirmation=require_confirmation)
+
+
+def _ask(tool_context: ToolContext, tool: str, args: dict[str, Any], exc: ApprovalRequired) -> Any:
+    """Pause the invocation with ADK's tool confirmation for the journaled operation ``exc``
+    names; what the call answers meanwhile (nothing was sent)."""
+    operation = {"tool": tool, "arguments": args, "task_id": exc.task_id, "key": exc.key,
+                 "command": exc.command}  # fmt: skip
+    tool_context.request_confirmation(
+        hint=(
+            f"Approve or deny {tool}({json.dumps(args, sort_keys=True)}), operation {exc.key} of "
+            f"task {exc.task_id}: answer with a ToolConfirmation (confirmed true or false), or "
+            f"run {exc.command} and answer confirmed"
+        ),
+        payload=operation,
+    )
+    tool_context.actions.skip_summarization = True  # the run pauses here, as ADK's own does
+    return {"status": "awaiting approval", "sent": False, **operation}
+
+
+def _actor_namer(
+    approver: str | Callable[[ToolContext], str] | None,
+) -> Callable[[ToolContext], str]:
+    if approver is None:
+        return lambda tool_context: f"{tool_context.user_id} via google-adk"
+    if isinstance(approver, str):
+        return lambda tool_context: approver
+    if callable(approver):
+        return approver
+    raise InvalidInput(
+        f"approver must be a name or a callable of the ToolContext, got {approver!r}"
+    )
 
 
 def session_task_id(tool_context: ToolContext) -> str:
