@@ -20,6 +20,18 @@ to the tool as its idempotency key. With a checkpointer that resumes the thread,
 ``run_effect(journal, effect, ...)`` does the same for code that is not a tool (a node, a
 ``@task`` of the functional API), taking the thread id from the running graph's config.
 
+Approvals: ``durable_tool(..., approval=True)`` maps LangGraph's ``interrupt`` onto the journal's
+approval. The first call journals its intent (PLANNED, awaiting a person's approval, bound to its
+arguments), sends nothing and pauses the graph with ``interrupt(payload)``, the payload naming the
+tool, the arguments, the task and the key (:func:`approval_payload`). The run is resumed with
+``Command(resume=answer)``: ``True`` / ``False``, or ``{"approved": bool, "actor": str,
+"reason": str}``. The answer is recorded in the journal (``journal.approve`` / ``journal.deny``,
+bound to those arguments, with the answer's actor, else ``approver=``, else ``user@host via
+LangGraph``) before anything is sent; then the call sends once, or, denied, is never sent and the
+model reads who denied it. An answer given with ``intentlog approve KEY`` instead works too: the
+tools node, run again (``app.invoke(None, config)``), finds it and sends. A resumed node that finds
+the approval already recorded (a crash after the answer) never asks again.
+
 Concurrency: ToolNode runs the calls of one model turn in parallel threads. One task admits one
 writer (its lease), so the calls of one thread share one leased handle and take turns on it (see
 :class:`intentlog.integrations.kernel.TaskHandles`); calls of different threads run in parallel.
@@ -33,20 +45,23 @@ from typing import TYPE_CHECKING, Any
 
 from intentlog._async import AsyncJournal
 from intentlog._effect import Effect, ReceiptSelector, Reconcile, Seconds
-from intentlog._errors import InvalidInput, Rejected
+from intentlog._errors import ApprovalRequired, InvalidInput, Rejected
 from intentlog._journal import Journal
 from intentlog._model import JSON
 from intentlog._service import Retention
+from intentlog._verbs import default_actor
 from intentlog.integrations.kernel import (
     KEY_ARG,
     AlreadyDone,
     ToolOptions,
     ToolSpec,
+    answer_approval,
     attempt,
     call_tool,
     check_key_use,
     handles,
     need,
+    refusal_answer,
     sync_journal,
     takes_key,
     tool_effect,
@@ -56,7 +71,10 @@ if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
     from langchain_core.tools import BaseTool
 
-__all__ = ["durable_tool", "graph_step", "run_effect", "thread_task_id"]
+__all__ = ["approval_payload", "durable_tool", "graph_step", "run_effect", "thread_task_id"]
+
+APPROVAL_KIND = "intentlog.approval"
+"""The ``kind`` of an interrupt payload that asks a person to approve a tool call."""
 
 
 def durable_tool(
@@ -75,6 +93,8 @@ def durable_tool(
     key_arg: str = KEY_ARG,
     task_id: Callable[[RunnableConfig], str] | None = None,
     rejected_to_model: bool = True,
+    approval: bool | None = None,
+    approver: str | None = None,
 ) -> BaseTool:
     """A LangChain tool whose every call runs as ``task.run`` in the thread's task.
 
@@ -83,17 +103,25 @@ def durable_tool(
     model never sees (on a LangChain tool, annotate it ``Annotated[str, InjectedToolArg]``); send
     it to the service as its idempotency key. An Effect is called as ``submit(key, **args)``.
     The effect options (``idempotent``, ``key_retention``, ``reconcile``, ``timeout``,
-    ``lookup_lag``, ``receipt``) mean what they mean on :class:`intentlog.Effect`; an Effect
-    already declares them. ``args_schema`` overrides the argument schema (needed for an Effect
-    whose submit takes ``**kwargs``). ``task_id(config)`` names the task (default: the thread id).
-    The tool's return value is its receipt: keep it small JSON (an id, a status).
+    ``lookup_lag``, ``receipt``, ``approval``) mean what they mean on :class:`intentlog.Effect`;
+    an Effect already declares them. With ``approval=True`` each call pauses the graph with
+    ``interrupt`` until a person answers (see the module docstring); ``approver`` names who
+    answers when the resume value does not. ``args_schema`` overrides the argument schema
+    (needed for an Effect whose submit takes ``**kwargs``). ``task_id(config)`` names the task
+    (default: the thread id). The tool's return value is its receipt: keep it small JSON (an
+    id, a status).
     """
     need("langchain_core", "langgraph")
     from langchain_core.runnables import RunnableConfig
     from langchain_core.tools import BaseTool, StructuredTool, ToolException
 
+    if approval:
+        need("langgraph", "langgraph")  # interrupt() is LangGraph's, not LangChain's
+
     sync = sync_journal(journal)
-    options = ToolOptions(idempotent, key_retention, reconcile, timeout, lookup_lag, receipt)
+    options = ToolOptions(
+        idempotent, key_retention, reconcile, timeout, lookup_lag, receipt, approval
+    )
     if isinstance(tool, Effect):
         spec = _from_effect(tool, name, description, args_schema, options)
     elif isinstance(tool, BaseTool):
@@ -114,16 +142,35 @@ def durable_tool(
         # model node) is another step, so the step is the scope of a tool's positions.
         scope = attempt(sync, task_id, graph_step(config))
         try:
-            with tasks.task(task_id) as task:
-                result = call_tool(task, spec, args, scope)
+            try:
+                with tasks.task(task_id) as task:
+                    result = call_tool(task, spec, args, scope)
+            except ApprovalRequired as exc:
+                from langgraph.types import interrupt
+
+                # interrupt() pauses the graph here the first time; when the run is resumed the
+                # node runs again from its start, meets the same call waiting, and interrupt()
+                # returns the person's answer, which is journaled before anything is sent.
+                payload = approval_payload(sync, spec.name, args, exc)
+                approved, actor, reason = _answer(interrupt(payload), approver)
+                shown = payload["args"] if isinstance(payload["args"], dict) else args
+                answer_approval(
+                    sync, task_id, spec, shown, approved=approved, actor=actor, reason=reason
+                )
+                with tasks.task(task_id) as task:
+                    result = call_tool(task, spec, args, scope)
         except Rejected as exc:
             if not rejected_to_model:
                 raise
-            raise ToolException(f"{spec.name} was rejected by the service: {exc}") from exc
+            raise ToolException(refusal_answer(sync, spec.name, exc)) from exc
+        except ApprovalRequired as exc:
+            # Still waiting after an answer: the call waits on an earlier operation at its
+            # position whose arguments were not the ones answered. Nothing was sent.
+            raise ToolException(f"{spec.name} was NOT sent: {exc}") from exc
         return result.text if isinstance(result, AlreadyDone) else result
 
     def rejected_only(error: ToolException) -> str:
-        if isinstance(error.__cause__, Rejected):
+        if isinstance(error.__cause__, (Rejected, ApprovalRequired)):
             return str(error)  # the model reads it as the tool's error message
         raise error  # the tool's own ToolException is ambiguous, like any other error
 
@@ -161,6 +208,49 @@ def run_effect(
         raise InvalidInput(f"run_effect needs a running LangGraph graph: {exc}") from exc
     with handles(journal).task(thread_task_id(config)) as task:
         return task.run(effect, *args, key=key, **kwargs)
+
+
+def approval_payload(
+    journal: Journal | AsyncJournal, tool: str, args: dict[str, Any], exc: ApprovalRequired
+) -> dict[str, Any]:
+    """What ``interrupt`` shows the person who approves a tool call: ``kind``
+    (:data:`APPROVAL_KIND`), ``tool``, ``args`` (the arguments the journal holds for the waiting
+    operation, the ones an approval is bound to), ``task_id``, ``key``, ``command`` (the
+    ``intentlog approve`` line that answers it instead) and a ``message``."""
+    args_shown: Any = args
+    if exc.key is not None:
+        recorded = sync_journal(journal).operation(exc.key).args
+        if isinstance(recorded, dict):
+            args_shown = recorded
+    return {
+        "kind": APPROVAL_KIND,
+        "tool": tool,
+        "args": args_shown,
+        "task_id": exc.task_id,
+        "key": exc.key,
+        "command": exc.command,
+        "message": (
+            f"approve {tool} with these arguments? resume with Command(resume=True) or "
+            "Command(resume=False), or {'approved': bool, 'actor': who, 'reason': why}"
+        ),
+    }
+
+
+def _answer(value: Any, approver: str | None) -> tuple[bool, str, str | None]:
+    """The resume value as (approved, actor, reason); InvalidInput, with nothing journaled,
+    for a value that is not an answer."""
+    actor = approver or f"{default_actor()} via LangGraph"
+    if isinstance(value, bool):
+        return value, actor, None
+    if isinstance(value, dict) and isinstance(value.get("approved"), bool):
+        unknown = sorted(set(value) - {"approved", "actor", "reason"})
+        given_actor, reason = value.get("actor", actor), value.get("reason")
+        if not unknown and isinstance(given_actor, str) and isinstance(reason, (str, type(None))):
+            return value["approved"], given_actor, reason
+    raise InvalidInput(
+        "the resume value of an approval must be True, False or {'approved': bool, 'actor': "
+        f"str, 'reason': str}} (actor and reason optional), got {value!r}; nothing was recorded"
+    )
 
 
 def thread_task_id(config: RunnableConfig) -> str:
