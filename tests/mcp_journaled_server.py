@@ -22,8 +22,9 @@ really applies something, so a test counts what happened, whatever the client wa
 - ``plain_pay(amount)``: ``pay``'s signature without the decorator, for comparing schemas.
 - Read-only, not journaled: ``ledger_count(tool)``.
 
-With ``LEDGER_HOLD=DIR``, ``apay`` creates ``DIR/apay.entered`` before it applies and waits
-(on the event loop, without blocking it) until ``DIR/apay.release`` exists.
+With ``LEDGER_HOLD=DIR``, ``apay`` appends a line to ``DIR/apay.entered`` before it applies (one
+per run of its body) and waits (on the event loop, without blocking it) until
+``DIR/apay.release`` exists.
 """
 
 from __future__ import annotations
@@ -138,7 +139,8 @@ def build(ledger: str) -> MCPServer[Any]:
         """Charge an amount, asynchronously."""
         hold = os.environ.get("LEDGER_HOLD")
         if hold:
-            Path(hold, "apay.entered").touch()
+            with Path(hold, "apay.entered").open("a") as entered:  # a line per run of the body
+                entered.write(f"{idempotency_key}\n")
             while not Path(hold, "apay.release").exists():
                 await anyio.sleep(0.01)
         return payment("apay", idempotency_key, amount)

@@ -24,8 +24,10 @@ if os.environ.get("CI") != "true":  # where CI=true these tests must run, not sk
 
 from mcp.types import InputRequiredResult
 from tests.mcp_clients import (
+    CancelledCall,
     MCPError,
     call,
+    call_then_cancel,
     dump,
     http_session,
     operation,
@@ -375,6 +377,39 @@ def test_a_call_waiting_for_its_task_does_not_hold_up_the_server(tmp_path: Path)
     assert structured(count) == {"result": 0}  # answered while both calls were held
     assert structured(first) == structured(second) == {"payment_id": "pay_1", "amount": 3}
     assert len(ledger_rows(ledger)) == 1
+
+
+def test_a_call_the_client_cancelled_and_sent_again_applies_once(tmp_path: Path) -> None:
+    """A client that gives up on a call (``notifications/cancelled``) while the tool runs and
+    sends it again: the first run is not cut off, it finishes and records its receipt, which
+    the second call gets (the body ran once; cut off, it would leave the call in doubt and
+    run again once its deadline had passed)."""
+    ledger, journal_url, hold = tmp_path / "ledger.db", str(tmp_path / "journal.db"), tmp_path
+    env = server_env(journal_url, LEDGER_HOLD=str(hold))
+    meta = {"idempotency_key": "cancelled-1"}
+
+    async def scenario() -> CancelledCall:
+        async with stdio_session(command(ledger), env=env) as session:
+            return await call_then_cancel(
+                session,
+                "apay",
+                {"amount": 4},
+                meta=meta,
+                in_flight=lambda: until(lambda: (hold / "apay.entered").exists()),
+                before_retry=release,
+            )
+
+    async def release() -> None:
+        (hold / "apay.release").touch()
+
+    seen = asyncio.run(scenario())
+    assert seen.answered is None  # cancelled while the tool ran
+    assert seen.retry is not None
+    assert structured(dump(seen.retry)) == {"payment_id": "pay_1", "amount": 4}
+    assert len(ledger_rows(ledger)) == 1
+    assert (hold / "apay.entered").read_text().splitlines() == ["cancelled-1"]
+    [op] = operations(journal_url, "key:cancelled-1")
+    assert op.state is intentlog.State.CONFIRMED
 
 
 def test_over_streamable_http(tmp_path: Path) -> None:

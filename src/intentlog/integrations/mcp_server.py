@@ -349,7 +349,7 @@ class _Tool:
             if self.is_async:
                 import anyio.from_thread
 
-                value = anyio.from_thread.run(functools.partial(self.fn, **kwargs))
+                value = anyio.from_thread.run(self._shielded, kwargs)
             else:
                 value = self.fn(**kwargs)
         except ToolError as exc:
@@ -360,6 +360,16 @@ class _Tool:
             return to_jsonable_python(value, by_alias=True)
         except Exception:  # not JSON: the journal keeps a note of it, and the call CONFIRMED
             return value
+
+    async def _shielded(self, kwargs: dict[str, Any]) -> Any:
+        """The async body, on the event loop. Once its intent is journaled a call runs to its
+        end: a client that cancels the request (``notifications/cancelled``) would otherwise
+        cancel the body wherever it is, and a side effect cut off half-way is one whose outcome
+        nobody knows. The answer to a cancelled request is dropped; the receipt is kept."""
+        import anyio
+
+        with anyio.CancelScope(shield=True):
+            return await self.fn(**kwargs)
 
     def _replay(self, call: _Call, recorded: JSON) -> Any:
         """A recorded receipt as the function's return type, so MCPServer answers a repeat
