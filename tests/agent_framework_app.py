@@ -12,7 +12,10 @@ checkpoint there is resumed from its latest one, as a restarted service resumes 
 ``journaled`` (the tool goes through intentlog, journal ``DIR/journal.db``) or ``plain`` (the
 same tool without it, as a control). A run with ``"approve": true`` declares the tool
 ``approval_mode="always_require"``: the workflow pauses with the framework's approval request,
-and this process answers it approved (``workflow.run(responses=...)``), as a person would. The
+and this process answers it approved (``workflow.run(responses=...)``), as a person would. A run
+with ``"gate": true`` declares the journaled tool ``approval=True`` instead (the approval is
+journaled) and answers the workflow's pending approval requests only as its ``"answer"`` says
+(``"yes"``, ``"no"``; none: the workflow stays paused, its checkpoint holding the request). The
 model asks for one refund of 500 on order 42 with the run's ``note`` (a test gives a resumed run
 another note: a model asked again words it anew), then answers with what the tool returned.
 
@@ -121,6 +124,18 @@ def refund_tool(journal: intentlog.Journal, run: dict[str, str], dying: Dying) -
         dying.landed()
         return receipt
 
+    if run.get("gate"):
+        return durable_tool(
+            journal,
+            refund_journaled,
+            name="refund",
+            approval=True,
+            approver="alice (approval response)",
+            idempotent=charge.idempotent,
+            key_retention=charge.key_retention,
+            reconcile=charge.reconcile,
+            timeout=charge.timeout,
+        )
     return durable_tool(
         journal,
         refund_journaled,
@@ -133,7 +148,9 @@ def refund_tool(journal: intentlog.Journal, run: dict[str, str], dying: Dying) -
     )
 
 
-async def run_workflow(directory: Path, run: dict[str, str], tool: Any) -> dict[str, Any]:
+async def run_workflow(
+    journal: intentlog.Journal, directory: Path, run: dict[str, str], tool: Any
+) -> dict[str, Any]:
     from agent_framework import Agent, AgentExecutor, FileCheckpointStorage, WorkflowBuilder
 
     middleware: list[Any] = []
@@ -156,11 +173,24 @@ async def run_workflow(directory: Path, run: dict[str, str], tool: Any) -> dict[
         else:
             result = await workflow.run(checkpoint_id=latest.checkpoint_id)
         requests = result.get_request_info_events()
-        if requests and run.get("approve"):  # a person approves the refund the agent asks for
-            out["approved"] = len(requests)
-            answers = {r.request_id: r.data.to_function_approval_response(approved=True)
+        out["requests"] = [r.data.function_call.parse_arguments() for r in requests]
+        answer = run.get("answer") or ("yes" if run.get("approve") else None)
+        kept = {}
+        if requests and run.get("gate"):  # answers the journal holds (CLI, or before a crash)
+            from intentlog.integrations.agent_framework import journaled_answers
+
+            kept = journaled_answers(journal, requests)
+        if requests and len(kept) == len(requests) and not run.get("answer"):
+            out["from_journal"] = len(kept)
+            result = await workflow.run(responses=kept)
+        elif requests and answer:  # a person answers the refund the agent asks to approve
+            out["approved" if answer == "yes" else "denied"] = len(requests)
+            answers = {r.request_id: r.data.to_function_approval_response(approved=answer == "yes")
                        for r in requests}  # fmt: skip
             result = await workflow.run(responses=answers)
+        elif requests:  # no answer yet: the workflow stays paused at its request
+            out["paused"] = True
+            return out
     except Exception as exc:
         out["error"] = f"{type(exc).__name__}: {exc}"
         cause = exc.__cause__
@@ -194,7 +224,10 @@ def main() -> int:
             # Dying, and the loop's default pool has only cpu_count + 4 threads.
             asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=32))
             return await asyncio.gather(
-                *(run_workflow(directory, run, tool) for run, tool in zip(runs, tools, strict=True))
+                *(
+                    run_workflow(journal, directory, run, tool)
+                    for run, tool in zip(runs, tools, strict=True)
+                )
             )
 
         results = asyncio.run(all_runs())

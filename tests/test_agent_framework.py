@@ -50,7 +50,11 @@ RUNS = {
     # The tool asks for a person's approval first (the framework's approval_mode).
     "approved-plain": ("plain", "lookup"),
     "approved": ("journaled", "lookup"),
-}
+    # durable_tool(approval=True): the approval request's answer is journaled.
+    **{f"gate-{case}": ("journaled", mode) for case, mode in (
+        ("yes", "lookup"), ("no", "lookup"), ("between", "lookup"), ("after", "dedupe"),
+        ("cli", "neither"))},
+}  # fmt: skip
 
 
 class Refunds:
@@ -62,16 +66,26 @@ class Refunds:
         self.python = python_for("agent_framework")
 
     def run(
-        self, names: list[str], *, die: bool = False, notes: dict[str, str] | None = None
+        self,
+        names: list[str],
+        *,
+        die: bool = False,
+        notes: dict[str, str] | None = None,
+        answers: dict[str, str] | None = None,
+        crash: str | None = None,
     ) -> Any:
         runs = [
             {"name": name, "variant": RUNS[name][0], "mode": RUNS[name][1],
              "url": self.services[name].url, "note": (notes or {}).get(name, "as asked"),
-             "approve": name.startswith("approved")}
+             "approve": name.startswith("approved"), "gate": name.startswith("gate"),
+             "answer": (answers or {}).get(name)}
             for name in names
         ]  # fmt: skip
         env = {**os.environ, "PAY_THEN_DIE": "1" if die else "0"}
         env.pop("INTENTLOG_CRASH", None)
+        if crash is not None:  # an intentlog crash point (intentlog._crash): SIGKILL there
+            env["INTENTLOG_CRASH"] = crash
+            die = True
         done = subprocess.run(
             [str(self.python), str(APP), str(self.directory), json.dumps(runs)],
             env=env,
@@ -244,3 +258,95 @@ def test_an_approved_refund_resumed_after_a_kill(refunds: Refunds) -> None:
     op = refunds.operation("approved")
     assert json.loads(result)["id"] == refunds.services["approved"].applied()[op.key][0]
     assert op.state is intentlog.State.CONFIRMED
+
+
+# -- approvals: the framework's approval requests, journaled --------------------------------
+
+
+def journal_ops(refunds: Refunds) -> dict[str, intentlog.Operation]:
+    """Every operation of the journal, by the name of the workflow whose service it names."""
+    with intentlog.open(refunds.directory / "journal.db") as journal:
+        return {op.args["note"]: op for op in journal.operations()}  # type: ignore[index]
+
+
+def paused(refunds: Refunds, names: list[str]) -> dict[str, intentlog.Operation]:
+    """First runs of approval=True workflows: each pauses with the framework's approval request
+    and sends nothing; returns each one's operation, PLANNED and awaiting approval."""
+    out = refunds.run(names, notes={name: name for name in names})
+    ops = journal_ops(refunds)
+    for name in names:
+        assert out[name]["paused"] and out[name]["requests"] == [
+            {"order": "42", "amount": 500, "note": name}
+        ]
+        op = ops[name]
+        assert op.state is intentlog.State.PLANNED
+        assert op.approval == intentlog.Approval("awaiting", op.fingerprint)
+        assert refunds.refunds(name) == 0
+    return ops
+
+
+def test_an_approval_response_is_journaled_before_the_send_and_a_denial_is_never_sent(
+    refunds: Refunds,
+) -> None:
+    yes, no = "gate-yes", "gate-no"
+    paused(refunds, [yes, no])
+    out = refunds.run([yes, no], notes={yes: yes, no: no}, answers={yes: "yes", no: "no"})
+    ops = journal_ops(refunds)
+
+    # Approved through the framework: the approval is journaled (bound to the arguments, with
+    # the tool's approver), then the refund is sent once.
+    op = ops[yes]
+    assert op.state is intentlog.State.CONFIRMED and refunds.refunds(yes) == 1
+    assert op.approval is not None and op.approval.status == "approved"
+    assert op.approval.actor == "alice (approval response)"
+    assert op.approval.fingerprint == op.fingerprint and op.task_id == out[yes]["session_id"]
+    (result,) = out[yes]["tool_results"]
+    assert json.loads(result)["id"] == refunds.services[yes].applied()[op.key][0]
+
+    # Rejected through the framework: journaled as a denial, FAILED, never sent. The model
+    # reads the framework's own rejection (the framework does not run the tool to ask it).
+    op = ops[no]
+    assert op.state is intentlog.State.FAILED and refunds.refunds(no) == 0
+    assert op.approval is not None and op.approval.status == "denied"
+    assert op.approval.actor == "alice (approval response)"
+    assert out[no]["tool_results"] == ["Error: Tool call invocation was rejected by user."]
+
+
+@pytest.mark.slow  # five processes in the framework's env, two killed
+def test_approvals_survive_a_kill_and_one_given_with_the_cli_works(refunds: Refunds) -> None:
+    between, after, cli = "gate-between", "gate-after", "gate-cli"
+    names = [between, after, cli]
+    notes = {name: name for name in names}
+    ops = paused(refunds, names)
+
+    # Approved, and killed after the approval was journaled, before the request went out.
+    refunds.run([between], notes=notes, answers={between: "yes"},
+                crash="after_submit_mark:refund")  # fmt: skip
+    assert refunds.refunds(between) == 0
+    assert journal_ops(refunds)[between].approval.status == "approved"  # type: ignore[union-attr]
+    # Approved, and killed once the service applied it, before the receipt was written.
+    refunds.run([after], notes=notes, answers={after: "yes"}, die=True)
+    assert refunds.refunds(after) == 1
+    # Approved with the CLI instead of the framework.
+    approve = subprocess.run(
+        [sys.executable, "-m", "intentlog.cli", "--db", str(refunds.directory / "journal.db"),
+         "approve", ops[cli].key, "--actor", "bob"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert approve.returncode == 0, approve.stderr + approve.stdout
+
+    # Each workflow resumed from its latest checkpoint. The two answered through the framework
+    # resume past their request (the framework checkpointed the response) and run the turn
+    # again; the CLI-approved one still holds its request, and the journal's answer is given
+    # back (journaled_answers): no person is asked twice.
+    out = refunds.run(names, notes=notes)
+    assert out[between]["requests"] == out[after]["requests"] == []
+    assert out[cli]["from_journal"] == 1
+    ops = journal_ops(refunds)
+    for name in names:
+        assert out[name]["resumed"] and "error" not in out[name], out[name]
+        assert refunds.refunds(name) == 1, name  # sent once, and only once approved
+        assert ops[name].state is intentlog.State.CONFIRMED
+        (result,) = out[name]["tool_results"]
+        assert json.loads(result)["id"] == refunds.services[name].applied()[ops[name].key][0]
+    assert ops[cli].approval is not None and ops[cli].approval.actor == "bob"

@@ -43,31 +43,55 @@ Guarantees, with a checkpointed workflow that is resumed after a crash:
   returns the resolved receipt without sending. Only ``Rejected`` (the service said "not
   applied") is shown to the model, unless ``rejected_to_model=False``.
 
+**Approvals.** ``approval=True`` maps the framework's approval requests onto the journal's
+approval. The tool is declared ``approval_mode="always_require"``, so the framework asks for a
+person's approval its own way (a workflow pauses with a ``function_approval_request``); when it
+does, :func:`turns` journals the call's intent (PLANNED, awaiting approval, bound to its
+arguments; nothing is sent) and marks the request with its task and key. The answer a person gives
+(``request.to_function_approval_response(approved=...)``, ``workflow.run(responses=...)``) is
+recorded by :func:`turns` as ``journal.approve`` / ``journal.deny`` of that call's operation, with
+``approver`` as the actor, before the run can send; approved, the tool sends it once; rejected,
+it is FAILED and never sent. A workflow restored from a checkpoint that still holds the request
+(the process died before answering, or the answer was given with ``intentlog approve KEY``) is
+answered from the journal with :func:`journaled_answers`, so no one is asked twice; one that
+died after the answer resumes past it, and the turn run again sends at most once. A call with
+other arguments is another operation with its own approval request. What the framework cannot
+express: on a rejection it does not run the tool, so the model reads the framework's own text
+("Tool call invocation was rejected by user."), not who denied it (the journal records that);
+and its approval response does not say who gave it, so name the person with ``approver=``.
+
 The tool is synchronous: the framework runs it in a worker thread, so the event loop is never
 blocked, and concurrent calls of one session share one leased handle and take turns on it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import inspect
 import json
-from collections.abc import Awaitable, Callable
+import weakref
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from intentlog._async import AsyncJournal
 from intentlog._effect import Effect, ReceiptSelector, Reconcile, Seconds
-from intentlog._errors import Error, InvalidInput
+from intentlog._errors import ApprovalRequired, Error, InvalidInput, Rejected
 from intentlog._journal import Journal
+from intentlog._verbs import checked_actor
 from intentlog._service import Retention
 from intentlog.integrations.kernel import (
     KEY_ARG,
+    TaskHandles,
     ToolOptions,
     ToolSpec,
+    answer_approval,
     attempt,
     check_key_use,
     handles,
     invoke,
     need,
+    refusal_answer,
     sync_journal,
     takes_key,
     tool_effect,
@@ -77,16 +101,44 @@ if TYPE_CHECKING:
     from agent_framework import (
         AgentContext,
         AgentMiddleware,
+        AgentResponse,
+        Content,
         FunctionInvocationContext,
         FunctionTool,
     )
 
-__all__ = ["TURN_STATE_KEY", "Turn", "durable_tool", "turns"]
+__all__ = [
+    "DEFAULT_APPROVER",
+    "TURN_STATE_KEY",
+    "Turn",
+    "durable_tool",
+    "journaled_answers",
+    "turns",
+]
 
 TURN_STATE_KEY = "intentlog.turn"
 """The key of ``session.state`` under which :func:`turns` keeps the number of the last turn."""
 
 _TURN_ARG = "intentlog_turn"  # the function-invocation keyword through which a tool finds it
+_REQUEST_MARK = "intentlog"  # an approval request's additional property: its task and key
+
+DEFAULT_APPROVER = "approval response via agent-framework"
+"""Who answered an approval request in the journal, unless ``durable_tool(approver=...)`` names
+the person: the framework's approval response does not say who gave it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Gate:
+    """What the turn middleware needs to journal a durable tool's approvals (approval=True)."""
+
+    journal: Journal
+    tasks: TaskHandles
+    spec: ToolSpec
+    model: Any
+    approver: str
+
+
+_gates: weakref.WeakKeyDictionary[Any, _Gate] = weakref.WeakKeyDictionary()
 
 
 class Turn:
@@ -114,7 +166,7 @@ def turns() -> AgentMiddleware:
 
 
 def _turns_class() -> type[AgentMiddleware]:
-    from agent_framework import AgentMiddleware
+    from agent_framework import AgentMiddleware, AgentResponse
 
     class Turns(AgentMiddleware):  # type: ignore[misc]  # Any where the framework is absent
         """Numbers the runs of a session in its state and hands each run a fresh :class:`Turn`."""
@@ -142,9 +194,134 @@ def _turns_class() -> type[AgentMiddleware]:
                 **(context.function_invocation_kwargs or {}),
                 _TURN_ARG: turn,
             }
+            gates = _gates_of(context)
+            if gates:
+                # A person's answers to the approval requests come in with this run: journaled,
+                # bound to the arguments, before anything of the run can send.
+                await asyncio.to_thread(_record_answers, gates, turn, context.messages)
             await call_next()
+            if gates:
+                if isinstance(context.result, AgentResponse):
+                    await asyncio.to_thread(_journal_requests, gates, turn, context.result)
+                else:  # streamed: once the response is complete
+                    context.stream_result_hooks.append(_requests_hook(gates, turn))
 
     return Turns
+
+
+def _gates_of(context: AgentContext) -> dict[str, _Gate]:
+    """The approval=True durable tools of this agent run, by name."""
+    options = getattr(context.agent, "default_options", None) or {}
+    found: dict[str, _Gate] = {}
+    for source in (options.get("tools"), (context.options or {}).get("tools"), context.tools):
+        for tool in _listed(source):
+            gate = _gates.get(tool) if _weakrefable(tool) else None
+            if gate is not None:
+                found[gate.spec.name] = gate
+    return found
+
+
+def _listed(source: object) -> Iterable[object]:
+    if source is None:
+        return ()
+    if isinstance(source, (list, tuple)):
+        return source
+    return (source,)
+
+
+def _weakrefable(tool: object) -> bool:
+    try:
+        weakref.ref(tool)
+    except TypeError:
+        return False
+    return True
+
+
+def _calls(
+    contents: Iterable[Content], kind: str, gates: dict[str, _Gate]
+) -> Iterator[tuple[Content, _Gate, dict[str, Any]]]:
+    """The ``kind`` contents (approval requests or responses) of gated tools, with the gate and
+    the call's arguments as the tool would journal them."""
+    for content in contents:
+        call = getattr(content, "function_call", None)
+        if content.type != kind or call is None or call.name not in gates:
+            continue
+        gate = gates[call.name]
+        raw = call.parse_arguments() or {}
+        args = gate.model.model_validate(raw).model_dump(mode="json", exclude_unset=True)
+        yield content, gate, args
+
+
+def _record_answers(gates: dict[str, _Gate], turn: Turn, messages: Iterable[Any]) -> None:
+    contents = [c for message in messages for c in message.contents]
+    for content, gate, args in _calls(contents, "function_approval_response", gates):
+        answer_approval(
+            gate.journal,
+            turn.task_id,
+            gate.spec,
+            args,
+            approved=bool(content.approved),
+            actor=gate.approver,
+        )
+
+
+def _journal_requests(gates: dict[str, _Gate], turn: Turn, response: AgentResponse) -> None:
+    """Journal the intent of each call the framework asks a person to approve: PLANNED, awaiting
+    approval, bound to its arguments; nothing is sent (a call already journaled is left as is:
+    it is the same call, approved or not)."""
+    requests = response.user_input_requests
+    for content, gate, args in _calls(requests, "function_approval_request", gates):
+        fp = gate.spec.fingerprint(args)
+        with gate.tasks.task(turn.task_id) as task:
+            ops = task.operations()
+            same = [o for o in ops if o.effect == gate.spec.effect.name and o.fingerprint == fp]
+            if same:
+                key = same[0].key
+            else:
+                try:  # a new operation of an approval=True effect: it stops before any send
+                    gate.spec.run(task, args)
+                except ApprovalRequired as exc:
+                    key = str(exc.key)
+                else:
+                    raise AssertionError(f"{gate.spec.name}: a new operation passed its approval")
+        # Kept with the request in the workflow's checkpoint: journaled_answers finds it there.
+        content.additional_properties[_REQUEST_MARK] = {"task_id": turn.task_id, "key": key}
+
+
+def journaled_answers(journal: Journal | AsyncJournal, requests: Iterable[Any]) -> dict[str, Any]:
+    """The framework's approval responses for the pending ``requests`` (a workflow's
+    ``get_request_info_events()``) that the journal already answered, by request id.
+
+    A workflow restored from its checkpoint asks again for the approvals it was waiting for,
+    though a person may have answered them meanwhile with ``intentlog approve KEY`` / ``deny``,
+    or through the framework before the process died. Pass these to ``workflow.run(responses=
+    ...)`` so the approval kept in the journal is not asked for twice: approved (and not denied
+    since) is an approval response, denied a rejection; a request still awaiting its answer, or
+    not of a durable tool, is left out. The tool sends only on the journal's approval either way.
+    """
+    sync = sync_journal(journal)
+    answers: dict[str, Any] = {}
+    for event in requests:
+        content: Any = getattr(event, "data", None)
+        mark = (getattr(content, "additional_properties", None) or {}).get(_REQUEST_MARK)
+        if getattr(content, "type", None) != "function_approval_request" or not mark:
+            continue
+        approval = sync.operation(str(mark["key"])).approval
+        if approval is None or approval.status == "awaiting":
+            continue
+        # Bound to the request's own arguments: the operation was journaled with them.
+        approved = approval.status == "approved"
+        answers[event.request_id] = content.to_function_approval_response(approved=approved)
+    return answers
+
+
+def _requests_hook(
+    gates: dict[str, _Gate], turn: Turn
+) -> Callable[[AgentResponse], Awaitable[None]]:
+    async def hook(response: AgentResponse) -> None:
+        await asyncio.to_thread(_journal_requests, gates, turn, response)
+
+    return hook
 
 
 def _int(value: object) -> int:
@@ -166,6 +343,8 @@ def durable_tool(
     key_arg: str = KEY_ARG,
     rejected_to_model: bool = True,
     approval_mode: str | None = None,
+    approval: bool | None = None,
+    approver: str | None = None,
 ) -> FunctionTool:
     """A ``FunctionTool`` whose every call runs as an operation of the agent session's task.
 
@@ -181,12 +360,22 @@ def durable_tool(
     call, and a workflow pauses with the request); an approved call is journaled like any other,
     so a workflow resumed after a crash past the approval runs it again without a second send.
     The agent needs :func:`turns` in its middleware.
+
+    ``approval=True`` (or an Effect declared with it) makes each call wait for a person's
+    approval, journaled and bound to its arguments, asked for with the framework's approval
+    request (the tool is ``approval_mode="always_require"``): see "Approvals" in the module
+    docstring. ``approver`` names who answers the approval requests in the journal (default
+    :data:`DEFAULT_APPROVER`).
     """
     need("agent_framework", "agent-framework")
     from agent_framework import FunctionInvocationContext, FunctionTool, MiddlewareFailure
 
     sync = sync_journal(journal)
-    options = ToolOptions(idempotent, key_retention, reconcile, timeout, lookup_lag, receipt)
+    if approval is not None and type(approval) is not bool:
+        raise InvalidInput(f"approval must be True or False, got {approval!r}")
+    options = ToolOptions(
+        idempotent, key_retention, reconcile, timeout, lookup_lag, receipt, approval
+    )
     if isinstance(fn, FunctionTool):
         if fn.func is None:
             raise InvalidInput(f"tool {fn.name!r} declares no function to run")
@@ -226,6 +415,14 @@ def durable_tool(
     else:
         raise InvalidInput(f"durable_tool needs a function, a FunctionTool or an Effect: {fn!r}")
     tasks = handles(sync)
+    gated = spec.effect.approval
+    gate_actor = DEFAULT_APPROVER if approver is None else checked_actor(approver)
+    if gated and approval_mode is not None:
+        raise InvalidInput(
+            f"tool {spec.name!r}: approval=True asks through the framework's approval request "
+            "itself (approval_mode='always_require') and journals the answer; give it without "
+            "approval_mode"
+        )
 
     def run(ctx: FunctionInvocationContext | None = None, **kwargs: Any) -> str:
         turn = (getattr(ctx, "kwargs", None) or {}).get(_TURN_ARG)
@@ -237,15 +434,23 @@ def durable_tool(
         args = model.model_validate(kwargs).model_dump(mode="json", exclude_unset=True)
         scope = attempt(sync, turn.task_id, turn.scope, turn)
         try:
+            if gated and _approved(ctx):
+                # The person's yes, journaled before the send (turns() did already, unless the
+                # response reached the framework some other way).
+                answer_approval(sync, turn.task_id, spec, args, approved=True, actor=gate_actor)
             result = invoke(
                 tasks,
                 turn.task_id,
                 spec,
                 args,
                 scope=scope,
-                rejected_to_model=rejected_to_model,
+                rejected_to_model=False,
                 unresolved_to_model=False,  # fails the run: see the module docstring
             )
+        except Rejected as exc:
+            if not rejected_to_model:
+                raise MiddlewareFailure(f"{spec.name}: Rejected: {exc}") from exc
+            return refusal_answer(sync, spec.name, exc)
         except Error as exc:
             # An ordinary exception would become a tool error the model reads and may work
             # around; MiddlewareFailure is the one the function loop lets through.
@@ -254,13 +459,22 @@ def durable_tool(
 
     # Real objects, not strings: the framework finds the context parameter by its annotation.
     run.__annotations__ = {"ctx": FunctionInvocationContext | None, "kwargs": Any, "return": str}
-    return FunctionTool(
+    made = FunctionTool(
         name=spec.name,
         description=spec.description,
         func=run,
         input_model=model,
-        approval_mode=approval_mode,
+        approval_mode="always_require" if gated else approval_mode,
     )
+    if gated:
+        _gates[made] = _Gate(sync, tasks, spec, model, gate_actor)
+    return made
+
+
+def _approved(ctx: FunctionInvocationContext | None) -> bool:
+    """Whether the framework runs this call on a person's approval response."""
+    response = (getattr(ctx, "metadata", None) or {}).get("approval_response")
+    return bool(getattr(response, "approved", False))
 
 
 def _input_model(fn: Callable[..., Any], name: str) -> Any:

@@ -75,6 +75,7 @@ from intentlog._async import AsyncJournal
 from intentlog._effect import Effect, ReceiptSelector, Reconcile, Seconds
 from intentlog._errors import ApprovalRequired, InvalidInput, Rejected
 from intentlog._journal import Journal
+from intentlog._verbs import checked_actor
 from intentlog._service import Retention
 from intentlog.integrations.kernel import (
     KEY_ARG,
@@ -265,7 +266,8 @@ def _actor_namer(
     if approver is None:
         return lambda tool_context: f"{tool_context.user_id} via google-adk"
     if isinstance(approver, str):
-        return lambda tool_context: approver
+        actor = checked_actor(approver)
+        return lambda tool_context: actor
     if callable(approver):
         return approver
     raise InvalidInput(
