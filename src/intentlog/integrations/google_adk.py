@@ -75,8 +75,8 @@ from intentlog._async import AsyncJournal
 from intentlog._effect import Effect, ReceiptSelector, Reconcile, Seconds
 from intentlog._errors import ApprovalRequired, InvalidInput, Rejected
 from intentlog._journal import Journal
-from intentlog._verbs import checked_actor
 from intentlog._service import Retention
+from intentlog._verbs import checked_actor
 from intentlog.integrations.kernel import (
     KEY_ARG,
     ToolOptions,
