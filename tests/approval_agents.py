@@ -10,8 +10,11 @@ step carries on where the last one stopped. STEP is what the person (or the app)
 - ``start``: the user asks for the payment; the run pauses for an approval;
 - ``approve`` / ``deny``: the person answers through the framework (LangGraph
   ``Command(resume=...)``; the SDK's ``RunState.approve`` / ``reject``) and the run goes on;
+- ``approve-sdk`` (agents): the SDK's own ``state.approve(item)``, nothing else;
 - ``resume``: the run goes on with no new answer (LangGraph ``invoke(None)``; the SDK's saved
-  state run again), as an app does after a restart or after ``intentlog approve KEY``.
+  state run again), as an app does after a restart or after ``intentlog approve KEY``;
+- ``journal`` (agents): the saved state takes the answers the journal holds
+  (``journal_answers``), then runs.
 
 The model is scripted (no network): it asks for one payment (``AMOUNTS``, default 500, to bob;
 several amounts: one call after another), then answers with what the tool returned. Each step
@@ -124,9 +127,108 @@ def run_langgraph(directory: Path, url: str, mode: str, step: str) -> dict[str, 
             return langgraph_step(app, {"configurable": {"thread_id": TASK}}, step)
 
 
+# -- OpenAI Agents SDK ----------------------------------------------------------------------------
+
+
+def scripted_model() -> Any:
+    """A Model that asks for each amount in turn, then reports the last tool output; no
+    network. Reads what the tools answered from the input it is given."""
+    from agents import Usage
+    from agents.items import ModelResponse
+    from agents.models.interface import Model
+    from openai.types.responses import (
+        ResponseFunctionToolCall,
+        ResponseOutputMessage,
+        ResponseOutputText,
+    )
+
+    class Scripted(Model):
+        async def get_response(self, system_instructions: Any, input: Any, *args: Any,
+                               **kwargs: Any) -> ModelResponse:  # fmt: skip
+            items = input if isinstance(input, list) else []
+            told = [i["output"] for i in items if isinstance(i, dict)
+                    and i.get("type") == "function_call_output"]  # fmt: skip
+            wanted = amounts()
+            item: Any
+            if len(told) < len(wanted):
+                n = len(told) + 1
+                item = ResponseFunctionToolCall(
+                    type="function_call", name="pay", call_id=f"call_{n}", id=f"fc_{n}",
+                    arguments=json.dumps({"amount": wanted[n - 1], "to": "bob"}),
+                )  # fmt: skip
+            else:
+                text = ResponseOutputText(type="output_text", text=f"done: {told[-1]}",
+                                          annotations=[])  # fmt: skip
+                item = ResponseOutputMessage(id="msg_1", type="message", role="assistant",
+                                             status="completed", content=[text])  # fmt: skip
+            return ModelResponse(output=[item], usage=Usage(), response_id=None)
+
+        def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+            raise NotImplementedError("the scripted model does not stream")
+
+    return Scripted()
+
+
+def agents_step(journal: intentlog.Journal, url: str, mode: str, directory: Path,
+                step: str, **tool: Any) -> dict[str, Any]:  # fmt: skip
+    """One step of the approval flow with the SDK; the run state is saved in ``directory``
+    (state.json) whenever the run pauses or the person answers."""
+    import asyncio
+
+    os.environ.setdefault("OPENAI_API_KEY", "sk-not-used-the-model-is-scripted")
+    from agents import Agent, Runner, RunState, ToolCallOutputItem, set_tracing_disabled
+
+    from intentlog.integrations import openai_agents
+
+    set_tracing_disabled(True)
+    pay, charge = pay_function(url, mode)
+    pay_tool = openai_agents.durable_function_tool(journal, pay, **{**tool_options(charge), **tool})
+    agent = Agent(name="payer", tools=[pay_tool], model=scripted_model())
+    saved = directory / "state.json"
+
+    async def go() -> dict[str, Any]:
+        run_input: Any
+        if step == "start":
+            run_input = "pay bob"
+        else:
+            state = await RunState.from_string(agent, saved.read_text())
+            if step == "journal":  # answered outside the SDK (intentlog approve KEY)
+                openai_agents.journal_answers(state)
+            for item in state.get_interruptions():
+                if step == "approve":
+                    openai_agents.approve(state, item, actor="alice", reason="customer called")
+                elif step == "approve-sdk":
+                    state.approve(item)  # the SDK's own answer: journaled when the tool runs
+                elif step == "deny":
+                    openai_agents.reject(state, item, actor="bob", reason="over budget")
+            # The app keeps the answer with the state before it runs on (a restart resumes it).
+            saved.write_text(state.to_string())
+            run_input = state
+        result = await Runner.run(agent, run_input, context={"task_id": TASK})
+        if result.interruptions:
+            saved.write_text(result.to_state().to_string())
+        return {
+            "interrupts": [
+                {"tool": i.tool_name, "arguments": json.loads(i.arguments or "{}")}
+                for i in result.interruptions
+            ],
+            "tool_messages": [
+                i.output for i in result.new_items if isinstance(i, ToolCallOutputItem)
+            ],
+            "final": result.final_output,
+        }
+
+    return asyncio.run(go())
+
+
+def run_agents(directory: Path, url: str, mode: str, step: str) -> dict[str, Any]:
+    with intentlog.open(directory / "journal.db", max_wait=10) as journal:
+        return agents_step(journal, url, mode, directory, step)
+
+
 def main() -> int:
     kind, directory, url, mode, step = sys.argv[1:6]
-    runner = {"langgraph": run_langgraph}[kind]
+    runner = {"langgraph": run_langgraph, "agents": run_agents}[kind]
     print(json.dumps(runner(Path(directory), url, mode, step)), flush=True)
     return 0
 
