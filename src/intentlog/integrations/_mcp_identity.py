@@ -1,8 +1,9 @@
 """Who a server-side MCP tool call is: its operation key and its task, read from the request.
 
 Private to :mod:`intentlog.integrations.mcp_server`. Everything here reads plain JSON (the
-request's ``_meta`` and the tool's protocol ``meta`` argument) and raises :class:`Refusal`,
-naming the field, for what cannot be used; nothing here is journaled or sent.
+request's ``_meta`` and the tool's protocol ``meta`` argument) and raises
+:class:`intentlog.InvalidInput` whose ``path`` names the field, for what cannot be used;
+nothing here is journaled or sent.
 """
 
 from __future__ import annotations
@@ -12,13 +13,13 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from intentlog._errors import InvalidInput
 from intentlog._keys import MAX_KEY_LENGTH, MAX_TASK_ID_LENGTH, validate_key, validate_task_id
 
 __all__ = [
     "ARGUMENT_KEY_FIELDS",
     "KEY_FIELDS",
     "TASK_FIELD",
-    "Refusal",
     "client_key",
     "key_task",
     "meta_task",
@@ -39,15 +40,6 @@ _SESSION_TASK_PREFIX = "mcp-session:"
 _REQUEST_TASK_PREFIX = "mcp-request:"
 
 
-class Refusal(Exception):
-    """A call refused before anything was journaled or executed; ``field`` names what was
-    wrong (``_meta["idempotency-key"]``), ``str()`` says why and what to send instead."""
-
-    def __init__(self, message: str, field: str) -> None:
-        super().__init__(message)
-        self.field = field
-
-
 def client_key(
     meta: Mapping[str, Any], argument_meta: Any, argument: str | None
 ) -> tuple[str, str] | None:
@@ -57,7 +49,7 @@ def client_key(
     Looked up in the request's ``_meta`` (:data:`KEY_FIELDS`) and in the tool's protocol
     ``meta`` argument named ``argument`` (:data:`ARGUMENT_KEY_FIELDS`). Every spelling present
     must hold the same valid key (1 to 255 printable ASCII characters, no spaces: it may be
-    sent on as an HTTP header); otherwise :class:`Refusal` names the field.
+    sent on as an HTTP header); otherwise InvalidInput, whose ``path`` is the field.
     """
     found: list[tuple[str, Any]] = [
         (_meta_field(name), meta[name]) for name in KEY_FIELDS if name in meta
@@ -73,33 +65,33 @@ def client_key(
             validate_key(value)
         except ValueError:
             shown = repr(value)[:80]
-            raise Refusal(
+            raise InvalidInput(
                 f"{field} must be a string of 1 to {MAX_KEY_LENGTH} printable ASCII characters "
                 f"without spaces, got {shown}; the call was not executed",
-                field,
+                path=field,
             ) from None
     keys = {value for _, value in found}
     if len(keys) > 1:
         named = ", ".join(f"{field} = {value!r}" for field, value in found)
-        raise Refusal(
+        raise InvalidInput(
             f"the request names two different idempotency keys ({named}); send one key, or "
             "the same key in every field; the call was not executed",
-            found[0][0],
+            path=found[0][0],
         )
     return (found[0][1], found[0][0]) if found else None
 
 
 def meta_task(meta: Mapping[str, Any]) -> str | None:
-    """The task the client named in ``_meta["intentlog/task"]``, or None; :class:`Refusal`
-    if it is not a usable task id."""
+    """The task the client named in ``_meta["intentlog/task"]``, or None; InvalidInput (its
+    ``path`` the field) if it is not a usable task id."""
     if TASK_FIELD not in meta:
         return None
     try:
         return validate_task_id(meta[TASK_FIELD])
     except ValueError as exc:
-        raise Refusal(
+        raise InvalidInput(
             f"{_meta_field(TASK_FIELD)} is not a usable task id: {exc}; the call was not executed",
-            _meta_field(TASK_FIELD),
+            path=_meta_field(TASK_FIELD),
         ) from None
 
 

@@ -85,13 +85,7 @@ from intentlog._keys import canonical_json, derive_key
 from intentlog._model import JSON
 from intentlog._service import Retention
 from intentlog.integrations import _mcp_answers as answers
-from intentlog.integrations._mcp_identity import (
-    Refusal,
-    client_key,
-    key_task,
-    meta_task,
-    session_task,
-)
+from intentlog.integrations._mcp_identity import client_key, key_task, meta_task, session_task
 from intentlog.integrations.kernel import (
     KEY_ARG,
     ToolOptions,
@@ -294,10 +288,8 @@ class _Tool:
             if key is None:  # derived as task.run derives it, and named in every answer
                 what = f"the arguments of tool {self.name!r}"
                 key = derive_key(task_id, self.name, canonical_json(as_json, what=what))
-        except Refusal as refusal:
-            return answers.refused(self.name, str(refusal), refusal.field)
-        except InvalidInput as exc:  # arguments that are not JSON data
-            return answers.refused(self.name, str(exc), "arguments")
+        except InvalidInput as exc:  # a field of the request, or arguments that are not JSON
+            return answers.refused(self.name, exc.message, exc.path or "arguments")
         return _Call(self.name, task_id, key, key_field, as_json, given)
 
     def _task_id(self, context: Any, meta: Mapping[str, Any], key: str | None) -> str:
