@@ -116,7 +116,9 @@ def durable_function_tool(
     ``task_id(tool_context)`` names the task (default :func:`context_task_id`).
     ``approval=True`` (or an Effect declared with it) pauses the run at each call until a person
     answers (see the module docstring); ``approver`` names who answered through the SDK when
-    :func:`approve` / :func:`reject` are not given an actor.
+    :func:`approve` / :func:`reject` are not given an actor. With approvals, ``task_id`` is also
+    called with the run's ``RunContextWrapper`` (in ``needs_approval`` and on a run state), so
+    it must read only what both have: the context, the run config.
     """
     need("agents", "openai-agents")
     from agents import FunctionTool
