@@ -16,6 +16,7 @@ really applies something, so a test counts what happened, whatever the client wa
   run caught in flight is resent with its key only once its 30 s deadline has passed.
 - ``send_note(to, text, ctx)``: can neither deduplicate nor be asked: a row per run. It takes
   the request's ``Context`` itself.
+- ``wire(amount, to)``: needs a person's approval (``intentlog approve KEY``) before it runs.
 - ``refund(payment_id)``: raises the SDK's ToolError for an unknown payment (nothing applied).
 - ``complete_checkout(id, payload, meta)``: the MCP binding of ACP (``meta`` carries the
   protocol's headers, ``meta.idempotency_key`` among them).
@@ -152,6 +153,12 @@ def build(ledger: str) -> MCPServer[Any]:
         if not ctx.request_id:  # the tool's own Context reaches it, as without the decorator
             raise RuntimeError("no request context")
         return {"note_id": apply("send_note", None, {"to": to, "text": text}), "to": to}
+
+    @app.tool()
+    @durable_tool(journal, approval=True)
+    def wire(amount: int, to: str) -> dict[str, Any]:
+        """Wire money (a person approves each call first)."""
+        return {"wire_id": apply("wire", None, {"amount": amount, "to": to}), "amount": amount}
 
     @app.tool()
     @durable_tool(journal)

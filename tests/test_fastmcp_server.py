@@ -287,6 +287,31 @@ def test_a_call_whose_earlier_run_may_still_land_says_when_to_call_again(tmp_pat
     assert len(ledger_rows(ledger)) == 1
 
 
+def test_a_tool_that_needs_approval_runs_once_a_person_approved_it(tmp_path: Path) -> None:
+    ledger, journal_url = tmp_path / "ledger.db", str(tmp_path / "journal.db")
+    env, wire = server_env(journal_url), {"amount": 800, "to": "acme"}
+    meta = {"idempotency_key": "wire-1"}
+
+    async def scenario() -> list[dict[str, Any]]:
+        async with stdio_session(command(ledger), env=env) as session:
+            waiting = dump(await call(session, "wire", wire, meta=meta))
+            still = dump(await call(session, "wire", wire, meta=meta))
+            approve = [sys.executable, "-m", "intentlog.cli", "--db", journal_url, "approve"]
+            subprocess.run([*approve, "wire-1", "--actor", "ops"], check=True, env=env)
+            sent = dump(await call(session, "wire", wire, meta=meta))
+            again = dump(await call(session, "wire", wire, meta=meta))
+        return [waiting, still, sent, again]
+
+    waiting, still, sent, again = asyncio.run(scenario())
+    assert error_text(waiting).startswith("wire was not executed yet: it needs a person's approval")
+    facts = operation(waiting)
+    assert (facts["state"], facts["next_action"], facts["key"]) == ("PLANNED", "APPROVE", "wire-1")
+    assert "approve" in facts["approve"] and "wire-1" in facts["approve"]
+    assert operation(still)["state"] == "PLANNED"
+    assert structured(sent) == structured(again) == {"wire_id": 1, "amount": 800}
+    assert len(ledger_rows(ledger)) == 1
+
+
 def test_a_tool_error_is_recorded_not_applied_and_answered_again(tmp_path: Path) -> None:
     ledger, journal_url = tmp_path / "ledger.db", str(tmp_path / "journal.db")
     meta = {"idempotency_key": "refund-1"}

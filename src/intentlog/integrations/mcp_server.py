@@ -126,6 +126,7 @@ def durable_tool(
     timeout: Seconds | None = None,
     lookup_lag: Seconds | None = None,
     receipt: ReceiptSelector | None = None,
+    approval: bool | None = None,
     key_arg: str = KEY_ARG,
     meta_arg: str | None = META_ARG,
     task_id: Callable[[Context[Any, Any]], str | None] | None = None,
@@ -135,7 +136,10 @@ def durable_tool(
     The effect options (``idempotent``, ``key_retention``, ``reconcile``, ``timeout``,
     ``lookup_lag``, ``receipt``) mean what they mean on :class:`intentlog.Effect`: say what the
     service behind the tool promises (it deduplicates on the key it receives, for how long; it
-    can be asked about a key). ``name`` is the operation's effect name (default: the function's
+    can be asked about a key). ``approval=True``: each call waits for a person's approval
+    before the tool first runs (the client gets a tool error naming the command,
+    ``intentlog approve KEY``; the same call once approved runs it, once). ``name`` is the
+    operation's effect name (default: the function's
     name; keep it stable, it is part of every derived key). ``key_arg``: the parameter that
     receives the key (left out of the schema). ``meta_arg``: the argument read as protocol
     metadata where the function has one (None: no such argument). ``task_id(ctx)``: the
@@ -146,7 +150,15 @@ def durable_tool(
     """
     need("mcp", "mcp")
     sync = sync_journal(journal)
-    options = ToolOptions(idempotent, key_retention, reconcile, timeout, lookup_lag, receipt)
+    options = ToolOptions(
+        idempotent=idempotent,
+        key_retention=key_retention,
+        reconcile=reconcile,
+        timeout=timeout,
+        lookup_lag=lookup_lag,
+        receipt=receipt,
+        approval=approval,
+    )
 
     def decorate(fn: F) -> F:
         return cast(F, _Tool(sync, fn, name, options, key_arg, meta_arg, task_id).wrapper())
