@@ -164,6 +164,33 @@ def test_without_a_scope_the_arguments_alone_name_the_call(
     assert sent(service) == 2
 
 
+def test_positions_the_framework_gives(
+    journal: intentlog.Journal, service: ReferenceService
+) -> None:
+    """Where the framework's own record gives a call's position (a run's message history), that
+    position is used as it is: the same rule, nothing counted in the process."""
+    spec = pay_spec(service.url, service.mode)
+    tasks, scope = handles(journal), Attempt(TASK, "run")
+
+    def at(position: int, **args: Any) -> Any:
+        return invoke(tasks, TASK, spec, args, scope=scope, position=position)
+
+    refused = at(1, amount=-1, to="bob")  # not applied
+    assert "not applied" in refused
+    paid = at(1, amount=500, to="bob")  # the position's first call failed: this one is its own
+    assert isinstance(paid, dict) and sent(service) == 1
+    second = at(2, amount=700, to="carol")
+    assert isinstance(second, dict) and sent(service) == 2
+    # Started again: position 2 reworded is the payment already made there.
+    again = at(2, amount=700, to="Carol C.")
+    assert again.startswith(ALREADY_DONE_PREFIX) and second["id"] in again
+    assert at(1, amount=500, to="bob") == paid  # the same call
+    assert sent(service) == 2
+    with pytest.raises(intentlog.InvalidInput, match="position starts at 1"):
+        at(0, amount=1, to="x")
+    assert sent(service) == 2
+
+
 def test_attempt_markers(journal: intentlog.Journal) -> None:
     run = Marker()
     assert attempt(journal, "t", "s", run) is attempt(journal, "t", "s", run)

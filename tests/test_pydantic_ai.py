@@ -377,6 +377,41 @@ def test_a_run_started_again_with_a_reworded_call_is_answered_already_done(
     assert applied(lookup) == 2
 
 
+def test_a_calls_position_is_its_place_in_the_runs_message_history(
+    journal: intentlog.Journal, lookup: ReferenceService
+) -> None:
+    """Two payments in one response and a third in the next are positions 1, 2 and 3 of the run,
+    read from the run's own messages (a model that reuses a call id included); the conversation
+    continued from that history (a new run, the same task) counts them too, so its new payment
+    is not taken for one of the three."""
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import FunctionModel
+
+    turns = [
+        [ToolCallPart("pay", {"amount": 1, "to": "a"}, tool_call_id="x"),
+         ToolCallPart("pay", {"amount": 2, "to": "b"}, tool_call_id="y")],
+        [ToolCallPart("pay", {"amount": 3, "to": "c"}, tool_call_id="x")],  # an id used again
+    ]  # fmt: skip
+
+    def respond(messages: list[Any], info: Any) -> ModelResponse:
+        return ModelResponse(parts=turns.pop(0)) if turns else ModelResponse(parts=[TextPart("ok")])
+
+    tool = pay_tool(journal, lookup, task_id=lambda ctx: "order-p")  # the conversation's task
+    result = run(Agent(FunctionModel(respond), tools=[tool]), "pay", run_id="turn-1")
+    assert applied(lookup) == 3
+    keys = {op.key: op.args["amount"] for op in journal.operations("order-p")}  # type: ignore[index]
+    assert keys == {Attempt("order-p", "run").key("pay", n): n for n in (1, 2, 3)}
+
+    # The next turn, from that history, makes a fourth payment: position 4, sent.
+    turns.append([ToolCallPart("pay", {"amount": 4, "to": "d"}, tool_call_id="z")])
+    history = result.all_messages()
+    again = run(Agent(FunctionModel(respond), tools=[tool]), "and d", run_id="turn-2",
+                message_history=history)  # fmt: skip
+    assert json.loads(returns(again)[-1])["amount"] == 4
+    assert applied(lookup) == 4
+
+
 def test_a_fresh_run_id_is_refused(journal: intentlog.Journal, lookup: ReferenceService) -> None:
     from pydantic_ai import Agent
 

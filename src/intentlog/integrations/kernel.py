@@ -313,10 +313,13 @@ class Attempt:
         self._taken: dict[str, set[int]] = collections.defaultdict(set)
         self._lock = threading.Lock()
 
-    def key(self, tool: str, position: int) -> str:
-        """The key of the operation at ``position`` of ``tool`` in this scope."""
-        material = canonical_json({"scope": self.scope, "position": position})
-        return derive_key(self.task_id, tool, material)
+    def key(self, tool: str, position: int, variant: str | None = None) -> str:
+        """The key of the operation at ``position`` of ``tool`` in this scope (``variant``: of
+        a call with other arguments at a position whose first call was not applied)."""
+        named: dict[str, Any] = {"scope": self.scope, "position": position}
+        if variant is not None:
+            named["variant"] = variant
+        return derive_key(self.task_id, tool, canonical_json(named))
 
     def take(self, tool: str, position: int) -> None:
         with self._lock:
@@ -425,14 +428,17 @@ def call_tool(
     scope: Attempt | None = None,
     *,
     key: str | None = None,
+    position: int | None = None,
 ) -> JSON | AlreadyDone:
     """Run one tool call as an operation of ``task``, by the identity rule of this module.
 
     ``key`` is an identity the framework gives (it names this call across its replays): the call
     is that operation. Without ``key`` or ``scope`` the key is derived from the arguments alone
-    (the same call is one effect per task). Returns the receipt, or :class:`AlreadyDone` for a
-    rewritten retry (nothing sent). Raises what ``task.run`` raises: Rejected, OutcomeUnknown,
-    and the journal's errors.
+    (the same call is one effect per task). ``position`` is the call's position among the
+    tool's calls in the scope's execution where the framework's own record tells it (a run's
+    message history); without it, the lowest position ``scope`` has not handed out yet.
+    Returns the receipt, or :class:`AlreadyDone` for a rewritten retry (nothing sent). Raises
+    what ``task.run`` raises: Rejected, OutcomeUnknown, and the journal's errors.
     """
     if key is not None or scope is None:
         return spec.run(task, args, key=key)
@@ -447,6 +453,8 @@ def call_tool(
             scope.take(spec.name, positions[same.key])
         return spec.run(task, args, key=same.key)
     by_key = {op.key: op for op in ops}
+    if position is not None:
+        return _at_position(task, spec, args, scope, position, fp, by_key)
     for position in scope.free_positions(spec.name):
         key = scope.key(spec.name, position)
         earlier = by_key.get(key)
@@ -457,6 +465,29 @@ def call_tool(
         if earlier.state is not State.FAILED:
             return AlreadyDone(spec.name, key, earlier.receipt, earlier.args)
     raise AssertionError("unreachable: free positions never run out")  # pragma: no cover
+
+
+def _at_position(
+    task: Task,
+    spec: ToolSpec,
+    args: dict[str, Any],
+    scope: Attempt,
+    position: int,
+    fp: str,
+    by_key: dict[str, Operation],
+) -> JSON | AlreadyDone:
+    """A call at the position the framework's record gives it (it is not counted here)."""
+    if position < 1:
+        raise InvalidInput(f"tool {spec.name!r}: a call's position starts at 1, got {position}")
+    key = scope.key(spec.name, position)
+    earlier = by_key.get(key)
+    if earlier is None:
+        return spec.run(task, args, key=key)
+    earlier = _settled(task, spec, earlier)
+    if earlier.state is not State.FAILED:
+        return AlreadyDone(spec.name, key, earlier.receipt, earlier.args)
+    # The position's first call was not applied: this one is a call of its own there.
+    return spec.run(task, args, key=scope.key(spec.name, position, variant=fp))
 
 
 def _settled(task: Task, spec: ToolSpec, op: Operation) -> Operation:
@@ -491,6 +522,7 @@ def invoke(
     *,
     scope: Attempt | None = None,
     key: str | None = None,
+    position: int | None = None,
     rejected_to_model: bool = True,
     unresolved_to_model: bool = True,
 ) -> Any:
@@ -503,7 +535,7 @@ def invoke(
     """
     try:
         with tasks.task(task_id) as task:
-            result = call_tool(task, spec, args, scope, key=key)
+            result = call_tool(task, spec, args, scope, key=key, position=position)
     except Rejected as exc:
         if not rejected_to_model:
             raise

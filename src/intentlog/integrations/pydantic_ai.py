@@ -14,7 +14,10 @@ which the model never sees). Each call is an operation of the run's task:
   (``key_from="arguments"``, the default): the same arguments are the same call in the task, so
   the same call made again in the re-run gets its receipt even when the model that asks for it
   is called again and names the call anew; a call the re-run words otherwise lands on the
-  earlier call's position in the run and is answered ALREADY DONE. ``key_from="tool_call"``
+  earlier call's position in the run (its place among the tool's calls in the run's message
+  history) and is answered ALREADY DONE. Under a durable backend the tool's context carries no
+  message history; the model's answers are replayed word for word there, and the arguments alone
+  name the call. ``key_from="tool_call"``
   derives the key from the tool call's id instead, so that the same call made twice in one run
   is two effects; use it only where the model's response is replayed from a record (a durable
   backend), since a model asked again names its calls anew. The retry counter (``ctx.retry``)
@@ -70,9 +73,9 @@ from intentlog._service import Retention
 from intentlog.integrations.kernel import (
     KEY_ARG,
     UNRESOLVED_PREFIX,
+    Attempt,
     ToolOptions,
     ToolSpec,
-    attempt,
     check_key_use,
     handles,
     need,
@@ -186,16 +189,19 @@ def durable_tool(
                 unresolved_to_model=unresolved_to_model,
             )
         # A re-run asks the model again, which may word the same call otherwise: the run is
-        # the scope of the tool's positions, and its usage counter (one object per run) tells
-        # a run started again in this process from the calls of one run.
-        scope = attempt(sync, the_task, "run", ctx.usage)
+        # the scope, and the call's place among the tool's calls in the run's own message
+        # history is its position (a run started again, or resumed from its history, counts
+        # the same way). A durable backend's activity carries no history: there the model's
+        # answers are replayed word for word, and the arguments alone name the call.
+        position = call_position(ctx, tool_name)
         return await asyncio.to_thread(
             kernel_invoke,
             tasks,
             the_task,
             spec,
             args,
-            scope=scope,
+            scope=None if position is None else Attempt(the_task, "run"),
+            position=position,
             rejected_to_model=rejected_to_model,
             unresolved_to_model=unresolved_to_model,
         )
@@ -233,6 +239,29 @@ def run_task_id(ctx: RunContext[Any]) -> str:
             "(agent.run(prompt, run_id='order-42')), or task_id= to durable_tool"
         )
     return run_id
+
+
+def call_position(ctx: RunContext[Any], tool_name: str) -> int | None:
+    """The place (from 1) of the running call among the calls of ``tool_name`` in the run's
+    message history, or None where the context carries no history that holds it."""
+    from pydantic_ai.exceptions import UserError
+    from pydantic_ai.messages import ModelResponse, ToolCallPart
+
+    try:
+        messages = ctx.messages
+    except UserError:  # a Temporal activity's context leaves the history out
+        return None
+    ids = [
+        part.tool_call_id
+        for message in messages
+        if isinstance(message, ModelResponse)
+        for part in message.parts
+        if isinstance(part, ToolCallPart) and part.tool_name == tool_name
+    ]
+    if not ctx.tool_call_id or ctx.tool_call_id not in ids:
+        return None
+    # The running call is in the latest response that names it (a scripted model may reuse ids).
+    return len(ids) - ids[::-1].index(ctx.tool_call_id)
 
 
 def _tool_call_key(task_id: str, tool_name: str, ctx: RunContext[Any]) -> str:
