@@ -25,8 +25,10 @@ from intentlog._model import (
 from intentlog._words import duration
 
 __all__ = [
+    "AGENT_TASK_KINDS",
     "DEFAULT_LOOKUP_LIMIT",
     "DEFAULT_UNCLAIMED_AFTER",
+    "GATEWAY_TASK_KIND",
     "PROXY_TASK_KIND",
     "ApprovalAnswer",
     "Decision",
@@ -606,6 +608,11 @@ def _ago(now: float, then: float | None) -> str:
 #: The kind the MCP proxy gives the tasks it opens: no worker registers it, so status can
 #: tell a proxy's task from a program's.
 PROXY_TASK_KIND = "intentlog.mcp"
+#: The kind ``intentlog gateway`` gives the tasks it opens, for the same reason.
+GATEWAY_TASK_KIND = "intentlog.gateway"
+#: The kinds of tasks an agent's own requests make (no worker runs them): their next request
+#: goes on with them.
+AGENT_TASK_KINDS = frozenset({PROXY_TASK_KIND, GATEWAY_TASK_KIND})
 #: How long a runnable task of a kind may wait unclaimed before status says that no running
 #: worker seems to register its kind (workers poll every 0.5 s by default).
 DEFAULT_UNCLAIMED_AFTER = 600.0
@@ -686,9 +693,24 @@ def task_outlook(
             "what was approved",
         )
     proxy = record.kind == PROXY_TASK_KIND
+    gateway = record.kind == GATEWAY_TASK_KIND
     if holder_alive:
-        who = "the MCP proxy session" if proxy else "a live process"
+        who = "the MCP proxy session" if proxy else "the gateway" if gateway else "a live process"
         return Outlook(Doer.HOLDER, f"held by {who} ({record.owner}), which goes on with it")
+    if gateway:
+        if open_ops:
+            return Outlook(
+                Doer.PERSON,
+                f"the gateway let it go with {_keys([k for k, *_ in open_ops])} open: the "
+                "gateway settles a request only when the agent sends it again; else resolve "
+                "it, then " + ended,
+            )
+        return Outlook(
+            Doer.PERSON,
+            "the gateway let it go before every request was settled, or was stopped (it "
+            "completes a task idle with every request settled); its requests are settled "
+            "now: when the agent's work is done, " + ended,
+        )
     if proxy:
         if open_ops:
             return Outlook(

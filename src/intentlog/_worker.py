@@ -22,7 +22,7 @@ from typing import Any
 
 from intentlog._ambient import Journaled, effect_of, made_current
 from intentlog._check import log_at_start
-from intentlog._decide import PROXY_TASK_KIND
+from intentlog._decide import AGENT_TASK_KINDS, PROXY_TASK_KIND
 from intentlog._effect import Effect
 from intentlog._errors import (
     ApprovalRequired,
@@ -71,10 +71,11 @@ class Registry:
 
         def register(fn: TaskFunction) -> TaskFunction:
             kind = name or fn.__name__
-            if kind == PROXY_TASK_KIND:
-                # The proxy's tasks are finished by the proxy or a person; a worker claiming
-                # them would run a function the proxy never journaled its calls for.
-                raise InvalidInput(f"task kind {kind!r} is reserved for the MCP proxy")
+            if kind in AGENT_TASK_KINDS:
+                # The proxy's and the gateway's tasks are finished by them or a person; a
+                # worker claiming them would run a function they never journaled calls for.
+                front = "the MCP proxy" if kind == PROXY_TASK_KIND else "the gateway"
+                raise InvalidInput(f"task kind {kind!r} is reserved for {front}")
             if kind in self.functions and self.functions[kind] is not fn:
                 raise InvalidInput(f"task kind {kind!r} is registered twice")
             self.functions[kind] = fn

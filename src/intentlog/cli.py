@@ -1008,6 +1008,16 @@ def _add_mcp() -> None:
 _add_mcp()
 
 
+def _add_gateway() -> None:
+    # Its own module too: httpx and uvicorn are imported only when it runs.
+    from intentlog.gateway._cli import gateway_command
+
+    cli.add_command(gateway_command)
+
+
+_add_gateway()
+
+
 def _add_console() -> None:
     # Its own module too: Starlette, Jinja2 and uvicorn are imported only when it runs.
     from intentlog.console._cli import console_command

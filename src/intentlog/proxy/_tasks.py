@@ -18,12 +18,12 @@ import contextlib
 import logging
 
 from intentlog._async import AsyncJournal, AsyncTask
-from intentlog._decide import PROXY_TASK_KIND
+from intentlog._decide import AGENT_TASK_KINDS, PROXY_TASK_KIND
 from intentlog._errors import Error, KeyConflict, LeaseLost
 from intentlog._model import TERMINAL
 from intentlog._protocol import cancelled_refusal
 
-__all__ = ["TaskHandles"]
+__all__ = ["TaskHandles", "settle_task"]
 
 log = logging.getLogger("intentlog.proxy")
 
@@ -93,26 +93,27 @@ class TaskHandles:
                 self._users.pop(task_id, None)
                 handle = self._handles.pop(task_id, None)
                 if handle is not None:
-                    await _settle(handle)
+                    await settle_task(handle)
 
     async def aclose(self) -> None:
         """Settle every task still held (the proxy is stopping)."""
         handles, self._handles = list(self._handles.values()), {}
         self._users.clear()
         for handle in handles:
-            await _settle(handle)
+            await settle_task(handle)
 
 
 def _ours(handle: AsyncTask) -> bool:
-    """Whether the proxy opened the task (its kind is the proxy's). A task of another kind
-    (a worker's, with steps of its own to run after this call) is not the proxy's to end."""
-    return handle.record.kind == PROXY_TASK_KIND
+    """Whether the proxy (or the gateway) opened the task (its kind is theirs). A task of
+    another kind (a worker's, with steps of its own to run after this call) is not theirs
+    to end."""
+    return handle.record.kind in AGENT_TASK_KINDS
 
 
-async def _settle(handle: AsyncTask) -> None:
-    """Complete the task if every operation of it is CONFIRMED or FAILED and the proxy
-    opened it, else release it (a lease not released expires instead). Never raises: the
-    session is over either way."""
+async def settle_task(handle: AsyncTask) -> None:
+    """Complete the task if every operation of it is CONFIRMED or FAILED and the proxy (or
+    the gateway) opened it, else release it (a lease not released expires instead). Never
+    raises: the session is over either way."""
     try:
         ops = await handle.operations()
         if any(op.state not in TERMINAL for op in ops):

@@ -1,0 +1,224 @@
+"""Journaled requests: identity, the one attempt that may be sent, and the reply.
+
+A request's identity is its task (``Intentlog-Task``) and its step (``Intentlog-Step``), or
+else the idempotency key the client sends itself. The operation key is derived from the
+route and that identity, so the same identity on the same route is the same operation, and
+the same identity with another request (method, path, query or body) is refused 422, as
+Stripe refuses a reused key: nothing is forwarded and nothing journaled changes.
+
+A request whose earlier attempt was refused by the service (FAILED: it definitely did not
+apply) is sent again as the next attempt (``<key>.2``, ``<key>.3``, ...). Every other state
+is the library's decision: CONFIRMED answers from the receipt, SUBMITTED reconciles (or
+resends the same key where the service deduplicates), and a request that can be neither is
+UNRESOLVED, answered 409, never sent again until a person resolves it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from typing import TYPE_CHECKING, Any
+
+from intentlog._async import AsyncJournal
+from intentlog._errors import (
+    ApprovalRequired,
+    Error,
+    InvalidInput,
+    KeyConflict,
+    LeaseLost,
+    OutcomeUnknown,
+    Rejected,
+    StillInFlight,
+    TaskBusy,
+    UnknownOperation,
+)
+from intentlog._keys import canonical_json, derive_key, fingerprint, validate_label
+from intentlog._model import State
+from intentlog._open import cli_command
+from intentlog.gateway._answers import Reply, problem, replay
+from intentlog.gateway._forward import Incoming, effect_for, receipt_answer
+from intentlog.gateway._handles import TaskHandles
+
+if TYPE_CHECKING:
+    import httpx
+
+    from intentlog.gateway._routes import Route
+
+__all__ = ["STEP_HEADER", "TASK_HEADER", "Calls"]
+
+TASK_HEADER = "intentlog-task"
+STEP_HEADER = "intentlog-step"
+MAX_ATTEMPTS = 20  # attempts refused by the service before the gateway stops trying
+
+
+class Calls:
+    """The journaled requests of one gateway process."""
+
+    def __init__(self, journal: AsyncJournal, client: httpx.AsyncClient, idle: float) -> None:
+        self.journal = journal
+        self.client = client
+        self.handles = TaskHandles(journal, idle=idle)
+        self.db = journal.store.url
+
+    async def handle(self, route: Route, incoming: Incoming, headers: dict[str, str]) -> Reply:
+        """Journal, forward and answer one unsafe request on a journaled route."""
+        identity = _identity(route, headers)
+        if isinstance(identity, Reply):
+            return identity
+        task_id, what = identity
+        base = derive_key(task_id, route.effect, canonical_json(what))
+        request = {
+            "method": incoming.method,
+            "path": incoming.path,
+            "query": hashlib.sha256(incoming.query.encode()).hexdigest(),
+            "body": hashlib.sha256(incoming.body).hexdigest(),
+        }
+        prints = fingerprint(canonical_json({"request": request}))
+        try:
+            async with self.handles.held(task_id) as task:
+                key = await self._attempt_key(base, prints, task_id)
+                if isinstance(key, Reply):
+                    return key
+                effect, upstream = effect_for(route, incoming, self.client)
+                try:
+                    receipt = await task.run(effect, key=key, request=request)
+                except Rejected as exc:
+                    if upstream.answered:  # the service's own refusal, as it came
+                        return Reply(
+                            upstream.status,
+                            upstream.headers,
+                            upstream.body,
+                            {"Intentlog-State": "FAILED", "Intentlog-Key": key},
+                        )
+                    return problem(
+                        502 if exc.status is None else 400,
+                        "refused",
+                        str(exc),
+                        key=key,
+                        task=task_id,
+                        state="FAILED",
+                    )
+                if upstream.answered:  # this request's own answer: sent back as it came
+                    return Reply(
+                        upstream.status,
+                        upstream.headers,
+                        upstream.body,
+                        {"Intentlog-State": "CONFIRMED", "Intentlog-Key": key},
+                    )
+                return replay(receipt_answer(receipt), key, reconciled=_reconciled(receipt))
+        except TaskBusy as exc:
+            return problem(409, "task-busy", str(exc), task=task_id, retry_after=1)
+        except StillInFlight as exc:
+            wait = 1 if exc.not_before is None else max(1, math.ceil(exc.not_before - time.time()))
+            return problem(
+                409,
+                "in-flight",
+                str(exc),
+                task=task_id,
+                key=exc.key,
+                state=exc.state,
+                retry_after=wait,
+            )
+        except OutcomeUnknown as exc:
+            key = exc.key or base
+            return problem(
+                409,
+                "unresolved",
+                f"{exc} The request may or may not have been applied; it is not sent again.",
+                task=task_id,
+                key=key,
+                state="UNRESOLVED",
+                next_action="ESCALATE: a person checks the service and resolves it",
+                resolve=cli_command(
+                    self.db, "resolve", key, "--confirmed --receipt JSON | --failed | --retry"
+                ),
+            )
+        except KeyConflict as exc:
+            return problem(422, "identity-reused", str(exc), task=task_id, key=exc.key)
+        except ApprovalRequired as exc:  # pragma: no cover - no route asks for approvals
+            return problem(409, "approval", str(exc), task=task_id, key=exc.key)
+        except LeaseLost as exc:
+            return problem(409, "task-busy", str(exc), task=task_id, retry_after=1)
+        except InvalidInput as exc:
+            return problem(400, "invalid", str(exc), task=task_id)
+        except Error as exc:
+            return problem(502, "journal", str(exc), task=task_id, key=exc.key, state=exc.state)
+
+    async def _attempt_key(self, base: str, prints: str, task_id: str) -> str | Reply:
+        """The key of the attempt to run: the first one not refused by the service. An
+        attempt recorded for another request is a reused identity (422)."""
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            key = base if attempt == 1 else f"{base}.{attempt}"
+            try:
+                op = await self.journal.operation(key)
+            except UnknownOperation:
+                return key
+            if op.fingerprint != prints:
+                return problem(
+                    422,
+                    "identity-reused",
+                    f"this identity was first used for another request (method, path, query "
+                    f"or body differ) as operation {base!r}; a different request needs its "
+                    "own Intentlog-Step or idempotency key. Nothing was sent.",
+                    task=task_id,
+                    key=base,
+                )
+            if op.state is not State.FAILED:
+                return key
+        return problem(
+            409,
+            "attempts",
+            f"{MAX_ATTEMPTS} attempts of this request were refused by the "
+            "service; send it under a new identity",
+            task=task_id,
+            key=base,
+        )
+
+    async def aclose(self) -> None:
+        await self.handles.aclose()
+
+
+def _reconciled(receipt: Any) -> bool:
+    return isinstance(receipt, dict) and receipt.get("reconciled") is True
+
+
+def _identity(route: Route, headers: dict[str, str]) -> tuple[str, dict[str, str]] | Reply:
+    """The task and the operation's identity within it, or the 428/400 that says what is
+    missing or wrong (nothing was journaled or forwarded)."""
+    task = headers.get(TASK_HEADER)
+    step = headers.get(STEP_HEADER)
+    client_key = headers.get(route.client_key_header.lower())
+    if task is None:
+        return problem(
+            428,
+            "no-task",
+            f"a {_unsafe()} request through route {route.name!r} needs an Intentlog-Task "
+            "header naming its task; nothing was forwarded",
+        )
+    try:
+        task = validate_label(task, "Intentlog-Task", 200)
+        if step is not None:
+            return task, {"step": validate_label(step, "Intentlog-Step", 200)}
+    except InvalidInput as exc:
+        return problem(400, "bad-header", f"{exc}; nothing was forwarded")
+    if client_key is None or not client_key.strip():
+        return problem(
+            428,
+            "no-identity",
+            f"a {_unsafe()} request through route {route.name!r} needs its identity: an "
+            f"Intentlog-Step header, or a stable {route.client_key_header} header (the same "
+            "value when the request is made again); nothing was forwarded",
+        )
+    if len(client_key) > 255 or not client_key.isprintable():
+        return problem(
+            400,
+            "bad-header",
+            f"{route.client_key_header} must be 1 to 255 "
+            "printable characters; nothing was forwarded",
+        )
+    return task, {"idempotency_key": client_key}
+
+
+def _unsafe() -> str:
+    return "POST, PUT, PATCH or DELETE"

@@ -1,0 +1,109 @@
+"""Running the gateway: the journal, one upstream client, the listening socket, shutdown."""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import logging
+import socket
+
+from intentlog._async import open_async
+from intentlog._errors import InvalidInput
+from intentlog.gateway._app import GatewayApp
+from intentlog.gateway._calls import Calls
+from intentlog.gateway._routes import RouteFile
+from intentlog.integrations import _require
+
+__all__ = ["DEFAULT_LISTEN", "GatewayConfig", "is_loopback", "serve"]
+
+log = logging.getLogger("intentlog.gateway")
+
+DEFAULT_LISTEN = ("127.0.0.1", 8787)
+DEFAULT_IDLE = 5.0
+DEFAULT_MAX_BODY = 1 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class GatewayConfig:
+    """What ``intentlog gateway`` runs with (checked when made)."""
+
+    routes: RouteFile
+    listen: tuple[str, int] = DEFAULT_LISTEN
+    db: str | None = None
+    token: str | None = None
+    idle: float = DEFAULT_IDLE
+    max_body: int = DEFAULT_MAX_BODY
+
+    def __post_init__(self) -> None:
+        if self.token is None and not is_loopback(self.listen[0]):
+            raise InvalidInput(
+                f"the gateway listens on {self.listen[0]!r}, which is not a loopback address: "
+                "give it a token (--token or INTENTLOG_GATEWAY_TOKEN) that clients send in "
+                "the Intentlog-Token header",
+                option="token",
+            )
+        if self.token is not None and len(self.token) < 16:
+            raise InvalidInput("the gateway token must be at least 16 characters", option="token")
+        if not 0 < self.idle < 3600:
+            raise InvalidInput(f"--idle must be seconds in (0, 3600), got {self.idle!r}")
+        if not 0 < self.max_body <= 1 << 30:
+            raise InvalidInput(f"--max-body must be 1 byte to 1 GiB, got {self.max_body!r}")
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+async def serve(config: GatewayConfig) -> None:
+    """Serve until SIGTERM or SIGINT: requests in flight finish (their answers are
+    recorded and given), then every task held is settled and the journal closed."""
+    httpx = _require("httpx", "gateway")
+    uvicorn = _require("uvicorn", "gateway")
+    journal = open_async(config.db)
+    # One pool for every request: connections to an upstream are reused; no timeout here,
+    # each request carries its route's.
+    client = httpx.AsyncClient(timeout=None, follow_redirects=False, trust_env=False)
+    calls = Calls(journal, client, idle=config.idle)
+    try:
+        app = GatewayApp(config.routes, calls, client, token=config.token, max_body=config.max_body)
+        for route in config.routes.routes:
+            log.info("%s", route.describe())
+        sock = _bound(config.listen)
+        host, port = sock.getsockname()[:2]
+        shown = f"[{host}]" if ":" in host else host
+        server = uvicorn.Server(
+            uvicorn.Config(
+                app,
+                lifespan="on",
+                log_level="warning", server_header=False,
+                access_log=False,
+                timeout_graceful_shutdown=30,
+            )
+        )
+        # The socket already accepts connections (they wait in its backlog): say so once.
+        print(f"listening on http://{shown}:{port}", flush=True)
+        await server.serve(sockets=[sock])
+    finally:
+        await calls.aclose()
+        await client.aclose()
+        await journal.aclose()
+
+
+def _bound(listen: tuple[str, int]) -> socket.socket:
+    host, port = listen
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host.strip("[]"), port))
+    except OSError as exc:
+        sock.close()
+        raise InvalidInput(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    sock.listen(512)
+    sock.set_inheritable(False)
+    return sock
