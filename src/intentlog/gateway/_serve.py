@@ -80,7 +80,8 @@ async def serve(config: GatewayConfig) -> None:
             uvicorn.Config(
                 app,
                 lifespan="on",
-                log_level="warning", server_header=False,
+                log_level="warning",
+                server_header=False,
                 access_log=False,
                 timeout_graceful_shutdown=30,
             )
