@@ -40,6 +40,9 @@ def problem(
         "status": status,
         "detail": detail,
         **{name: value for name, value in members.items() if value is not None},
+        # An "error" member too: Stripe's SDKs (and clients like them) raise only on an answer
+        # that has one, and would otherwise take the document for the resource they asked for.
+        "error": {"type": "intentlog_gateway", "code": kind, "message": detail},
     }
     extra = {}
     if members.get("state") is not None:
@@ -80,4 +83,5 @@ _TITLES = {
     "refused": "The service refused the request",
     "journal": "The journal could not record the request",
     "upstream": "The upstream could not be reached",
+    "in-doubt": "The request may have been applied",
 }

@@ -39,6 +39,7 @@ from intentlog._open import cli_command
 from intentlog.gateway._answers import Reply, problem, replay
 from intentlog.gateway._forward import Incoming, effect_for, receipt_answer
 from intentlog.gateway._handles import TaskHandles
+from intentlog.integrations import AmbiguousResponse
 
 if TYPE_CHECKING:
     import httpx
@@ -49,6 +50,9 @@ __all__ = ["STEP_HEADER", "TASK_HEADER", "Calls"]
 
 TASK_HEADER = "intentlog-task"
 STEP_HEADER = "intentlog-step"
+#: Prefixes of the keys SDKs make up per call when none is given (stripe-node's
+#: "stripe-node-retry-<uuid>"): the same call made again after a restart gets another one.
+_PER_CALL_KEYS = ("stripe-node-retry-",)
 MAX_ATTEMPTS = 20  # attempts refused by the service before the gateway stops trying
 
 
@@ -99,7 +103,31 @@ class Calls:
                         task=task_id,
                         state="FAILED",
                     )
-                if upstream.answered:  # this request's own answer: sent back as it came
+                except AmbiguousResponse as exc:
+                    # It may have been applied: SUBMITTED. The same request again is settled
+                    # first (the same key resent where the service deduplicates, else looked
+                    # up, else UNRESOLVED), never sent as a new one.
+                    state = {
+                        "Intentlog-State": "SUBMITTED",
+                        "Intentlog-Key": key,
+                        "Retry-After": "1",
+                    }
+                    if upstream.answered:
+                        return Reply(upstream.status, upstream.headers, upstream.body, state)
+                    return problem(
+                        502,
+                        "in-doubt",
+                        f"{exc}. Send the same request again: the gateway settles this one "
+                        "(resends the same key where the service deduplicates, else asks the "
+                        "service) before anything is sent anew.",
+                        task=task_id,
+                        key=key,
+                        state="SUBMITTED",
+                        retry_after=1,
+                    )
+                if upstream.answered and not _reconciled(receipt):
+                    # This request's own answer, sent back as it came (a record a lookup
+                    # found after an answer that proved nothing is given as a replay).
                     return Reply(
                         upstream.status,
                         upstream.headers,
@@ -130,9 +158,8 @@ class Calls:
                 key=key,
                 state="UNRESOLVED",
                 next_action="ESCALATE: a person checks the service and resolves it",
-                resolve=cli_command(
-                    self.db, "resolve", key, "--confirmed --receipt JSON | --failed | --retry"
-                ),
+                resolve=cli_command(self.db, "resolve", key),
+                resolve_with=["--confirmed --receipt JSON", "--failed", "--retry"],
             )
         except KeyConflict as exc:
             return problem(422, "identity-reused", str(exc), task=task_id, key=exc.key)
@@ -210,6 +237,14 @@ def _identity(route: Route, headers: dict[str, str]) -> tuple[str, dict[str, str
             f"Intentlog-Step header, or a stable {route.client_key_header} header (the same "
             "value when the request is made again); nothing was forwarded",
         )
+    if client_key.startswith(_PER_CALL_KEYS):
+        return problem(
+            428, "no-identity",
+            f"{route.client_key_header} {client_key[:40]!r}... is a key the SDK made up for "
+            "this call, so a restarted client sends another one and would be charged again: "
+            "give the request an Intentlog-Step header, or a stable idempotency key of your "
+            "own; nothing was forwarded",
+        )  # fmt: skip
     if len(client_key) > 255 or not client_key.isprintable():
         return problem(
             400,

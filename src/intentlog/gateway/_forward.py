@@ -27,8 +27,9 @@ from typing import TYPE_CHECKING, Any, cast
 from intentlog._effect import Effect
 from intentlog._errors import Rejected
 from intentlog._flow import drive_async
+from intentlog._model import LookupResult
 from intentlog.integrations import _encoding
-from intentlog.integrations._http_runner import _Answer, _exchange_async, _Pause, _Send
+from intentlog.integrations._http_runner import _Answer, _exchange_async, _Flow, _Pause, _Send
 from intentlog.integrations.http import Receipt, _Spec, _spec
 
 if TYPE_CHECKING:
@@ -157,6 +158,29 @@ class _GatewaySpec(_Spec):
             return _encoding.encode(body, "json", what="the request body")[0]
         except (_encoding.Unsendable, ValueError, UnicodeDecodeError) as exc:
             raise Rejected(f"route {self.name!r}: {exc}; nothing was sent", key=key) from None
+
+    def lookup_flow(self, key: str) -> _Flow[LookupResult]:
+        # The lookup asks with the client's own credentials (this request's headers, never
+        # journaled): the gateway holds none of its own.
+        assert self.incoming is not None
+        media = {"content-type", "content-length", "content-encoding"}
+        ours = {self.key.name.lower()} if self.key is not None else set()
+        headers = {n: v for n, v in self.incoming.headers if n.lower() not in media | ours}
+        flow = super().lookup_flow(key)
+        try:
+            step = next(flow)
+            while True:
+                if isinstance(step, _Send):
+                    step = dataclasses.replace(step, headers={**headers, **step.headers})
+                try:
+                    answer = yield step
+                except Exception as exc:  # no answer: the flow reads it as Indeterminate
+                    step = flow.throw(exc)
+                    continue
+                step = flow.send(answer)
+        except StopIteration as stop:
+            result: LookupResult = stop.value
+            return result
 
     def receipt_in(self, answer: _Answer) -> tuple[Receipt | None, str]:
         # The client reads the answer's fields; any whole 2xx answer is the answer.

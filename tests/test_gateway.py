@@ -1,0 +1,320 @@
+"""intentlog gateway: the routes file, identity, replays, refusals and UNRESOLVED, with a real
+gateway process in front of the project's Stripe fake (counted at the fake's own record)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from intentlog import InvalidInput
+from intentlog.gateway import parse_routes
+from intentlog.testing.fakes import StripeFake
+
+INTENTLOG = str(Path(sys.executable).with_name("intentlog"))
+CHARGE = {"amount": "500", "currency": "usd", "source": "tok_visa"}
+SECRET = "sk_test_gateway_never_journaled_4242"
+
+
+class Gateway:
+    """An ``intentlog gateway`` child process; ``url`` once it said it listens."""
+
+    def __init__(self, routes: Path, db: Path, *extra: str) -> None:
+        self.db = db
+        self.proc = subprocess.Popen(
+            [INTENTLOG, "gateway", "--routes", str(routes), "--listen", "127.0.0.1:0",
+             "--db", str(db), "--idle", "0.5", *extra],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()  # the one line it prints once it accepts
+        if not line.startswith("listening on "):
+            self.proc.kill()
+            raise AssertionError(f"gateway did not start: {line!r} {self.proc.stderr.read()!r}")
+        self.url = line.split()[-1]
+
+    def post(self, path: str, data: dict[str, str], **headers: str) -> httpx.Response:
+        sent = {k.replace("_", "-"): v for k, v in headers.items()}
+        sent.setdefault("Authorization", f"Bearer {SECRET}")
+        return httpx.post(self.url + path, data=data, headers=sent, timeout=60)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.communicate(timeout=60)  # waits, and closes the pipes
+
+
+@pytest.fixture(scope="module")
+def stripe() -> Iterator[StripeFake]:
+    with StripeFake(index_lag=False) as fake:  # its search finds a charge at once
+        yield fake
+
+
+@pytest.fixture(scope="module")
+def gateway(stripe: StripeFake, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    where = tmp_path_factory.mktemp("gateway")
+    routes = where / "routes.toml"
+    routes.write_text(
+        f'[[route]]\nname = "stripe"\nprefix = "/stripe"\nupstream = "{stripe.url}"\n'
+        'profile = "stripe"\n\n'
+        f'[[route]]\nname = "ledger"\nprefix = "/ledger"\nupstream = "{stripe.url}"\n\n'
+        f'[[route]]\nname = "relay"\nprefix = "/relay"\nupstream = "{stripe.url}"\n'
+        "passthrough = true\n"
+    )
+    gw = Gateway(routes, where / "journal.db")
+    yield gw
+    gw.stop()
+
+
+def _applied(stripe: StripeFake, task: str) -> int:
+    return sum(1 for a in stripe.applied() if task in json.dumps(a.__dict__, default=str))
+
+
+def _ops(gateway: Gateway, task: str) -> list[dict[str, object]]:
+    out = subprocess.run(
+        [INTENTLOG, "--db", str(gateway.db), "show", task, "--json"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return list(json.loads(out.stdout)["operations"])
+
+
+def test_a_charge_is_journaled_once_and_a_repeat_is_its_recorded_answer(
+    gateway: Gateway, stripe: StripeFake
+) -> None:
+    before = len(stripe.applied())
+    first = gateway.post("/stripe/v1/charges", CHARGE, Intentlog_Task="t-once",
+                         Intentlog_Step="charge")  # fmt: skip
+    assert first.status_code == 200, first.text
+    assert first.headers["Intentlog-State"] == "CONFIRMED"
+    assert "Intentlog-Replay" not in first.headers
+    key = first.headers["Intentlog-Key"]
+    assert (
+        first.json()["metadata"]["intentlog_key"] == key
+    )  # the key rides where Stripe's search finds it
+    again = gateway.post("/stripe/v1/charges", CHARGE, Intentlog_Task="t-once",
+                         Intentlog_Step="charge")  # fmt: skip
+    assert again.status_code == 200
+    assert again.headers["Intentlog-Replay"] == "true"
+    assert again.json() == first.json()
+    assert len(stripe.applied()) == before + 1
+    [op] = _ops(gateway, "t-once")
+    assert op["state"] == "CONFIRMED" and op["key"] == key
+    assert op["args"] == {"method": "POST", "path": "/stripe/v1/charges"}
+
+
+def test_the_same_identity_with_another_body_is_refused_and_sends_nothing(
+    gateway: Gateway, stripe: StripeFake
+) -> None:
+    gateway.post("/stripe/v1/charges", CHARGE, Intentlog_Task="t-422", Intentlog_Step="c")
+    sent = len(stripe.requests())
+    other = gateway.post("/stripe/v1/charges", {**CHARGE, "amount": "900"},
+                         Intentlog_Task="t-422", Intentlog_Step="c")  # fmt: skip
+    assert other.status_code == 422
+    assert other.headers["content-type"] == "application/problem+json"
+    assert "another request" in other.json()["detail"]
+    assert len(stripe.requests()) == sent
+    assert [op["state"] for op in _ops(gateway, "t-422")] == ["CONFIRMED"]
+
+
+def test_a_request_the_service_refused_is_failed_and_its_repeat_is_a_new_attempt(
+    gateway: Gateway, stripe: StripeFake
+) -> None:
+    no_source = {"amount": "500", "currency": "usd"}
+    first = gateway.post("/stripe/v1/charges", no_source, Intentlog_Task="t-400",
+                         Intentlog_Step="c")  # fmt: skip
+    assert first.status_code == 400  # Stripe's own refusal, as it came
+    assert first.headers["Intentlog-State"] == "FAILED"
+    assert first.json()["error"]["param"] == "source"
+    again = gateway.post("/stripe/v1/charges", no_source, Intentlog_Task="t-400",
+                         Intentlog_Step="c")  # fmt: skip
+    assert again.status_code == 400
+    assert again.headers["Intentlog-Key"] == first.headers["Intentlog-Key"] + ".2"
+    assert [op["state"] for op in _ops(gateway, "t-400")] == ["FAILED", "FAILED"]
+
+
+def test_an_answer_lost_to_a_5xx_is_settled_with_the_same_key_never_a_second_charge(
+    gateway: Gateway, stripe: StripeFake
+) -> None:
+    before = len(stripe.applied())
+    stripe.fail_next(500, applied=True)  # applied, but the answer says otherwise
+    # Stripe keeps the 500 for the key and would replay it: the charge is found by its search.
+    answer = gateway.post("/stripe/v1/charges", CHARGE, Intentlog_Task="t-500", Intentlog_Step="c")
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["Intentlog-Reconciled"] == "true"
+    assert answer.json()["metadata"]["intentlog_key"] == answer.headers["Intentlog-Key"]
+    again = gateway.post("/stripe/v1/charges", CHARGE, Intentlog_Task="t-500", Intentlog_Step="c")
+    assert again.json() == answer.json() and again.headers["Intentlog-Replay"] == "true"
+    assert len(stripe.applied()) == before + 1
+
+
+def test_a_neither_route_ends_unresolved_and_a_person_settles_it(
+    gateway: Gateway, stripe: StripeFake
+) -> None:
+    before = len(stripe.applied())
+    stripe.fail_next(500, applied=True)
+    first = gateway.post("/ledger/v1/charges", CHARGE, Intentlog_Task="t-neither",
+                         Intentlog_Step="c")  # fmt: skip
+    assert first.status_code == 409
+    problem = first.json()
+    assert first.headers["content-type"] == "application/problem+json"
+    assert problem["state"] == "UNRESOLVED" and problem["task"] == "t-neither"
+    assert problem["key"] == first.headers["Intentlog-Key"]
+    assert problem["resolve"].endswith(f"resolve {problem['key']}")
+    assert problem["resolve_with"] == ["--confirmed --receipt JSON", "--failed", "--retry"]
+    assert problem["next_action"].startswith("ESCALATE")
+    again = gateway.post("/ledger/v1/charges", CHARGE, Intentlog_Task="t-neither",
+                         Intentlog_Step="c")  # fmt: skip
+    assert again.status_code == 409  # never sent blindly a second time
+    assert len(stripe.applied()) == before + 1
+    subprocess.run(
+        [INTENTLOG, "--db", str(gateway.db), "resolve", problem["key"], "--confirmed",
+         "--receipt", '{"id": "ch_seen"}', "--note", "seen in the dashboard"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    settled = gateway.post("/ledger/v1/charges", CHARGE, Intentlog_Task="t-neither",
+                           Intentlog_Step="c")  # fmt: skip
+    assert settled.status_code == 200
+    assert settled.json() == {"id": "ch_seen"}
+    assert settled.headers["Intentlog-Replay"] == "true"
+    assert len(stripe.applied()) == before + 1
+
+
+def test_reads_and_passthrough_routes_are_forwarded_unjournaled(
+    gateway: Gateway, stripe: StripeFake
+) -> None:
+    made = gateway.post("/stripe/v1/charges", CHARGE, Intentlog_Task="t-read", Intentlog_Step="c")
+    read = httpx.get(f"{gateway.url}/stripe/v1/charges/{made.json()['id']}",
+                     headers={"Authorization": f"Bearer {SECRET}"})  # fmt: skip
+    assert read.headers["Intentlog-State"] == "PASSED"
+    before = len(stripe.applied())
+    relayed = gateway.post("/relay/v1/charges", CHARGE)  # no task, no identity: not journaled
+    assert relayed.status_code == 200 and relayed.headers["Intentlog-State"] == "PASSED"
+    assert len(stripe.applied()) == before + 1
+    assert len(_ops(gateway, "t-read")) == 1
+
+
+def test_a_request_without_a_task_or_an_identity_is_refused_before_anything_is_sent(
+    gateway: Gateway, stripe: StripeFake
+) -> None:
+    sent = len(stripe.requests())
+    no_task = gateway.post("/stripe/v1/charges", CHARGE)
+    assert no_task.status_code == 428 and "Intentlog-Task" in no_task.json()["detail"]
+    no_identity = gateway.post("/stripe/v1/charges", CHARGE, Intentlog_Task="t-428")
+    assert no_identity.status_code == 428
+    assert "Idempotency-Key" in no_identity.json()["detail"]
+    bad = gateway.post("/stripe/v1/charges", CHARGE, Intentlog_Task="t-428",
+                       Intentlog_Step="\x7f")  # fmt: skip
+    assert bad.status_code == 400 and "Intentlog-Step" in bad.json()["detail"]
+    assert len(stripe.requests()) == sent
+
+
+def test_the_clients_own_idempotency_key_is_an_identity(
+    gateway: Gateway, stripe: StripeFake
+) -> None:
+    before = len(stripe.applied())
+    for _ in range(2):
+        answer = gateway.post("/stripe/v1/charges", CHARGE, Intentlog_Task="t-own",
+                              Idempotency_Key="order-42-charge")  # fmt: skip
+        assert answer.status_code == 200
+    assert len(stripe.applied()) == before + 1
+    # The service got the operation's key, not the client's.
+    assert [r.outcome for r in stripe.requests()[-1:]] == ["applied"]
+    assert str(stripe.requests()[-1].key).startswith("gateway.stripe-")
+
+
+def test_a_key_an_sdk_makes_up_per_call_is_no_identity(
+    gateway: Gateway, stripe: StripeFake
+) -> None:
+    sent = len(stripe.requests())
+    made_up = "stripe-node-retry-4f7b2d0e-9c1a-4b7e-8f00-2a1d3c4b5e6f"
+    answer = gateway.post("/stripe/v1/charges", CHARGE, Intentlog_Task="t-random",
+                          Idempotency_Key=made_up)  # fmt: skip
+    assert answer.status_code == 428
+    assert "Intentlog-Step" in answer.json()["detail"]
+    assert answer.json()["error"]["code"] == "no-identity"  # Stripe's SDKs raise on an error member
+    assert len(stripe.requests()) == sent
+
+
+def test_concurrent_repeats_of_one_request_apply_it_once(
+    gateway: Gateway, stripe: StripeFake
+) -> None:
+    before = len(stripe.applied())
+    answers: list[httpx.Response] = []
+
+    def send() -> None:
+        answers.append(gateway.post("/stripe/v1/charges", CHARGE, Intentlog_Task="t-race",
+                                    Intentlog_Step="c"))  # fmt: skip
+
+    threads = [threading.Thread(target=send) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(a.status_code for a in answers) == [200] * 8
+    assert len({a.json()["id"] for a in answers}) == 1
+    assert len(stripe.applied()) == before + 1
+
+
+def test_no_credential_reaches_the_journal(gateway: Gateway) -> None:
+    gateway.post("/stripe/v1/charges", CHARGE, Intentlog_Task="t-secret", Intentlog_Step="c")
+    for path in Path(gateway.db).parent.iterdir():
+        if path.name.startswith("journal.db"):
+            assert SECRET.encode() not in path.read_bytes(), path.name
+
+
+ROUTE = '[[route]]\nprefix = "/s"\nupstream = "http://127.0.0.1:1"\n'
+
+
+@pytest.mark.parametrize(
+    ("text", "names"),
+    [
+        (ROUTE + "colour = 1\n", ["routes.toml:1", "route 1", "'colour'"]),
+        ('[[route]]\nprefix = "/s"\nupstream = "ftp://x"\n', ["route 1", "upstream"]),
+        (ROUTE + 'profile = "strype"\n', ["route 1", "'profile'", "unknown profile"]),
+        (ROUTE + 'profile = "stripe"\nidempotent = true\n', ["'idempotent'", "profile"]),
+        (ROUTE + "idempotent = true\n", ["route 1", "key_retention"]),
+        (ROUTE + "\n" + ROUTE.replace('"/s"', '"/s/"\nname = "t"'), ["two routes", "prefix"]),
+        (ROUTE + 'profile = "sqs_fifo"\n', ["sqs_fifo", "no place"]),
+        (ROUTE + "passthrough = true\ntimeout = 3\n", ["'timeout'", "passthrough"]),
+        ('[[route]]\nprefix = "s"\nupstream = "http://x"\n', ["prefix must be a path"]),
+        ('[[route]]\nprefix = "/s"\nupstream = "http://u:p@x"\n', ["credentials"]),
+        ("[routes]\n", ["unknown table"]),
+        ("", ["no routes"]),
+    ],
+)
+def test_a_bad_routes_file_is_refused_naming_what_is_wrong(text: str, names: list[str]) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        parse_routes(text)
+    for name in names:
+        assert name in str(caught.value)
+
+
+def test_the_longest_prefix_wins_at_a_segment_boundary() -> None:
+    routes = parse_routes(
+        '[[route]]\nprefix = "/s"\nupstream = "http://127.0.0.1:1"\n'
+        '[[route]]\nprefix = "/s/v2"\nupstream = "http://127.0.0.1:2/v2"\nprofile = "github"\n'
+    )
+    assert routes.match("/s/v2/x") is not None
+    assert routes.match("/s/v2/x").upstream.endswith(":2/v2")  # type: ignore[union-attr]
+    assert routes.match("/s/v1").name == "s"  # type: ignore[union-attr]
+    assert routes.match("/sx") is None
+    assert routes.match("/s/v2/x").target("/s/v2/x/y", "a=1") == "http://127.0.0.1:2/v2/x/y?a=1"  # type: ignore[union-attr]
+
+
+def test_the_gateway_refuses_to_start_off_loopback_without_a_token(tmp_path: Path) -> None:
+    routes = tmp_path / "routes.toml"
+    routes.write_text(ROUTE)
+    out = subprocess.run(
+        [INTENTLOG, "gateway", "--routes", str(routes), "--listen", "0.0.0.0:0",
+         "--db", str(tmp_path / "j.db")],
+        capture_output=True, text=True, timeout=60,
+        env={**os.environ, "INTENTLOG_GATEWAY_TOKEN": ""},
+    )  # fmt: skip
+    assert out.returncode == 1
+    assert "token" in out.stderr and out.stdout == ""
