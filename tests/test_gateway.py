@@ -318,3 +318,57 @@ def test_the_gateway_refuses_to_start_off_loopback_without_a_token(tmp_path: Pat
     )  # fmt: skip
     assert out.returncode == 1
     assert "token" in out.stderr and out.stdout == ""
+
+
+# The gateway run with an OpenTelemetry SDK provider that prints each finished span's name.
+_TRACED = """
+import sys
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+
+class Names(SpanExporter):
+    def export(self, spans):
+        for span in spans:
+            print("span", span.name, file=sys.stderr, flush=True)
+        return SpanExportResult.SUCCESS
+
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(Names()))
+trace.set_tracer_provider(provider)
+from intentlog.cli import main
+sys.argv[0] = "intentlog"
+main()
+"""
+
+
+def test_metrics_and_traces_cover_the_gateways_requests(stripe: StripeFake, tmp_path: Path) -> None:
+    routes = tmp_path / "routes.toml"
+    routes.write_text(
+        f'[[route]]\nprefix = "/stripe"\nupstream = "{stripe.url}"\nprofile = "stripe"\n'
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _TRACED, "gateway", "--routes", str(routes), "--listen",
+         "127.0.0.1:0", "--db", str(tmp_path / "j.db"), "--metrics", "127.0.0.1:0", "--trace"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        metrics = proc.stderr.readline().split()[-1]  # "intentlog gateway: metrics at URL"
+        url = proc.stdout.readline().split()[-1]
+        answer = httpx.post(f"{url}/stripe/v1/charges", data=CHARGE, timeout=60,
+                            headers={"Intentlog-Task": "t-obs", "Intentlog-Step": "c",
+                                     "Authorization": f"Bearer {SECRET}"})  # fmt: skip
+        assert answer.status_code == 200
+        text = httpx.get(metrics, timeout=30).text
+        assert 'effect="gateway.stripe"' in text and 'state="CONFIRMED"' in text
+        names = set()
+        for line in proc.stderr:  # spans are printed as they finish
+            if line.startswith("span "):
+                names.add(line.split()[1])
+            if "intentlog.run" in names or "intentlog.submit" in names:
+                break
+        assert names & {"intentlog.run", "intentlog.submit"}, names
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=60)

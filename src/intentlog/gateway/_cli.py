@@ -8,6 +8,7 @@ import sys
 
 import click
 
+from intentlog._cli_params import Address
 from intentlog._errors import Error, install_hint
 from intentlog.proxy._cli import _listen
 
@@ -59,6 +60,20 @@ __all__ = ["gateway_command"]
     metavar="BYTES",
     help="Largest request body forwarded (413 above).",
 )
+@click.option(
+    "--metrics",
+    "metrics_at",
+    type=Address(),
+    default=None,
+    metavar="HOST:PORT",
+    help="Serve Prometheus metrics at http://HOST:PORT/metrics (PORT alone: 127.0.0.1).",
+)
+@click.option(
+    "--trace",
+    is_flag=True,
+    help="Record OpenTelemetry spans (to the global tracer provider, as "
+    "opentelemetry-instrument sets it up).",
+)
 @click.pass_context
 def gateway_command(
     ctx: click.Context,
@@ -68,6 +83,8 @@ def gateway_command(
     token: str | None,
     idle: float,
     max_body: int,
+    metrics_at: tuple[str, int] | None,
+    trace: bool,
 ) -> None:
     """Put intentlog between agents and the HTTP APIs they call: every POST,
     PUT, PATCH and DELETE is journaled before it is forwarded, its answer
@@ -111,6 +128,8 @@ def gateway_command(
             token=token or None,
             idle=idle,
             max_body=max_body,
+            metrics=metrics_at,
+            trace=trace,
         )
         asyncio.run(serve(config))
     except Error as exc:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import ipaddress
 import logging
 import socket
+import sys
 
 from intentlog._async import open_async
 from intentlog._errors import InvalidInput
@@ -33,6 +35,10 @@ class GatewayConfig:
     token: str | None = None
     idle: float = DEFAULT_IDLE
     max_body: int = DEFAULT_MAX_BODY
+    #: Serve the journal's Prometheus metrics (and this process's counters) here.
+    metrics: tuple[str, int] | None = None
+    #: Record OpenTelemetry spans to the global tracer provider.
+    trace: bool = False
 
     def __post_init__(self) -> None:
         if self.token is None and not is_loopback(self.listen[0]):
@@ -65,6 +71,7 @@ async def serve(config: GatewayConfig) -> None:
     httpx = _require("httpx", "gateway")
     uvicorn = _require("uvicorn", "gateway")
     journal = open_async(config.db)
+    observing = _observing(config)
     # One pool for every request: connections to an upstream are reused; no timeout here,
     # each request carries its route's.
     client = httpx.AsyncClient(timeout=None, follow_redirects=False, trust_env=False)
@@ -93,6 +100,7 @@ async def serve(config: GatewayConfig) -> None:
         await calls.aclose()
         await client.aclose()
         await journal.aclose()
+        observing.close()
 
 
 def _bound(listen: tuple[str, int]) -> socket.socket:
@@ -108,3 +116,24 @@ def _bound(listen: tuple[str, int]) -> socket.socket:
     sock.listen(512)
     sock.set_inheritable(False)
     return sock
+
+
+def _observing(config: GatewayConfig) -> contextlib.ExitStack:
+    """Metrics and tracing, as ``--metrics`` and ``--trace`` ask; closed when serving ends.
+    The metrics are read through a journal of their own (a sync one, on its own thread)."""
+    stack = contextlib.ExitStack()
+    if config.trace:
+        import intentlog.tracing
+
+        intentlog.tracing.enable()
+        stack.callback(intentlog.tracing.disable)
+    if config.metrics is not None:
+        import intentlog
+        import intentlog.metrics
+
+        intentlog.metrics.enable()
+        stack.callback(intentlog.metrics.disable)
+        reader = stack.enter_context(intentlog.open(config.db))
+        server = stack.enter_context(intentlog.metrics.serve(reader, *config.metrics))
+        print(f"intentlog gateway: metrics at {server.url}", file=sys.stderr, flush=True)
+    return stack
