@@ -317,7 +317,9 @@ def test_bad_meta_and_arguments_get_clear_errors_and_the_session_goes_on(
         answers = [await client.response(i) for i in (1, 2, 3, 4)]
         await client.close()
         for answer, needle in zip(
-            answers[:3], ("_meta must be an object", "operation key", "arguments"), strict=True
+            answers[:3],
+            ("_meta must be an object", '_meta["intentlog/key"] must be a string', "arguments"),
+            strict=True,
         ):
             assert answer["error"]["code"] == -32602, answer
             assert needle in answer["error"]["message"]

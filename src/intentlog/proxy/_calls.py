@@ -6,8 +6,22 @@ of that read tool. A call runs as ``task.run(effect, arguments=...)`` on the tas
 belongs to, so the decision, the fencing, the crash points and the hygiene are the
 library's own; this module adds what a tool call needs around it:
 
-- The key: from ``_meta["intentlog/key"]``, else from the value the agent gave the tool's
-  key argument, else derived from the task, the tool and the canonical arguments.
+- The key: the client's own idempotency key where it sends one, in any of the fields that
+  intentlog's server-side MCP integration reads (:mod:`intentlog.integrations._mcp_identity`,
+  one rule for both): ``_meta["intentlog/key"]``, ``_meta.idempotency_key`` or
+  ``_meta["idempotency-key"]`` (the commerce protocols' MCP bindings), or the same two
+  commerce spellings in the tool's protocol ``meta`` argument (``arguments.meta``). Every one
+  present must hold the same valid key, else the call is refused (invalid params, naming the
+  field) before anything is journaled or sent. Else the value the agent gave the tool's key
+  argument; else derived from the task, the tool and the canonical arguments. A ``meta``
+  argument that carries a key is the binding's request metadata (a request id, a signature,
+  a timestamp that change on every retry): it is sent as it came but neither journaled nor
+  compared, so a retry that re-signed its request is the same call.
+- The key on the wire: where the tools file says so, the operation key is written into the
+  tool's ``key_argument`` and into ``_meta[key_meta]`` of every request of the call (a
+  resend carries the same one); with ``key_meta``, the client's commerce spellings in
+  ``_meta`` are left out, so the server never reads two different keys (a later attempt's
+  key is ``<key>.2``).
 - One flight per call: the same call arriving while it is in flight (a client that retried,
   or cancelled and sent it again) waits for that one and gets its answer.
 - Definite failures: a JSON-RPC error that means the request was refused before it ran
@@ -62,6 +76,7 @@ from intentlog._errors import (
 from intentlog._hygiene import kept_arguments
 from intentlog._keys import canonical_json, derive_key, validate_key, validate_task_id
 from intentlog._model import Found, Indeterminate, LookupResult, NotFound
+from intentlog.integrations._mcp_identity import ARGUMENT_KEY_FIELDS, KEY_FIELDS, client_key
 from intentlog.proxy._bridge import UpstreamError, UpstreamGone
 from intentlog.proxy._lookups import NOT_FOUND, Hit
 from intentlog.proxy._policy import ProxyFile, ToolPolicy, default_policy, retention_for
@@ -84,6 +99,10 @@ __all__ = ["KEY_META", "REFUSED_CODES", "TASK_META", "Calls"]
 log = logging.getLogger("intentlog.proxy")
 TASK_META = "intentlog/task"
 KEY_META = "intentlog/key"
+assert KEY_META in KEY_FIELDS  # the proxy's own field is one the server side reads too
+#: The tool argument that the commerce protocols' MCP bindings (ACP, UCP) use for the HTTP
+#: headers of the request they carry, an idempotency key among them.
+META_ARGUMENT = "meta"
 #: JSON-RPC errors that mean the request was refused before any tool code ran: JSON-RPC's
 #: own (parse error, invalid request, unknown method, invalid params), and those the MCP
 #: revisions define for a request rejected before it is processed: -32020 headers that do
@@ -136,7 +155,8 @@ class _Call:
     arguments: dict[str, Any]
     meta: dict[str, Any]
     extra: dict[str, Any]  # the call's other parameters (task, inputResponses, ...)
-    wire_key: str  # the key the server sees (in the key argument, and in a lookup)
+    unjournaled: dict[str, Any]  # arguments sent as they came but not journaled (see _read)
+    wire_key: str  # the key the server sees (key argument, key_meta, and in a lookup)
     sent: bool = False
     live: dict[str, Any] | None = None  # the upstream's own result, when this run sent it
     refusal: Message | None = None  # the upstream's definite refusal, as the agent gets it
@@ -152,6 +172,7 @@ class _Job:
     arguments: dict[str, Any]
     meta: dict[str, Any]
     extra: dict[str, Any]
+    unjournaled: dict[str, Any]
     policy: ToolPolicy
     effect: Effect
     version: str | None  # the protocol revision the agent speaks (None: not known)
@@ -186,7 +207,8 @@ class Calls:
         self.handles = handles
         self._effects: dict[str, tuple[ToolPolicy, Effect]] = {}
         self._annotated_policies: dict[str, tuple[dict[str, Any], ToolPolicy]] = {}
-        self._flights: dict[tuple[str, str], asyncio.Future[tuple[Message, bool]]] = {}
+        # By task, key and (for a key the client chose) the arguments: see call().
+        self._flights: dict[tuple[str, str, str], asyncio.Future[tuple[Message, bool]]] = {}
 
     # -- policy ----------------------------------------------------------------------------
 
@@ -267,12 +289,17 @@ class Calls:
 
         async def submit(key: str, arguments: dict[str, Any]) -> dict[str, Any]:
             call = _CURRENT.get()
-            sent = dict(arguments)
+            sent = {**arguments, **call.unjournaled}
             if policy.key_argument is not None:
                 sent[policy.key_argument] = call.wire_key
             params: dict[str, Any] = {**call.extra, "name": policy.tool, "arguments": sent}
-            if call.meta:
-                params["_meta"] = call.meta
+            meta = call.meta
+            if policy.key_meta is not None:
+                # Written by every run of the call: a resend (by a new proxy after a crash)
+                # is the same attempt, so it carries the key the first request carried.
+                meta = {**meta, policy.key_meta: call.wire_key}
+            if meta:
+                params["_meta"] = meta
             call.sent = True
             try:
                 result = await upstream.request(
@@ -306,7 +333,9 @@ class Calls:
         async def reconcile(key: str) -> LookupResult:
             call = _CURRENT.get(None)
             wire = call.wire_key if call is not None else key
-            arguments = lookup.render(wire, call.arguments if call is not None else {})
+            # The arguments as the server got them (a placeholder may name any of them).
+            given = {**call.arguments, **call.unjournaled} if call is not None else {}
+            arguments = lookup.render(wire, given)
             params: dict[str, Any] = {"name": lookup.tool, "arguments": arguments}
             meta = upstream.own_meta()
             if meta:
@@ -317,9 +346,7 @@ class Calls:
                 if lookup.not_found_error is not None and lookup.not_found_error.search(text):
                     return NotFound()
                 return Indeterminate(f"the lookup {lookup.tool!r} answered an error: {text[:200]}")
-            verdict = lookup.judge(
-                _structured(result), wire, call.arguments if call is not None else {}
-            )
+            verdict = lookup.judge(_structured(result), wire, given)
             if verdict == NOT_FOUND:
                 return NotFound()
             if not isinstance(verdict, Hit):
@@ -347,16 +374,20 @@ class Calls:
         if not isinstance(version, str):
             version = self.upstream.revision()
         try:
-            task_id, key, arguments, meta = self._read(params, policy)
+            task_id, key, arguments, meta, unjournaled = self._read(params, policy)
             extra = {k: v for k, v in params.items() if k not in _OWN_PARAMS}
+            canonical = canonical_json(
+                {"arguments": arguments}, what=f"arguments of {policy.tool!r}"
+            )
             if key is None:
-                canonical = canonical_json(
-                    {"arguments": arguments}, what=f"arguments of {policy.tool!r}"
-                )
                 key = derive_key(task_id, effect.name, canonical)
-        except InvalidInput as exc:
-            return error_reply(request_id, INVALID_PARAMS, f"intentlog mcp: {exc}")
-        flight = (task_id, key)
+        except InvalidInput as exc:  # nothing journaled, nothing sent
+            field = {"field": exc.path} if exc.path else None
+            return error_reply(request_id, INVALID_PARAMS, f"intentlog mcp: {exc}", field)
+        # A call joins one in flight only if it is the same call: a key the client chose,
+        # sent meanwhile with other arguments, is another action, which the journal refuses
+        # (KeyConflict) once its turn comes, instead of being given that one's answer.
+        flight = (task_id, key, canonical)
         running = self._flights.get(flight)
         if running is None:
             token = envelope.get("progressToken") if isinstance(envelope, dict) else None
@@ -365,7 +396,9 @@ class Calls:
                 if isinstance(token, int | str) and not isinstance(token, bool)
                 else None
             )
-            job = _Job(task_id, key, arguments, meta, extra, policy, effect, version, progress)
+            job = _Job(
+                task_id, key, arguments, meta, extra, unjournaled, policy, effect, version, progress
+            )
             reply, fresh = await self._lead(flight, job)
         else:
             # Shielded: a joining call that goes away leaves the one it joined alone.
@@ -377,7 +410,7 @@ class Calls:
         # The request's id last: a reply made without one (error_reply(None, ...)) has a null.
         return {**reply, "jsonrpc": "2.0", "id": request_id}
 
-    async def _lead(self, flight: tuple[str, str], job: _Job) -> tuple[Message, bool]:
+    async def _lead(self, flight: tuple[str, str, str], job: _Job) -> tuple[Message, bool]:
         """Perform ``job`` in the caller's task, the flight the same call joins meanwhile.
 
         Performed here, not in a task of its own: the caller is the bridge's task for this
@@ -411,7 +444,12 @@ class Calls:
 
     def _read(
         self, params: dict[str, Any], policy: ToolPolicy
-    ) -> tuple[str, str | None, dict[str, Any], dict[str, Any]]:
+    ) -> tuple[str, str | None, dict[str, Any], dict[str, Any], dict[str, Any]]:
+        """The call's task, its key (None: to be derived), the arguments it is journaled and
+        compared by, the ``_meta`` sent on, and the arguments sent but not journaled.
+
+        InvalidInput (its ``path`` the field, where one is at fault) for a call that cannot
+        be journaled as it is; the module's docstring says which key wins."""
         arguments = params.get("arguments", {})
         if arguments is None:
             arguments = {}
@@ -431,15 +469,30 @@ class Calls:
                 f"INTENTLOG_TASK, or send _meta {{{TASK_META!r}: ID}} with the call"
             )
         task_id = validate_task_id(task)
-        key = meta.get(KEY_META)
+        # The client's key, read by the server side's own rule: each spelling present must
+        # hold the same valid key (two different ones: which is the call's cannot be told).
+        found = client_key(meta, arguments.get(META_ARGUMENT), META_ARGUMENT)
+        key = found[0] if found is not None else None
         if key is None and policy.key_argument is not None:
             key = arguments.get(policy.key_argument)  # the agent chose the key itself
-        if key is not None:
-            key = validate_key(key)
+            if key is not None:
+                key = _argument_key(key, policy.key_argument)
         forwarded = {k: v for k, v in meta.items() if k not in (TASK_META, KEY_META)}
+        if policy.key_meta is not None:
+            # The proxy writes the operation key there; a commerce spelling the client sent
+            # beside it would hold the first attempt's key when a later attempt is sent.
+            dropped = {*ARGUMENT_KEY_FIELDS, policy.key_meta}
+            forwarded = {k: v for k, v in forwarded.items() if k not in dropped}
+        unjournaled: dict[str, Any] = {}
+        protocol = arguments.get(META_ARGUMENT)
+        if isinstance(protocol, dict) and any(f in protocol for f in ARGUMENT_KEY_FIELDS):
+            # The binding's request metadata, which a retry re-signs and re-stamps: the key
+            # in it names the call, so the rest is sent as it came, not compared.
+            unjournaled[META_ARGUMENT] = protocol
+            arguments = {k: v for k, v in arguments.items() if k != META_ARGUMENT}
         if policy.key_argument is not None and policy.key_argument in arguments:
             arguments = {k: v for k, v in arguments.items() if k != policy.key_argument}
-        return task_id, key, arguments, forwarded
+        return task_id, key, arguments, forwarded, unjournaled
 
     async def _perform(self, job: _Job) -> tuple[Message, bool]:
         """The reply (without its id) and whether this run sent the request."""
@@ -468,7 +521,7 @@ class Calls:
         carried: str | None = None  # the wire key of a logical call still in its rounds
         for attempt in range(1, _MAX_ATTEMPTS + 1):
             key = base if attempt == 1 else f"{base}.{attempt}"
-            call = _Call(arguments, meta, job.extra, carried or key)
+            call = _Call(arguments, meta, job.extra, job.unjournaled, carried or key)
             token = _CURRENT.set(call)
             # What a wait of this run says, and to whom (see _waits).
             loop = asyncio.get_running_loop()
@@ -540,6 +593,14 @@ class Calls:
             else None
         )
         return in_flight_result(key, task_id, policy.tool, str(exc), wait, definition=tool)
+
+
+def _argument_key(value: Any, argument: str) -> str:
+    """The key the agent gave the tool's key argument, else InvalidInput naming it."""
+    try:
+        return validate_key(value)
+    except InvalidInput as exc:
+        raise InvalidInput(f"arguments.{argument}: {exc}", path=f"arguments.{argument}") from None
 
 
 def _ours(receipt: Any) -> bool:

@@ -11,7 +11,7 @@ again:
 - anything else, ``idempotentHint: true`` included: journaled as a side effect that can
   neither deduplicate nor be asked, so a call caught in flight by a crash ends UNRESOLVED,
   never resent. Only the tools file can say a tool may be resent (``idempotent``,
-  ``key_argument``, ``profile``) or looked up.
+  ``key_argument``, ``key_meta``, ``profile``) or looked up.
 
 This module reads files and values only; it imports nothing of the MCP SDK.
 """
@@ -53,6 +53,7 @@ _TOOL_FIELDS = frozenset(
         "read_only",
         "idempotent",
         "key_argument",
+        "key_meta",
         "deduplicates",
         "key_retention",
         "retention",  # the deprecated old name of key_retention
@@ -67,6 +68,16 @@ _TOOL_FIELDS = frozenset(
 )
 _LOOKUP_FIELDS = frozenset({"tool", "arguments", "found", "match", "not_found_error"})
 _PROXY_FIELDS = frozenset({"namespace", "timeout", "keep_arguments"})
+# A ``_meta`` key as MCP defines one: an optional prefix of dot-separated labels and a slash,
+# then a name that begins and ends with a letter or digit.
+# https://modelcontextprotocol.io/specification/2025-11-25/basic/index#meta
+_LABEL = r"[A-Za-z](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+_META_KEY = re.compile(
+    rf"(?:((?:{_LABEL}\.)*{_LABEL})/)?[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?"
+)
+#: The one name of intentlog's own prefix that key_meta may write: it means the operation
+#: key (to a server journaled with intentlog's durable_tool too); the others name other things.
+_OWN_KEY_META = "intentlog/key"
 DEFAULT_TIMEOUT = 30.0
 # The tools file's words for the effect options, so that a refusal shows the fix as the file
 # writes it. The file's "idempotent" is MCP's idempotentHint (resent as it is); the effect's
@@ -85,8 +96,8 @@ _TOML = Spelling(
 )
 # The fields an error about an option points at, the first one the tool's entry has.
 _FIELDS_OF: dict[str, tuple[str, ...]] = {
-    "idempotent": ("deduplicates", "key_argument", "idempotent"),
-    "key_retention": ("key_retention", "retention", "key_argument", "deduplicates"),
+    "idempotent": ("deduplicates", "key_argument", "key_meta", "idempotent"),
+    "key_retention": ("key_retention", "retention", "key_argument", "key_meta", "deduplicates"),
     "locks_in_flight": ("locks_in_flight",),
     "timeout": ("timeout",),
     "lookup_lag": ("lookup_lag",),
@@ -102,6 +113,9 @@ class ToolPolicy:
     journaled: bool
     why: str
     key_argument: str | None = None
+    #: The ``_meta`` entry the proxy writes the operation key into (besides or instead of
+    #: ``key_argument``), for servers that read an idempotency key there.
+    key_meta: str | None = None
     deduplicates: bool = False
     # Seconds the server keeps a key. None: forever, only ever from a stated "forever" (the
     # file's or its profile's) or a tool resent as it is; an unstated one is refused at load.
@@ -118,11 +132,14 @@ class ToolPolicy:
         if not self.journaled:
             return f"{self.tool}: passes through ({self.why})"
         can = []
-        if self.deduplicates and self.key_argument is None:
+        places = [repr(self.key_argument)] if self.key_argument is not None else []
+        if self.key_meta is not None:
+            places.append(f"_meta[{self.key_meta!r}]")
+        if self.deduplicates and not places:
             can.append("resent as it is (a second call has the effect of one)")
         elif self.deduplicates:
             kept = "forever" if self.retention is None else f"{self.retention:g} s"
-            can.append(f"resent with its key in {self.key_argument!r} (kept {kept})")
+            can.append(f"resent with its key in {' and '.join(places)} (kept {kept})")
         if self.lookup is not None:
             can.append(f"looked up with {self.lookup.tool!r}")
         after = " or ".join(can) if can else "UNRESOLVED for a person"
@@ -227,9 +244,11 @@ def _tool(tool: str, entry: Any, where: _Locator, timeout: float | None) -> Tool
         raise InvalidInput(
             f"{at('key_argument')}: key_argument must be an argument name, got {key_argument!r}"
         )
+    key_meta = _key_meta(tool, fields["key_meta"], at("key_meta")) if "key_meta" in fields else None
+    keyed = key_argument is not None or key_meta is not None  # the server is given the key
     # The file's idempotent is MCP's idempotentHint: the tool may be resent as it is (no key).
-    resent_as_is = flag("idempotent", False) and key_argument is None
-    options = _options(tool, fields, at, service, key_argument, resent_as_is)
+    resent_as_is = flag("idempotent", False) and not keyed
+    options = _options(tool, fields, at, service, keyed, resent_as_is)
     try:
         contract = effect_contract(
             f"tool {tool!r}", options, service, caller="tools file",
@@ -275,6 +294,7 @@ def _tool(tool: str, entry: Any, where: _Locator, timeout: float | None) -> Tool
         why="configured in the tools file",
         lazy_receipt=lazy,
         key_argument=key_argument,
+        key_meta=key_meta,
         deduplicates=deduplicates,
         retention=retention,
         locks_in_flight=contract.locks_in_flight,
@@ -287,10 +307,11 @@ def _tool(tool: str, entry: Any, where: _Locator, timeout: float | None) -> Tool
 
 def _options(
     tool: str, fields: Mapping[str, Any], at: Callable[[str], str], service: Service | None,
-    key_argument: str | None, resent_as_is: bool,
+    keyed: bool, resent_as_is: bool,
 ) -> EffectOptions:  # fmt: skip
     """The tool's fields as the effect options (their rules are :func:`effect_contract`'s);
-    what only the file has to say is checked here."""
+    what only the file has to say is checked here. ``keyed``: the proxy gives the server the
+    operation key (``key_argument`` or ``key_meta``)."""
     options: EffectOptions = {}
     if "deduplicates" in fields:
         value = fields["deduplicates"]
@@ -299,8 +320,9 @@ def _options(
                                f"{value!r}")  # fmt: skip
         options["idempotent"] = value
     elif service is None:
-        # A key_argument says the server deduplicates on it (unless deduplicates = false).
-        options["idempotent"] = key_argument is not None or resent_as_is
+        # A key_argument or key_meta says the server deduplicates on it (unless
+        # deduplicates = false).
+        options["idempotent"] = keyed or resent_as_is
     elif resent_as_is:
         raise InvalidInput(
             f"{at('profile')}: tool {tool!r} is resent as it is (idempotent = true, no "
@@ -308,14 +330,16 @@ def _options(
             tool=tool,
             option="service",
         )
-    elif key_argument is not None and not service.deduplicates:
-        # The key goes into an argument, but the profile keeps it for no stated time.
-        raise _located(at("key_argument"), tool, unstated_retention(f"tool {tool!r}",
-                                                                    spelling=_TOML))  # fmt: skip
-    if options.get("idempotent") and key_argument is None and not resent_as_is:
+    elif keyed and not service.deduplicates:
+        # The key goes to the server, but the profile keeps it for no stated time.
+        field = "key_argument" if "key_argument" in fields else "key_meta"
+        raise _located(at(field), tool, unstated_retention(f"tool {tool!r}",
+                                                           spelling=_TOML))  # fmt: skip
+    if options.get("idempotent") and not keyed and not resent_as_is:
         raise InvalidInput(
             f"{at('deduplicates')}: a server deduplicates on a key it is given: set "
-            "key_argument (or idempotent = true for a tool that may be resent as it is)"
+            "key_argument or key_meta (or idempotent = true for a tool that may be resent as "
+            "it is)"
         )
     if "retention" in fields:
         if "key_retention" in fields:
@@ -348,6 +372,44 @@ def _options(
             zero = name == "lookup_lag"
             options[name] = _duration(fields[name], at(name), name, allow_zero=zero)
     return options
+
+
+def _key_meta(tool: str, value: Any, at: str) -> str:
+    """``key_meta`` of ``tool``: a ``_meta`` key the proxy may write the operation key into,
+    else InvalidInput naming the place in the file, the tool and the field.
+
+    It must be a key as MCP spells one (a server's SDK may refuse or drop another), not one
+    the protocol reserves (``progressToken``; a prefix with an ``mcp`` or
+    ``modelcontextprotocol`` label), and of intentlog's own names only ``intentlog/key``,
+    which means the operation key to a server journaled with ``durable_tool`` as well
+    (``intentlog/task`` would name a task, not a key).
+    """
+    match = _META_KEY.fullmatch(value) if isinstance(value, str) else None
+    where = f"{at}: key_meta of tool {tool!r}"
+    if match is None:
+        raise InvalidInput(
+            f"{where} must be a _meta key as MCP spells one (letters, digits, '-', '_' and "
+            "'.', beginning and ending with a letter or digit, after an optional prefix such "
+            f'as "com.example/"), e.g. "idempotency-key"; got {value!r}',
+            tool=tool,
+            option="key_meta",
+        )
+    labels = {label.lower() for label in (match[1] or "").split(".")}
+    if value == "progressToken" or labels & {"mcp", "modelcontextprotocol"}:
+        raise InvalidInput(
+            f"{where} is {value!r}, a _meta key the MCP protocol reserves for itself; name "
+            'the field the server reads its idempotency key from, e.g. "idempotency-key"',
+            tool=tool,
+            option="key_meta",
+        )
+    if match[1] == "intentlog" and value != _OWN_KEY_META:
+        raise InvalidInput(
+            f"{where} is {value!r}, one of intentlog's own _meta keys, which means something "
+            f"else; use {_OWN_KEY_META!r} (the operation key) or the server's own field",
+            tool=tool,
+            option="key_meta",
+        )
+    return match[0]  # the whole key (a full match): value, as a str
 
 
 def _located(place: str, tool: str, error: InvalidInput) -> InvalidInput:
