@@ -294,13 +294,6 @@ def neither_unresolved(cell: Cell, gateway: Gateway, again: httpx.Response, poin
     assert cell.sends() == 1 and len(cell.applied()) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="gateway bug: on SIGTERM uvicorn's Server.serve re-raises the signal once it has "
-    "shut down (uvicorn 0.55 capture_signals), so the process dies of SIGTERM (-15) before "
-    "serve()'s finally settles the tasks and closes the journal: the task stays uncompleted "
-    "under the dead gateway's lease",
-)
 def test_sigterm_settles_the_tasks_and_exits_0(
     children: Children, services: Services, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:

@@ -76,7 +76,7 @@ _TITLES = {
     "no-identity": "No identity for an unsafe request",
     "bad-header": "A header is not valid",
     "task-busy": "The task is held elsewhere",
-    "in-flight": "The request is in flight elsewhere",
+    "in-flight": "The request may still be in flight: ask again later",
     "unknown-route": "No route for this path",
     "too-large": "The request body is too large",
     "unauthorized": "No valid gateway token",

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import ipaddress
 import logging
+import signal
 import socket
 import sys
+from collections.abc import Iterator
+from typing import Any
 
 from intentlog._async import open_async
 from intentlog._errors import InvalidInput
@@ -83,7 +87,7 @@ async def serve(config: GatewayConfig) -> None:
         sock = _bound(config.listen)
         host, port = sock.getsockname()[:2]
         shown = f"[{host}]" if ":" in host else host
-        server = uvicorn.Server(
+        server = _server_class(uvicorn)(
             uvicorn.Config(
                 app,
                 lifespan="on",
@@ -137,3 +141,23 @@ def _observing(config: GatewayConfig) -> contextlib.ExitStack:
         server = stack.enter_context(intentlog.metrics.serve(reader, *config.metrics))
         print(f"intentlog gateway: metrics at {server.url}", file=sys.stderr, flush=True)
     return stack
+
+
+def _server_class(uvicorn: Any) -> Any:
+    """uvicorn's Server, stopping on SIGTERM and SIGINT without raising the signal again
+    once it has shut down (as uvicorn does, which would kill the process before the tasks
+    held are settled and the journal closed): serving ends, then :func:`serve` finishes."""
+
+    class Server(uvicorn.Server):  # type: ignore[misc]
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, self.handle_exit, sig, None)
+            try:
+                yield
+            finally:
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    loop.remove_signal_handler(sig)
+
+    return Server
