@@ -372,3 +372,16 @@ def test_metrics_and_traces_cover_the_gateways_requests(stripe: StripeFake, tmp_
     finally:
         proc.terminate()
         proc.communicate(timeout=60)
+
+
+def test_an_answer_over_the_bound_is_kept_as_its_size_and_a_repeat_says_so(
+    gateway: Gateway, stripe: StripeFake
+) -> None:
+    big = {**CHARGE, "description": "d" * 40_000}
+    first = gateway.post("/stripe/v1/charges", big, Intentlog_Task="t-big", Intentlog_Step="c")
+    assert first.status_code == 200 and len(first.content) > 40_000  # given whole, once
+    again = gateway.post("/stripe/v1/charges", big, Intentlog_Task="t-big", Intentlog_Step="c")
+    assert again.status_code == 200 and again.headers["Intentlog-Replay"] == "true"
+    kept = again.json()["intentlog"]
+    assert kept["bytes"] == len(first.content) and "not kept" in kept["replay"]
+    assert [op["state"] for op in _ops(gateway, "t-big")] == ["CONFIRMED"]

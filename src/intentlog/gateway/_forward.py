@@ -20,6 +20,7 @@ import asyncio
 import base64
 import dataclasses
 import functools
+import hashlib
 import json
 import urllib.parse
 from typing import TYPE_CHECKING, Any, cast
@@ -53,6 +54,8 @@ KEPT_HEADERS = frozenset(
 )
 #: The marker of a receipt that holds an HTTP answer (a person's receipt does not).
 ANSWER = "http"
+#: The largest answer body a receipt keeps whole (the journal bounds a receipt at 64 KiB).
+MAX_KEPT_BODY = 32 * 1024
 _FROM_ANSWER: Receipt = {}  # the answer itself is the receipt (compared by identity)
 
 
@@ -314,6 +317,14 @@ def recorded(upstream: Upstream) -> dict[str, Any]:
         "content_type": headers.pop("content-type", ""),
         "headers": headers,
     }
+    if len(upstream.body) > MAX_KEPT_BODY:
+        # Kept as its size and digest: a repeat is told the body is not kept, never given
+        # a cut one (the journal's own bound would replace the whole receipt by a note).
+        answer["omitted"] = {
+            "bytes": len(upstream.body),
+            "sha256": hashlib.sha256(upstream.body).hexdigest(),
+        }
+        return answer
     if media == "application/json" or media.endswith("+json"):
         try:
             answer["body"] = json.loads(upstream.body) if upstream.body else None
@@ -344,6 +355,10 @@ def receipt_answer(receipt: Any) -> tuple[int, str, dict[str, str], bytes]:
         body = str(answer["text"]).encode()
     elif "base64" in answer:
         body = base64.b64decode(str(answer["base64"]))
+    elif "omitted" in answer:
+        omitted = {"replay": "the answer's body was over the gateway's bound and is not kept",
+                   **dict(answer["omitted"])}  # fmt: skip
+        media, body = "application/json", json.dumps({"intentlog": omitted}).encode()
     else:
         body = b""
     return answer["status"], media, headers, body
