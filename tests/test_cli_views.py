@@ -25,8 +25,12 @@ from intentlog._decide import task_action
 # process is gone, and nothing automatic can tell whether it landed.
 _CHILD = textwrap.dedent(
     """
-    import sys, time
+    import signal, sys, time
     import intentlog
+
+    # A process started in the background by a non-interactive shell inherits SIGINT
+    # ignored, and Python then installs no KeyboardInterrupt handler: put Ctrl-C back.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
     def send(key, **kwargs):
         print("sending", flush=True)
