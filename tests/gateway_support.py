@@ -69,7 +69,10 @@ def wait_until(what: str, check: Callable[[], bool], deadline: float = DEADLINE)
 
 class Child:
     """A child process whose stdout and stderr are read line by line as they come (a test
-    waits for a line; a full pipe never blocks the child)."""
+    waits for a line; a full pipe never blocks the child).
+
+    ``stdin=True``: its stdin is a pipe held open (a Node client of tests/node that pauses
+    waits there for a line, and goes on at once on an empty stdin); else it reads nothing."""
 
     def __init__(
         self,
@@ -77,11 +80,12 @@ class Child:
         *,
         cwd: str | os.PathLike[str] | None = None,
         env: Mapping[str, str] | None = None,
+        stdin: bool = False,
     ) -> None:
         self.command = command
         self.proc = subprocess.Popen(
             command,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -151,7 +155,7 @@ class Child:
             raise AssertionError(f"did not exit within {deadline} s: {self}") from None
         for reader in self._readers:
             reader.join(deadline)
-        for stream in (self.proc.stdout, self.proc.stderr):
+        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
             if stream is not None:
                 stream.close()
         return code
@@ -177,8 +181,9 @@ class Children:
         *,
         cwd: str | os.PathLike[str] | None = None,
         env: Mapping[str, str] | None = None,
+        stdin: bool = False,
     ) -> Child:
-        child = Child(command, cwd=cwd, env=env)
+        child = Child(command, cwd=cwd, env=env, stdin=stdin)
         self.running.append(child)
         return child
 
@@ -279,7 +284,10 @@ class Gateway:
     PostgreSQL URL); ``start`` again after ``kill`` (or a crash point) on the same journal.
 
     ``start(crash="after_send:gateway.pay")`` arms a crash point (``INTENTLOG_CRASH``) in
-    that run only: the gateway kills itself with SIGKILL there."""
+    that run only: the gateway kills itself with SIGKILL there. ``args``: more options of
+    ``intentlog gateway`` (``--idle 0.5``, ``--metrics ...``). ``program``: what Python runs
+    with those arguments, ``-m intentlog.cli`` unless a test runs the CLI under a script of
+    its own (``("-c", SCRIPT)``)."""
 
     def __init__(
         self,
@@ -289,10 +297,12 @@ class Gateway:
         db: str,
         cwd: Path,
         args: tuple[str, ...] = (),
+        program: tuple[str, ...] = ("-m", "intentlog.cli"),
     ) -> None:
         if "://" not in db:
             db = str(Path(db).absolute())
         self.children, self.routes, self.cwd, self.args = children, routes.absolute(), cwd, args
+        self.program = program
         self.db = db
         self.child: Child | None = None
         self.url = ""
@@ -307,7 +317,7 @@ class Gateway:
         env = {k: v for k, v in os.environ.items() if k not in ("INTENTLOG_CRASH",)}
         if crash is not None:
             env["INTENTLOG_CRASH"] = crash
-        command = [sys.executable, "-m", "intentlog.cli", "gateway", "--routes", str(self.routes),
+        command = [sys.executable, *self.program, "gateway", "--routes", str(self.routes),
                    "--listen", f"127.0.0.1:{port}", "--db", self.db, *self.args]  # fmt: skip
         self.child = self.children.start(command, cwd=self.cwd, env=env)
         self.url = self.child.expect(LISTENING).split()[-1]
@@ -359,12 +369,16 @@ def send(
         return own.request(method, url, **kwargs)
 
 
-def run_cli(db: str, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """``intentlog ARGS --db DB`` in a child process, to its end (output captured)."""
+def run_cli(
+    db: str, *args: str, cwd: Path | None = None, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``intentlog ARGS --db DB`` in a child process, to its end (output captured); ``env``:
+    its whole environment, else this process's."""
     return subprocess.run(
         [sys.executable, "-m", "intentlog.cli", *args, "--db", db],
         capture_output=True,
         text=True,
         timeout=DEADLINE,
         cwd=cwd,
+        env=None if env is None else dict(env),
     )

@@ -5,49 +5,28 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+from tests.gateway_support import Children, Gateway, route, run_cli, send, write_routes
 
 from intentlog import InvalidInput
 from intentlog.gateway import parse_routes
 from intentlog.testing.fakes import StripeFake
 
-INTENTLOG = str(Path(sys.executable).with_name("intentlog"))
 CHARGE = {"amount": "500", "currency": "usd", "source": "tok_visa"}
 SECRET = "sk_test_gateway_never_journaled_4242"
+AUTH = {"Authorization": f"Bearer {SECRET}"}
 
 
-class Gateway:
-    """An ``intentlog gateway`` child process; ``url`` once it said it listens."""
-
-    def __init__(self, routes: Path, db: Path, *extra: str) -> None:
-        self.db = db
-        self.proc = subprocess.Popen(
-            [INTENTLOG, "gateway", "--routes", str(routes), "--listen", "127.0.0.1:0",
-             "--db", str(db), "--idle", "0.5", *extra],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()  # the one line it prints once it accepts
-        if not line.startswith("listening on "):
-            self.proc.kill()
-            raise AssertionError(f"gateway did not start: {line!r} {self.proc.stderr.read()!r}")
-        self.url = line.split()[-1]
-
-    def post(self, path: str, data: dict[str, str], **headers: str) -> httpx.Response:
-        sent = {k.replace("_", "-"): v for k, v in headers.items()}
-        sent.setdefault("Authorization", f"Bearer {SECRET}")
-        return httpx.post(self.url + path, data=data, headers=sent, timeout=60)
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.communicate(timeout=60)  # waits, and closes the pipes
+def post(gateway: Gateway, path: str, data: dict[str, str], **headers: str) -> httpx.Response:
+    """POST ``data`` (a form) to the gateway's ``path`` with the service's credential and
+    ``headers``, each named with ``_`` for ``-`` (``Intentlog_Task``)."""
+    sent = {k.replace("_", "-"): v for k, v in headers.items()}
+    return send(gateway.url + path, task=None, form=data, headers={**AUTH, **sent})
 
 
 @pytest.fixture(scope="module")
@@ -59,17 +38,21 @@ def stripe() -> Iterator[StripeFake]:
 @pytest.fixture(scope="module")
 def gateway(stripe: StripeFake, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     where = tmp_path_factory.mktemp("gateway")
-    routes = where / "routes.toml"
-    routes.write_text(
-        f'[[route]]\nname = "stripe"\nprefix = "/stripe"\nupstream = "{stripe.url}"\n'
-        'profile = "stripe"\n\n'
-        f'[[route]]\nname = "ledger"\nprefix = "/ledger"\nupstream = "{stripe.url}"\n\n'
-        f'[[route]]\nname = "relay"\nprefix = "/relay"\nupstream = "{stripe.url}"\n'
-        "passthrough = true\n"
+    routes = write_routes(
+        where / "routes.toml",
+        [
+            route("stripe", "/stripe", stripe.url, profile="stripe"),
+            route("ledger", "/ledger", stripe.url),
+            route("relay", "/relay", stripe.url, passthrough=True),
+        ],
     )
-    gw = Gateway(routes, where / "journal.db")
-    yield gw
-    gw.stop()
+    with Children() as children:
+        gw = Gateway(
+            children, routes, db=str(where / "journal.db"), cwd=where, args=("--idle", "0.5")
+        )
+        gw.start()
+        yield gw
+        gw.stop()
 
 
 def _applied(stripe: StripeFake, task: str) -> int:
@@ -77,10 +60,8 @@ def _applied(stripe: StripeFake, task: str) -> int:
 
 
 def _ops(gateway: Gateway, task: str) -> list[dict[str, object]]:
-    out = subprocess.run(
-        [INTENTLOG, "--db", str(gateway.db), "show", task, "--json"],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
+    out = run_cli(gateway.db, "show", task, "--json")
+    assert out.returncode == 0, out.stdout + out.stderr
     return list(json.loads(out.stdout)["operations"])
 
 
@@ -88,8 +69,8 @@ def test_a_charge_is_journaled_once_and_a_repeat_is_its_recorded_answer(
     gateway: Gateway, stripe: StripeFake
 ) -> None:
     before = len(stripe.applied())
-    first = gateway.post("/stripe/v1/charges", CHARGE, Intentlog_Task="t-once",
-                         Intentlog_Step="charge")  # fmt: skip
+    first = post(gateway, "/stripe/v1/charges", CHARGE, Intentlog_Task="t-once",
+                 Intentlog_Step="charge")  # fmt: skip
     assert first.status_code == 200, first.text
     assert first.headers["Intentlog-State"] == "CONFIRMED"
     assert "Intentlog-Replay" not in first.headers
@@ -97,8 +78,8 @@ def test_a_charge_is_journaled_once_and_a_repeat_is_its_recorded_answer(
     assert (
         first.json()["metadata"]["intentlog_key"] == key
     )  # the key rides where Stripe's search finds it
-    again = gateway.post("/stripe/v1/charges", CHARGE, Intentlog_Task="t-once",
-                         Intentlog_Step="charge")  # fmt: skip
+    again = post(gateway, "/stripe/v1/charges", CHARGE, Intentlog_Task="t-once",
+                 Intentlog_Step="charge")  # fmt: skip
     assert again.status_code == 200
     assert again.headers["Intentlog-Replay"] == "true"
     assert again.json() == first.json()
@@ -111,10 +92,10 @@ def test_a_charge_is_journaled_once_and_a_repeat_is_its_recorded_answer(
 def test_the_same_identity_with_another_body_is_refused_and_sends_nothing(
     gateway: Gateway, stripe: StripeFake
 ) -> None:
-    gateway.post("/stripe/v1/charges", CHARGE, Intentlog_Task="t-422", Intentlog_Step="c")
+    post(gateway, "/stripe/v1/charges", CHARGE, Intentlog_Task="t-422", Intentlog_Step="c")
     sent = len(stripe.requests())
-    other = gateway.post("/stripe/v1/charges", {**CHARGE, "amount": "900"},
-                         Intentlog_Task="t-422", Intentlog_Step="c")  # fmt: skip
+    other = post(gateway, "/stripe/v1/charges", {**CHARGE, "amount": "900"},
+                 Intentlog_Task="t-422", Intentlog_Step="c")  # fmt: skip
     assert other.status_code == 422
     assert other.headers["content-type"] == "application/problem+json"
     assert "another request" in other.json()["detail"]
@@ -126,13 +107,13 @@ def test_a_request_the_service_refused_is_failed_and_its_repeat_is_a_new_attempt
     gateway: Gateway, stripe: StripeFake
 ) -> None:
     no_source = {"amount": "500", "currency": "usd"}
-    first = gateway.post("/stripe/v1/charges", no_source, Intentlog_Task="t-400",
-                         Intentlog_Step="c")  # fmt: skip
+    first = post(gateway, "/stripe/v1/charges", no_source, Intentlog_Task="t-400",
+                 Intentlog_Step="c")  # fmt: skip
     assert first.status_code == 400  # Stripe's own refusal, as it came
     assert first.headers["Intentlog-State"] == "FAILED"
     assert first.json()["error"]["param"] == "source"
-    again = gateway.post("/stripe/v1/charges", no_source, Intentlog_Task="t-400",
-                         Intentlog_Step="c")  # fmt: skip
+    again = post(gateway, "/stripe/v1/charges", no_source, Intentlog_Task="t-400",
+                 Intentlog_Step="c")  # fmt: skip
     assert again.status_code == 400
     assert again.headers["Intentlog-Key"] == first.headers["Intentlog-Key"] + ".2"
     assert [op["state"] for op in _ops(gateway, "t-400")] == ["FAILED", "FAILED"]
@@ -144,11 +125,11 @@ def test_an_answer_lost_to_a_5xx_is_settled_with_the_same_key_never_a_second_cha
     before = len(stripe.applied())
     stripe.fail_next(500, applied=True)  # applied, but the answer says otherwise
     # Stripe keeps the 500 for the key and would replay it: the charge is found by its search.
-    answer = gateway.post("/stripe/v1/charges", CHARGE, Intentlog_Task="t-500", Intentlog_Step="c")
+    answer = post(gateway, "/stripe/v1/charges", CHARGE, Intentlog_Task="t-500", Intentlog_Step="c")
     assert answer.status_code == 200, answer.text
     assert answer.headers["Intentlog-Reconciled"] == "true"
     assert answer.json()["metadata"]["intentlog_key"] == answer.headers["Intentlog-Key"]
-    again = gateway.post("/stripe/v1/charges", CHARGE, Intentlog_Task="t-500", Intentlog_Step="c")
+    again = post(gateway, "/stripe/v1/charges", CHARGE, Intentlog_Task="t-500", Intentlog_Step="c")
     assert again.json() == answer.json() and again.headers["Intentlog-Replay"] == "true"
     assert len(stripe.applied()) == before + 1
 
@@ -158,8 +139,8 @@ def test_a_neither_route_ends_unresolved_and_a_person_settles_it(
 ) -> None:
     before = len(stripe.applied())
     stripe.fail_next(500, applied=True)
-    first = gateway.post("/ledger/v1/charges", CHARGE, Intentlog_Task="t-neither",
-                         Intentlog_Step="c")  # fmt: skip
+    first = post(gateway, "/ledger/v1/charges", CHARGE, Intentlog_Task="t-neither",
+                 Intentlog_Step="c")  # fmt: skip
     assert first.status_code == 409
     problem = first.json()
     assert first.headers["content-type"] == "application/problem+json"
@@ -168,17 +149,17 @@ def test_a_neither_route_ends_unresolved_and_a_person_settles_it(
     assert problem["resolve"].endswith(f"resolve {problem['key']}")
     assert problem["resolve_with"] == ["--confirmed --receipt JSON", "--failed", "--retry"]
     assert problem["next_action"].startswith("ESCALATE")
-    again = gateway.post("/ledger/v1/charges", CHARGE, Intentlog_Task="t-neither",
-                         Intentlog_Step="c")  # fmt: skip
+    again = post(gateway, "/ledger/v1/charges", CHARGE, Intentlog_Task="t-neither",
+                 Intentlog_Step="c")  # fmt: skip
     assert again.status_code == 409  # never sent blindly a second time
     assert len(stripe.applied()) == before + 1
-    subprocess.run(
-        [INTENTLOG, "--db", str(gateway.db), "resolve", problem["key"], "--confirmed",
-         "--receipt", '{"id": "ch_seen"}', "--note", "seen in the dashboard"],
-        check=True, capture_output=True,
+    resolved = run_cli(
+        gateway.db, "resolve", problem["key"], "--confirmed",
+        "--receipt", '{"id": "ch_seen"}', "--note", "seen in the dashboard",
     )  # fmt: skip
-    settled = gateway.post("/ledger/v1/charges", CHARGE, Intentlog_Task="t-neither",
-                           Intentlog_Step="c")  # fmt: skip
+    assert resolved.returncode == 0, resolved.stdout + resolved.stderr
+    settled = post(gateway, "/ledger/v1/charges", CHARGE, Intentlog_Task="t-neither",
+                   Intentlog_Step="c")  # fmt: skip
     assert settled.status_code == 200
     assert settled.json() == {"id": "ch_seen"}
     assert settled.headers["Intentlog-Replay"] == "true"
@@ -188,12 +169,12 @@ def test_a_neither_route_ends_unresolved_and_a_person_settles_it(
 def test_reads_and_passthrough_routes_are_forwarded_unjournaled(
     gateway: Gateway, stripe: StripeFake
 ) -> None:
-    made = gateway.post("/stripe/v1/charges", CHARGE, Intentlog_Task="t-read", Intentlog_Step="c")
-    read = httpx.get(f"{gateway.url}/stripe/v1/charges/{made.json()['id']}",
-                     headers={"Authorization": f"Bearer {SECRET}"})  # fmt: skip
+    made = post(gateway, "/stripe/v1/charges", CHARGE, Intentlog_Task="t-read", Intentlog_Step="c")
+    read = send(f"{gateway.url}/stripe/v1/charges/{made.json()['id']}", task=None,
+                method="GET", headers=AUTH)  # fmt: skip
     assert read.headers["Intentlog-State"] == "PASSED"
     before = len(stripe.applied())
-    relayed = gateway.post("/relay/v1/charges", CHARGE)  # no task, no identity: not journaled
+    relayed = post(gateway, "/relay/v1/charges", CHARGE)  # no task, no identity: not journaled
     assert relayed.status_code == 200 and relayed.headers["Intentlog-State"] == "PASSED"
     assert len(stripe.applied()) == before + 1
     assert len(_ops(gateway, "t-read")) == 1
@@ -203,13 +184,13 @@ def test_a_request_without_a_task_or_an_identity_is_refused_before_anything_is_s
     gateway: Gateway, stripe: StripeFake
 ) -> None:
     sent = len(stripe.requests())
-    no_task = gateway.post("/stripe/v1/charges", CHARGE)
+    no_task = post(gateway, "/stripe/v1/charges", CHARGE)
     assert no_task.status_code == 428 and "Intentlog-Task" in no_task.json()["detail"]
-    no_identity = gateway.post("/stripe/v1/charges", CHARGE, Intentlog_Task="t-428")
+    no_identity = post(gateway, "/stripe/v1/charges", CHARGE, Intentlog_Task="t-428")
     assert no_identity.status_code == 428
     assert "Idempotency-Key" in no_identity.json()["detail"]
-    bad = gateway.post("/stripe/v1/charges", CHARGE, Intentlog_Task="t-428",
-                       Intentlog_Step="\x7f")  # fmt: skip
+    bad = post(gateway, "/stripe/v1/charges", CHARGE, Intentlog_Task="t-428",
+               Intentlog_Step="\x7f")  # fmt: skip
     assert bad.status_code == 400 and "Intentlog-Step" in bad.json()["detail"]
     assert len(stripe.requests()) == sent
 
@@ -219,8 +200,8 @@ def test_the_clients_own_idempotency_key_is_an_identity(
 ) -> None:
     before = len(stripe.applied())
     for _ in range(2):
-        answer = gateway.post("/stripe/v1/charges", CHARGE, Intentlog_Task="t-own",
-                              Idempotency_Key="order-42-charge")  # fmt: skip
+        answer = post(gateway, "/stripe/v1/charges", CHARGE, Intentlog_Task="t-own",
+                      Idempotency_Key="order-42-charge")  # fmt: skip
         assert answer.status_code == 200
     assert len(stripe.applied()) == before + 1
     # The service got the operation's key, not the client's.
@@ -233,8 +214,8 @@ def test_a_key_an_sdk_makes_up_per_call_is_no_identity(
 ) -> None:
     sent = len(stripe.requests())
     made_up = "stripe-node-retry-4f7b2d0e-9c1a-4b7e-8f00-2a1d3c4b5e6f"
-    answer = gateway.post("/stripe/v1/charges", CHARGE, Intentlog_Task="t-random",
-                          Idempotency_Key=made_up)  # fmt: skip
+    answer = post(gateway, "/stripe/v1/charges", CHARGE, Intentlog_Task="t-random",
+                  Idempotency_Key=made_up)  # fmt: skip
     assert answer.status_code == 428
     assert "Intentlog-Step" in answer.json()["detail"]
     assert answer.json()["error"]["code"] == "no-identity"  # Stripe's SDKs raise on an error member
@@ -247,11 +228,11 @@ def test_concurrent_repeats_of_one_request_apply_it_once(
     before = len(stripe.applied())
     answers: list[httpx.Response] = []
 
-    def send() -> None:
-        answers.append(gateway.post("/stripe/v1/charges", CHARGE, Intentlog_Task="t-race",
-                                    Intentlog_Step="c"))  # fmt: skip
+    def repeat() -> None:
+        answers.append(post(gateway, "/stripe/v1/charges", CHARGE, Intentlog_Task="t-race",
+                            Intentlog_Step="c"))  # fmt: skip
 
-    threads = [threading.Thread(target=send) for _ in range(8)]
+    threads = [threading.Thread(target=repeat) for _ in range(8)]
     for t in threads:
         t.start()
     for t in threads:
@@ -262,7 +243,7 @@ def test_concurrent_repeats_of_one_request_apply_it_once(
 
 
 def test_no_credential_reaches_the_journal(gateway: Gateway) -> None:
-    gateway.post("/stripe/v1/charges", CHARGE, Intentlog_Task="t-secret", Intentlog_Step="c")
+    post(gateway, "/stripe/v1/charges", CHARGE, Intentlog_Task="t-secret", Intentlog_Step="c")
     for path in Path(gateway.db).parent.iterdir():
         if path.name.startswith("journal.db"):
             assert SECRET.encode() not in path.read_bytes(), path.name
@@ -310,10 +291,8 @@ def test_the_longest_prefix_wins_at_a_segment_boundary() -> None:
 def test_the_gateway_refuses_to_start_off_loopback_without_a_token(tmp_path: Path) -> None:
     routes = tmp_path / "routes.toml"
     routes.write_text(ROUTE)
-    out = subprocess.run(
-        [INTENTLOG, "gateway", "--routes", str(routes), "--listen", "0.0.0.0:0",
-         "--db", str(tmp_path / "j.db")],
-        capture_output=True, text=True, timeout=60,
+    out = run_cli(
+        str(tmp_path / "j.db"), "gateway", "--routes", str(routes), "--listen", "0.0.0.0:0",
         env={**os.environ, "INTENTLOG_GATEWAY_TOKEN": ""},
     )  # fmt: skip
     assert out.returncode == 1
@@ -343,44 +322,36 @@ main()
 
 
 def test_metrics_and_traces_cover_the_gateways_requests(stripe: StripeFake, tmp_path: Path) -> None:
-    routes = tmp_path / "routes.toml"
-    routes.write_text(
-        f'[[route]]\nprefix = "/stripe"\nupstream = "{stripe.url}"\nprofile = "stripe"\n'
-    )
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _TRACED, "gateway", "--routes", str(routes), "--listen",
-         "127.0.0.1:0", "--db", str(tmp_path / "j.db"), "--metrics", "127.0.0.1:0", "--trace"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        assert proc.stdout is not None and proc.stderr is not None
-        metrics = proc.stderr.readline().split()[-1]  # "intentlog gateway: metrics at URL"
-        url = proc.stdout.readline().split()[-1]
-        answer = httpx.post(f"{url}/stripe/v1/charges", data=CHARGE, timeout=60,
-                            headers={"Intentlog-Task": "t-obs", "Intentlog-Step": "c",
-                                     "Authorization": f"Bearer {SECRET}"})  # fmt: skip
+    # No name: the route's is taken from its prefix.
+    entry = {"prefix": "/stripe", "upstream": stripe.url, "profile": "stripe"}
+    routes = write_routes(tmp_path / "routes.toml", [entry])
+    with Children() as children:
+        gateway = Gateway(
+            children, routes, db=str(tmp_path / "j.db"), cwd=tmp_path,
+            args=("--metrics", "127.0.0.1:0", "--trace"), program=("-c", _TRACED),
+        )  # fmt: skip
+        url = gateway.start()
+        assert gateway.child is not None
+        metrics = gateway.child.expect("intentlog gateway: metrics at ", stream="stderr")
+        answer = send(f"{url}/stripe/v1/charges", task="t-obs", step="c", form=CHARGE,
+                      headers=AUTH)  # fmt: skip
         assert answer.status_code == 200
-        text = httpx.get(metrics, timeout=30).text
+        text = httpx.get(metrics.split()[-1], timeout=30).text
         assert 'effect="gateway.stripe"' in text and 'state="CONFIRMED"' in text
-        names = set()
-        for line in proc.stderr:  # spans are printed as they finish
-            if line.startswith("span "):
-                names.add(line.split()[1])
-            if "intentlog.run" in names or "intentlog.submit" in names:
-                break
+        names: set[str] = set()
+        while not names & {"intentlog.run", "intentlog.submit"}:  # printed as they finish
+            names.add(gateway.child.expect("span ", stream="stderr").split()[1])
         assert names & {"intentlog.run", "intentlog.submit"}, names
-    finally:
-        proc.terminate()
-        proc.communicate(timeout=60)
+        gateway.stop()
 
 
 def test_an_answer_over_the_bound_is_kept_as_its_size_and_a_repeat_says_so(
     gateway: Gateway, stripe: StripeFake
 ) -> None:
     big = {**CHARGE, "description": "d" * 40_000}
-    first = gateway.post("/stripe/v1/charges", big, Intentlog_Task="t-big", Intentlog_Step="c")
+    first = post(gateway, "/stripe/v1/charges", big, Intentlog_Task="t-big", Intentlog_Step="c")
     assert first.status_code == 200 and len(first.content) > 40_000  # given whole, once
-    again = gateway.post("/stripe/v1/charges", big, Intentlog_Task="t-big", Intentlog_Step="c")
+    again = post(gateway, "/stripe/v1/charges", big, Intentlog_Task="t-big", Intentlog_Step="c")
     assert again.status_code == 200 and again.headers["Intentlog-Replay"] == "true"
     kept = again.json()["intentlog"]
     assert kept["bytes"] == len(first.content) and "not kept" in kept["replay"]
