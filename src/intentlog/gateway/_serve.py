@@ -110,7 +110,9 @@ async def serve(config: GatewayConfig) -> None:
 def _bound(listen: tuple[str, int]) -> socket.socket:
     host, port = listen
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP named: asyncio sets TCP_NODELAY only on a socket whose proto says TCP, and
+    # uvicorn writes an answer's head and body apart (the body waited ~40 ms for a delayed ACK).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host.strip("[]"), port))
