@@ -34,6 +34,9 @@ What each kind of block does:
   stands for any number of lines. Trailing spaces do not count.
 - A ```text block straight after a ```python block (only blank lines between) is what that
   block prints, compared the same way; it belongs to that block's unit.
+- ```javascript (``js``) blocks are Node programs, and only ``// file: NAME.mjs`` blocks: written
+  into the unit's folder like any ``# file:`` block, and run by a shell or console block
+  (``node NAME.mjs``).
 - Other blocks (json, toml, yaml, text, a bare fence) are data, not commands; a block of any
   other language fails the test until it is given a meaning here.
 
@@ -50,6 +53,10 @@ What a unit needs, it gets (and without it the unit is skipped, with the reason,
   Prefect server (conftest.py ``prefect_server``), on the xdist worker of the Prefect tests.
 - A unit whose blocks read ``TEMPORAL_ADDRESS``: the session's Temporal dev server (the
   ``temporal_server`` fixture), on the xdist worker of the other Temporal tests.
+- A unit whose shell or console blocks run ``node``: the Node 22 and the npm packages of
+  tests/node (tests/node_tools.py; ``npm ci`` there): its ``node`` first on ``PATH``, and its
+  ``node_modules`` linked into the unit's folder, so that ``import Stripe from "stripe"`` in a
+  ``// file:`` block resolves as in the reader's project.
 
 First-line markers:
 
@@ -57,9 +64,9 @@ First-line markers:
   ``test_block_not_run[FILE:LINE]`` whose reason is ``why``. For set-up commands (``# not
   run: installs``), blocks that take minutes, and fragments or things the tests cannot have (a
   real external service).
-- ``# file: PATH`` (a relative path): the block is written to PATH in the working directory,
-  not run: a module (importable by later blocks and by commands, which run in that folder) or
-  a data file such as a toml file.
+- ``# file: PATH`` (a relative path; ``// file: PATH`` in a javascript block): the block is
+  written to PATH in the working directory, not run: a module (importable by later blocks and
+  by commands, which run in that folder) or a data file such as a toml file.
 
 A file that holds the line ``<!-- doc test: run twice -->`` is an example a reader is meant to
 run again: each of its units runs a second time, in a fresh namespace, in the same folder (the
@@ -97,11 +104,12 @@ PYTHON = frozenset({"python"})
 SHELL = frozenset({"bash", "sh", "shell"})
 CONSOLE = frozenset({"console"})
 DATA = frozenset({"text", "json", "toml", "yaml", ""})
+JAVASCRIPT = frozenset({"javascript", "js"})  # only as "// file:" blocks, run by node
 TIMEOUT = 60.0  # seconds for one shell block; a doc block that needs longer is marked not run
 
 _FENCE = re.compile(r"^```([\w+-]*)\s*$")
 _NOT_RUN = re.compile(r"^#\s*not run\b:?\s*(.*)$")
-_FILE = re.compile(r"^#\s*file:\s*(\S+)\s*$")
+_FILE = re.compile(r"^(?:#|//)\s*file:\s*(\S+)\s*$")
 _RUN_TWICE = re.compile(r"^<!--\s*doc test: run twice\s*-->\s*$", re.M)
 _SHELL_SPLIT = re.compile(r"\s*(?:&&|\|\||;|\||\$\(|`)\s*")
 _ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_]\w*=")
@@ -572,6 +580,25 @@ def _needs_prefect(unit: Unit) -> bool:
     return any(start < b.line < end and "export PREFECT_API_URL=" in b.code for b in found)
 
 
+# "node" at the start of a command: of a line (after a console's "$ "), or after ; & | (
+_RUNS_NODE = re.compile(r"(?:^\s*(?:\$\s+)?|[;&|(]\s*)node\s+\S", re.M)
+
+
+def _needs_node(unit: Unit) -> bool:
+    """Whether the unit's shell or console blocks run ``node``."""
+    return any(b.language in SHELL | CONSOLE and _RUNS_NODE.search(b.code) for b in unit.blocks)
+
+
+def test_needs_node() -> None:
+    def unit(language: str, code: str) -> Unit:
+        return Unit("p.md", (Block("p.md", language, 1, code),))
+
+    assert _needs_node(unit("console", '$ node charge.mjs "$GATEWAY"\nch_1\n'))
+    assert _needs_node(unit("bash", "set -e\nnode charge.mjs\n"))
+    assert not _needs_node(unit("bash", "echo the node of a graph\n"))
+    assert not _needs_node(unit("python", "node = 1\n"))
+
+
 def _needs_pg_tools(unit: Unit) -> bool:
     """Whether the unit runs PostgreSQL's client programs (pg_dump, pg_restore)."""
     return re.search(r"\bpg_(dump|restore)\b", unit.code) is not None
@@ -633,6 +660,13 @@ def doc_env(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
             monkeypatch.setenv(key, value)
     if _needs_pg_tools(unit):
         need_pg_tools()
+    if _needs_node(unit):
+        from node_tools import NODE, NODE_DIR, need_node
+
+        need_node()  # skips where tests/node is not installed, fails where CI=true
+        env["PATH"] = f"{NODE.parent}{os.pathsep}{env['PATH']}"
+        folder: Path = request.getfixturevalue("tmp_path")
+        (folder / "node_modules").symlink_to(NODE_DIR / "node_modules", target_is_directory=True)
     if _needs_journal_url(unit.path):
         url = request.getfixturevalue("pg_url")  # skips (or fails where CI=true) without one
         env["INTENTLOG_URL"] = url
@@ -721,11 +755,18 @@ def test_block_not_run(block: Block) -> None:
 
 
 def test_every_block_has_a_meaning() -> None:
-    known = PYTHON | SHELL | CONSOLE | DATA
+    known = PYTHON | SHELL | CONSOLE | DATA | JAVASCRIPT
     unknown = [
         f"{b.name} ```{b.language}" for n in DOCS for b in blocks(n) if b.language not in known
     ]
     assert not unknown, f"blocks of a language the doc test does not run or know: {unknown}"
+    loose = [
+        b.name
+        for n in DOCS
+        for b in blocks(n)
+        if b.language in JAVASCRIPT and not (b.file or b.not_run)
+    ]
+    assert not loose, f"javascript blocks must be '// file: NAME.mjs' blocks (run by node): {loose}"
 
 
 def test_every_doc_is_covered() -> None:
