@@ -259,7 +259,8 @@ ROUTE = '[[route]]\nprefix = "/s"\nupstream = "http://127.0.0.1:1"\n'
         ('[[route]]\nprefix = "/s"\nupstream = "ftp://x"\n', ["route 1", "upstream"]),
         (ROUTE + 'profile = "strype"\n', ["route 1", "'profile'", "unknown profile"]),
         (ROUTE + 'profile = "stripe"\nidempotent = true\n', ["'idempotent'", "profile"]),
-        (ROUTE + "idempotent = true\n", ["route 1", "key_retention"]),
+        (ROUTE + "idempotent = true\n", ["route 1", "'key_retention'", '"24h"']),
+        (ROUTE + 'profile = "smtp"\n', ["'profile'", "not an HTTP service"]),
         (ROUTE + "\n" + ROUTE.replace('"/s"', '"/s/"\nname = "t"'), ["two routes", "prefix"]),
         (ROUTE + 'profile = "sqs_fifo"\n', ["sqs_fifo", "no place"]),
         (ROUTE + "passthrough = true\ntimeout = 3\n", ["'timeout'", "passthrough"]),
@@ -356,3 +357,25 @@ def test_an_answer_over_the_bound_is_kept_as_its_size_and_a_repeat_says_so(
     kept = again.json()["intentlog"]
     assert kept["bytes"] == len(first.content) and "not kept" in kept["replay"]
     assert [op["state"] for op in _ops(gateway, "t-big")] == ["CONFIRMED"]
+
+
+def test_a_request_a_person_settled_as_failed_is_never_sent_again(
+    gateway: Gateway, stripe: StripeFake
+) -> None:
+    before = len(stripe.applied())
+    stripe.fail_next(500, applied=True)  # it did apply; the person will judge it wrongly
+    first = post(gateway, "/ledger/v1/charges", CHARGE, Intentlog_Task="t-failed",
+                 Intentlog_Step="c")  # fmt: skip
+    key = first.json()["key"]
+    resolved = run_cli(
+        gateway.db, "resolve", key, "--failed", "--confirm", "failed gateway.ledger",
+        "--note", "not in the ledger",
+    )  # fmt: skip
+    assert resolved.returncode == 0, resolved.stdout + resolved.stderr
+    sent = len(stripe.requests())
+    again = post(gateway, "/ledger/v1/charges", CHARGE, Intentlog_Task="t-failed",
+                 Intentlog_Step="c")  # fmt: skip
+    assert again.status_code == 409 and again.json()["type"].endswith("/settled-failed")
+    assert "new identity" in again.json()["detail"]
+    assert len(stripe.requests()) == sent and len(stripe.applied()) == before + 1
+    assert [op["state"] for op in _ops(gateway, "t-failed")] == ["FAILED"]

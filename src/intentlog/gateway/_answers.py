@@ -84,4 +84,5 @@ _TITLES = {
     "journal": "The journal could not record the request",
     "upstream": "The upstream could not be reached",
     "in-doubt": "The request may have been applied",
+    "settled-failed": "A person settled this request as failed",
 }

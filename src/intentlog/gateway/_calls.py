@@ -153,7 +153,7 @@ class Calls:
             return problem(
                 409,
                 "unresolved",
-                f"{exc} The request may or may not have been applied; it is not sent again.",
+                f"{exc}. The request may or may not have been applied; it is not sent again.",
                 task=task_id,
                 key=key,
                 state="UNRESOLVED",
@@ -193,6 +193,16 @@ class Calls:
                 )
             if op.state is not State.FAILED:
                 return key
+            if not _refused_by_service(op.error):
+                # A person resolved it failed, denied it, or cancelled its task: "not to be
+                # sent again" is theirs to lift, not the agent's repeat.
+                return problem(
+                    409, "settled-failed",
+                    f"operation {key!r} was settled as failed by a person, not refused by the "
+                    "service: it is not sent again. Send it under a new identity (another "
+                    "Intentlog-Step) if it is still wanted.",
+                    task=task_id, key=key, state="FAILED",
+                )  # fmt: skip
         return problem(
             409,
             "attempts",
@@ -204,6 +214,12 @@ class Calls:
 
     async def aclose(self) -> None:
         await self.handles.aclose()
+
+
+def _refused_by_service(error: Any) -> bool:
+    """Whether a FAILED operation's error is the service's own refusal (it definitely did not
+    apply, so the same request may be sent as a new attempt), as the protocol records one."""
+    return isinstance(error, dict) and error.get("type") in ("Rejected", "KeyConflict")
 
 
 def _reconciled(receipt: Any) -> bool:

@@ -60,6 +60,8 @@ _OPTIONS = (
     "in_progress",
     "key_reused",
 )
+#: Profiles of services that are not HTTP APIs.
+_NOT_HTTP = frozenset({"smtp"})
 #: Where a service takes the key that a forwarded HTTP request has a place for.
 _HTTP_PLACES = ("header", "query", "body", "metadata")
 
@@ -188,9 +190,15 @@ def parse_routes(text: str, name: str = "routes.toml") -> RouteFile:
         ("name", [r.name for r in routes]),
         ("prefix", [r.prefix.rstrip("/") or "/" for r in routes]),
     ):
-        twice = sorted({v for v in values if values.count(v) > 1})
-        if twice:
-            raise InvalidInput(f"{name}: two routes have the {what} {twice[0]!r}")
+        for later, value in enumerate(values):
+            first = values.index(value)
+            if first < later:
+                line = lines[later] if later < len(lines) else None
+                raise InvalidInput(
+                    f"{name}:{line}: route {later + 1} ({routes[later].name!r}): two routes "
+                    f"have the {what} {value!r} (route {first + 1}, {routes[first].name!r}, "
+                    "too)"
+                )
     return RouteFile(tuple(sorted(routes, key=lambda r: len(r.prefix.rstrip("/")), reverse=True)))
 
 
@@ -256,6 +264,10 @@ def _route(entry: Any, at: str) -> Route:
                 "timeout only (or leave profile out and state every option)"
             )
         place = service.key
+        if service.name in _NOT_HTTP:
+            raise InvalidInput(
+                f"{at}, field 'profile': {entry['profile']!r} is not an HTTP service"
+            )
         if place is not None and place.kind not in _HTTP_PLACES:
             raise InvalidInput(
                 f"{at}: profile {entry['profile']!r} takes the key as {place.kind}, which a "
@@ -269,6 +281,12 @@ def _route(entry: Any, at: str) -> Route:
             if not isinstance(entry[field], bool):
                 raise InvalidInput(f"{at}, field {field!r}: must be true or false")
             options[field] = entry[field]
+    if entry.get("idempotent") is True and "key_retention" not in entry:
+        raise InvalidInput(
+            f"{at}, field 'key_retention': idempotent = true needs how long the service keeps "
+            'a key (key_retention = "24h", "7d", or "forever"): a resend after it forgot the '
+            "key applies twice"
+        )
     if "key_retention" in entry:
         options["key_retention"] = _retention(
             entry["key_retention"], f"{at}, field 'key_retention'", "key_retention"
