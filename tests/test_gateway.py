@@ -3,6 +3,7 @@ gateway process in front of the project's Stripe fake (counted at the fake's own
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import threading
@@ -15,7 +16,7 @@ from tests.gateway_support import Children, Gateway, route, run_cli, send, write
 
 from intentlog import InvalidInput
 from intentlog.gateway import parse_routes
-from intentlog.testing.fakes import StripeFake
+from intentlog.testing.fakes import GitHubFake, StripeFake
 
 CHARGE = {"amount": "500", "currency": "usd", "source": "tok_visa"}
 SECRET = "sk_test_gateway_never_journaled_4242"
@@ -36,7 +37,15 @@ def stripe() -> Iterator[StripeFake]:
 
 
 @pytest.fixture(scope="module")
-def gateway(stripe: StripeFake, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+def github() -> Iterator[GitHubFake]:
+    with GitHubFake() as fake:
+        yield fake
+
+
+@pytest.fixture(scope="module")
+def gateway(
+    stripe: StripeFake, github: GitHubFake, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Gateway]:
     where = tmp_path_factory.mktemp("gateway")
     routes = write_routes(
         where / "routes.toml",
@@ -44,6 +53,7 @@ def gateway(stripe: StripeFake, tmp_path_factory: pytest.TempPathFactory) -> Ite
             route("stripe", "/stripe", stripe.url, profile="stripe"),
             route("ledger", "/ledger", stripe.url),
             route("relay", "/relay", stripe.url, passthrough=True),
+            route("github", "/github", github.url, profile="github"),
         ],
     )
     with Children() as children:
@@ -86,7 +96,10 @@ def test_a_charge_is_journaled_once_and_a_repeat_is_its_recorded_answer(
     assert len(stripe.applied()) == before + 1
     [op] = _ops(gateway, "t-once")
     assert op["state"] == "CONFIRMED" and op["key"] == key
-    assert op["args"] == {"method": "POST", "path": "/stripe/v1/charges"}
+    assert op["args"] == {
+        "method": "POST",
+        "route": "/stripe",
+    }  # never the path: it may hold a token
 
 
 def test_the_same_identity_with_another_body_is_refused_and_sends_nothing(
@@ -379,3 +392,124 @@ def test_a_request_a_person_settled_as_failed_is_never_sent_again(
     assert "new identity" in again.json()["detail"]
     assert len(stripe.requests()) == sent and len(stripe.applied()) == before + 1
     assert [op["state"] for op in _ops(gateway, "t-failed")] == ["FAILED"]
+
+
+def test_a_client_key_names_its_request_whatever_the_task(
+    gateway: Gateway, stripe: StripeFake
+) -> None:
+    before = len(stripe.applied())
+    first = post(gateway, "/stripe/v1/charges", CHARGE, Intentlog_Task="run-1",
+                 Idempotency_Key="order-77-charge")  # fmt: skip
+    assert first.status_code == 200
+    other_run = post(gateway, "/stripe/v1/charges", CHARGE, Intentlog_Task="run-2",
+                     Idempotency_Key="order-77-charge")  # fmt: skip
+    assert other_run.status_code == 422  # refused, never a second charge
+    assert len(stripe.applied()) == before + 1
+
+
+def test_another_account_under_the_same_identity_is_refused_not_given_the_answer(
+    gateway: Gateway, stripe: StripeFake
+) -> None:
+    made = post(gateway, "/stripe/v1/charges", CHARGE, Intentlog_Task="t-acct",
+                Intentlog_Step="c", Stripe_Account="acct_A")  # fmt: skip
+    assert made.status_code == 200
+    sent = len(stripe.requests())
+    other = post(gateway, "/stripe/v1/charges", CHARGE, Intentlog_Task="t-acct",
+                 Intentlog_Step="c", Stripe_Account="acct_B")  # fmt: skip
+    assert other.status_code == 422 and made.json()["id"] not in other.text
+    assert len(stripe.requests()) == sent
+
+
+def test_a_body_the_service_cannot_take_is_refused_before_anything_is_journaled(
+    gateway: Gateway, stripe: StripeFake
+) -> None:
+    sent = len(stripe.requests())
+    clash = {**CHARGE, "metadata[intentlog_key]": "someone-elses"}
+    answer = post(gateway, "/stripe/v1/charges", clash, Intentlog_Task="t-clash",
+                  Intentlog_Step="c")  # fmt: skip
+    assert answer.status_code == 400 and "intentlog_key" in answer.json()["detail"]
+    assert len(stripe.requests()) == sent
+    shown = run_cli(gateway.db, "show", "t-clash", "--json")
+    assert shown.returncode != 0 or json.loads(shown.stdout)["operations"] == []
+
+
+def test_a_profile_writes_its_key_only_where_its_search_looks(
+    gateway: Gateway, github: GitHubFake
+) -> None:
+    auth = {"Authorization": "Bearer ghp_gateway"}
+    made = send(f"{gateway.url}/github/repos/acme/shop/issues", task="t-gh", step="open",
+                json={"title": "Refund", "body": "Order 42"}, headers=auth)  # fmt: skip
+    assert made.status_code == 201, made.text
+    assert "intentlog-key: " in made.json()["body"]  # the search finds the issue by it
+    with Recorder() as upstream:
+        where = Path(gateway.db).parent / "recorded"
+        where.mkdir(exist_ok=True)
+        routes = write_routes(
+            where / "routes.toml", [route("gh", "/gh", upstream.url, profile="github")]
+        )
+        with Children() as children:
+            gw = Gateway(children, routes, db=str(where / "journal.db"), cwd=where)
+            gw.start()
+            for method, path in (("PATCH", "/repos/a/b/issues/7"), ("POST", "/repos/a/b/comments")):
+                answer = send(f"{gw.url}/gh{path}", task="t-gh", step=f"{method}{path}",
+                              method=method, json={"state": "closed"}, headers=auth)  # fmt: skip
+                assert answer.status_code == 201, answer.text
+            gw.stop()
+    # Neither the PATCH nor the comment (no search finds it) had a marker written into it.
+    assert [(m, p, b) for m, p, b in upstream.seen] == [
+        ("PATCH", "/repos/a/b/issues/7", {"state": "closed"}),
+        ("POST", "/repos/a/b/comments", {"state": "closed"}),
+    ]
+
+
+class Recorder:
+    """An upstream on 127.0.0.1 that answers ``status`` with ``answer`` (201 {"id": 1}) and
+    records each request's method, path and JSON body."""
+
+    def __init__(self, status: int = 201, answer: bytes = b'{"id": 1}') -> None:
+        self.seen: list[tuple[str, str, object]] = []
+        recorder = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _any(self) -> None:
+                size = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(size) or b"null")
+                recorder.seen.append((self.command, self.path, body))
+                out = recorder.answer
+                self.send_response(recorder.status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+            do_POST = do_PATCH = do_PUT = _any
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.status, self.answer = status, answer
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def __enter__(self) -> Recorder:
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_conflict_from_a_service_without_keys_is_its_refusal_not_a_replay(
+    tmp_path: Path,
+) -> None:
+    conflict = b'{"message": "Merge conflict"}'  # GitHub's 409: no error member, a refusal
+    with Recorder(409, conflict) as upstream, Children() as children:
+        routes = write_routes(tmp_path / "routes.toml", [route("merge", "/merge", upstream.url)])
+        gw = Gateway(children, routes, db=str(tmp_path / "journal.db"), cwd=tmp_path)
+        gw.start()
+        answer = send(f"{gw.url}/merge/pulls/1/merge", task="t-409", step="merge",
+                      method="PUT", json={})  # fmt: skip
+        assert answer.status_code == 409 and answer.content == conflict  # as it came
+        assert answer.headers["Intentlog-State"] == "FAILED"
+        gw.stop()

@@ -37,7 +37,7 @@ from intentlog._keys import canonical_json, derive_key, fingerprint, validate_la
 from intentlog._model import State
 from intentlog._open import cli_command
 from intentlog.gateway._answers import Reply, problem, replay
-from intentlog.gateway._forward import Incoming, effect_for, receipt_answer
+from intentlog.gateway._forward import Incoming, Upstream, effect_for, receipt_answer
 from intentlog.gateway._handles import TaskHandles
 from intentlog.integrations import AmbiguousResponse
 
@@ -71,20 +71,33 @@ class Calls:
         if isinstance(identity, Reply):
             return identity
         task_id, what = identity
-        base = derive_key(task_id, route.effect, canonical_json(what))
+        # A step is the task's own; a client's idempotency key names its request whatever the
+        # task (as the service itself would read it): the same key under another task is
+        # then refused (422), never sent as a new request.
+        owner = task_id if "step" in what else ""
+        base = derive_key(owner, route.effect, canonical_json(what))
         request = {
             "method": incoming.method,
-            "path": incoming.path,
+            "route": route.prefix,
+            "path": hashlib.sha256(incoming.path.encode()).hexdigest(),
             "query": hashlib.sha256(incoming.query.encode()).hexdigest(),
             "body": hashlib.sha256(incoming.body).hexdigest(),
+            # Who is asking (a digest of the credentials and the account they select, never
+            # their value): another account's request under the same identity is not this one.
+            "caller": _caller(headers),
         }
         prints = fingerprint(canonical_json({"request": request}))
+        upstream: Upstream | None = None
         try:
             async with self.handles.held(task_id) as task:
                 key = await self._attempt_key(base, prints, task_id)
                 if isinstance(key, Reply):
                     return key
-                effect, upstream = effect_for(route, incoming, self.client)
+                effect, upstream, spec = effect_for(route, incoming, self.client)
+                try:
+                    spec.request(key, None)  # a body the service cannot take: nothing journaled
+                except Rejected as exc:
+                    return problem(400, "unsendable", str(exc), key=key, task=task_id)
                 try:
                     receipt = await task.run(effect, key=key, request=request)
                 except Rejected as exc:
@@ -125,7 +138,7 @@ class Calls:
                         state="SUBMITTED",
                         retry_after=1,
                     )
-                if upstream.answered and not _reconciled(receipt):
+                if upstream.answered and not upstream.truncated and not _reconciled(receipt):
                     # This request's own answer, sent back as it came (a record a lookup
                     # found after an answer that proved nothing is given as a replay).
                     return Reply(
@@ -136,6 +149,9 @@ class Calls:
                     )
                 return replay(receipt_answer(receipt), key, reconciled=_reconciled(receipt))
         except TaskBusy as exc:
+            return problem(409, "task-busy", str(exc), task=task_id, retry_after=1)
+        except LeaseLost as exc:
+            self.handles.drop(task_id)  # the next request takes a new lease
             return problem(409, "task-busy", str(exc), task=task_id, retry_after=1)
         except StillInFlight as exc:
             wait = 1 if exc.not_before is None else max(1, math.ceil(exc.not_before - time.time()))
@@ -165,11 +181,14 @@ class Calls:
             return problem(422, "identity-reused", str(exc), task=task_id, key=exc.key)
         except ApprovalRequired as exc:  # pragma: no cover - no route asks for approvals
             return problem(409, "approval", str(exc), task=task_id, key=exc.key)
-        except LeaseLost as exc:
-            return problem(409, "task-busy", str(exc), task=task_id, retry_after=1)
         except InvalidInput as exc:
             return problem(400, "invalid", str(exc), task=task_id)
         except Error as exc:
+            if upstream is not None and upstream.answered and not upstream.truncated:
+                # The service answered; the journal could not record it yet. The answer is
+                # the client's; the operation stays SUBMITTED and its repeat settles it.
+                state = {"Intentlog-State": "SUBMITTED", "Intentlog-Key": exc.key or base}
+                return Reply(upstream.status, upstream.headers, upstream.body, state)
             return problem(502, "journal", str(exc), task=task_id, key=exc.key, state=exc.state)
 
     async def _attempt_key(self, base: str, prints: str, task_id: str) -> str | Reply:
@@ -214,6 +233,17 @@ class Calls:
 
     async def aclose(self) -> None:
         await self.handles.aclose()
+
+
+#: Headers that carry a credential or select the account a request acts for.
+_CALLER_HEADERS = ("authorization", "proxy-authorization", "cookie", "x-api-key", "api-key",
+                   "stripe-account", "stripe-context", "x-shopify-access-token")  # fmt: skip
+
+
+def _caller(headers: dict[str, str]) -> str:
+    """A digest of the request's credentials and account headers (never their value)."""
+    seen = [(name, headers[name]) for name in _CALLER_HEADERS if name in headers]
+    return hashlib.sha256(canonical_json(seen).encode()).hexdigest()
 
 
 def _refused_by_service(error: Any) -> bool:

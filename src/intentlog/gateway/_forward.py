@@ -22,6 +22,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import re
 import urllib.parse
 from typing import TYPE_CHECKING, Any, cast
 
@@ -29,6 +30,7 @@ from intentlog._effect import Effect
 from intentlog._errors import Rejected
 from intentlog._flow import drive_async
 from intentlog._model import LookupResult
+from intentlog._service import Service
 from intentlog.integrations import _encoding
 from intentlog.integrations._http_runner import _Answer, _exchange_async, _Flow, _Pause, _Send
 from intentlog.integrations.http import Receipt, _Spec, _spec
@@ -86,6 +88,7 @@ class Upstream:
     headers: list[tuple[str, str]] = dataclasses.field(default_factory=list)
     body: bytes = b""
     answered: bool = False
+    truncated: bool = False  # the body was over the runner's bound: only its start is here
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,6 +102,13 @@ class _GatewaySpec(_Spec):
         url = self.url
         content = incoming.body
         place, service = self.key, self.service
+        limit = service.key_max_length if service is not None else None
+        if limit is not None and len(key) > limit:
+            raise Rejected(
+                f"route {self.name!r}: key {key[:40]!r}... is {len(key)} characters; the "
+                f"service takes at most {limit}; nothing was sent",
+                key=key,
+            )
         if place is not None and place.kind == "header":
             for name in [n for n in headers if n.lower() == place.name.lower()]:
                 del headers[name]  # the client's own key gives way to the operation's
@@ -129,9 +139,7 @@ class _GatewaySpec(_Spec):
             if media == _encoding.FORM and service is not None and service.reference is not None:
                 if service.marker is not None or service.pinned:
                     raise _encoding.Unsendable("a form cannot carry this service's marker")
-                pairs = urllib.parse.parse_qsl(
-                    incoming.body.decode("ascii"), keep_blank_values=True
-                )
+                pairs = urllib.parse.parse_qsl(incoming.body.decode(), keep_blank_values=True)
                 field = _encoding.form(_encoding.with_reference({}, service.reference, key))
                 name = urllib.parse.unquote_plus(field.split("=", 1)[0])
                 if any(n == name and v != key for n, v in pairs):
@@ -186,16 +194,17 @@ class _GatewaySpec(_Spec):
             return result
 
     def receipt_in(self, answer: _Answer) -> tuple[Receipt | None, str]:
-        # The client reads the answer's fields; any whole 2xx answer is the answer.
-        if answer.truncated:
-            return None, "a body over the gateway's bound"
+        # The client reads the answer's fields; any 2xx answer is the answer (one over the
+        # runner's bound is kept as its size, see recorded()).
         return _FROM_ANSWER, ""
 
     def replayed_receipt(self, answer: _Answer) -> Receipt | None:
         # A non-2xx replay status is the first answer replayed only when it is no error
         # body (see _Spec.replayed_receipt); a body that is not JSON cannot be told apart
         # from "in progress", so it is not taken for one.
-        if answer.problem or answer.truncated:
+        if answer.problem or answer.truncated or not answer.replayed:
+            # Only the service's own replay mark says so: a 409 body without an error
+            # member is no proof (GitHub's {"message": "Merge conflict"} is a refusal).
             return None
         try:
             data = json.loads(answer.body)
@@ -215,25 +224,27 @@ class _GatewaySpec(_Spec):
 
 def effect_for(
     route: Route, incoming: Incoming, client: httpx.AsyncClient
-) -> tuple[Effect, Upstream]:
+) -> tuple[Effect, Upstream, _GatewaySpec]:
     """The effect that forwards ``incoming`` on ``route`` (made per request: its URL is the
     request's). Its receipt is the upstream's answer (:func:`receipt_answer` reads it back);
     the answer as it came is also kept, in the :class:`Upstream` returned beside it, for
-    the first reply."""
+    the first reply, and the spec, whose :meth:`_GatewaySpec.request` the caller may run
+    before journaling anything (it refuses a body the service cannot take, sending nothing).
+
+    A profile writes the key into the body and looks it up by its search only for the
+    requests that search covers (:func:`covered`): on any other request of the route its
+    service is the plain one, deduplicating by its header where it has one, else neither."""
     url = route.target(incoming.path, incoming.query)
-    contract = route.contract(url)
+    path = urllib.parse.urlsplit(url).path
+    service = route.service
+    if service is not None and not covered(service, incoming.method, path, incoming.body):
+        service = plain(service)
+    contract = route.contract(url, service)
+    lookup = route.lookup_for()
     base = _spec(
-        route.effect,
-        incoming.method,
-        url,
-        ("_",),
-        route.lookup_for(),
-        contract,
-        None,
-        route.not_applied,
-        route.in_progress,
-        route.key_reused,
-    )
+        route.effect, incoming.method, url, ("_",), lookup, contract, None,
+        route.not_applied, route.in_progress, route.key_reused,
+    )  # fmt: skip
     fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(base)}
     spec = _GatewaySpec(**{**fields, "fields": ()}, incoming=incoming)
     upstream = Upstream()
@@ -258,14 +269,53 @@ def effect_for(
         store_args=_shown,
         **contract.effect,
     )
-    return effect, upstream
+    return effect, upstream, spec
+
+
+#: The requests each profile's search covers (POST to these upstream paths): only there is
+#: the key written into the body and the search asked. Sources: the profiles' own notes
+#: (intentlog.profiles): Stripe's search covers these collections, GitHub's issues and pulls.
+_COVERS = {
+    "stripe": re.compile(
+        r"/v1/(charges|customers|invoices|payment_intents|prices|products|subscriptions)/?"
+    ),
+    "github-rest": re.compile(r"/repos/[^/]+/[^/]+/(issues|pulls)/?"),
+    "paypal-orders-v2": re.compile(r"/v2/checkout/orders/?"),
+    "adyen": re.compile(r"(/v\d+)?/payments/?"),
+    "slack": re.compile(r"(/api)?/chat\.postMessage"),
+    "shopify-graphql": re.compile(r".*/graphql\.json"),
+}
+
+
+def covered(service: Service, method: str, path: str, body: bytes) -> bool:
+    """Whether the profile's key-in-body and search apply to this request: a POST with a
+    body to a path its search covers (any path, for a profile not in :data:`_COVERS`)."""
+    if method != "POST" or not body:
+        return False
+    pattern = _COVERS.get(service.name)
+    return pattern is None or pattern.fullmatch(path) is not None
+
+
+def plain(service: Service) -> Service:
+    """The service without what it writes into a body or searches: its header or query key
+    only, if it has one (else it can neither deduplicate nor be asked)."""
+    key = (
+        service.key if service.key is not None and service.key.kind in ("header", "query") else None
+    )
+    return service.replace(
+        key=key, reference=None, marker=None, search=None, pinned=(), lookup=None,
+        retention=service.retention if key is not None else None,
+        locks_in_flight=service.locks_in_flight if key is not None else False,
+        replay=service.replay if key is not None else None, key_reuse=None,
+    )  # fmt: skip
 
 
 def _shown(args: dict[str, Any]) -> dict[str, Any]:
-    """What ``intentlog show`` shows of a request: its method and path (the query and the
-    body may hold personal data or credentials, so only their digest is journaled)."""
+    """What ``intentlog show`` shows of a request: its method and the route's prefix. The
+    path, the query and the body may hold personal data or credentials (a webhook's token,
+    a bot token in the path), so they are journaled only as the digest the fingerprint is."""
     request = args.get("request", {})
-    return {"method": request.get("method"), "path": request.get("path")}
+    return {"method": request.get("method"), "route": request.get("route")}
 
 
 async def _exchange(
@@ -288,6 +338,7 @@ async def _exchange(
         upstream.headers = list(seen[-1].headers.multi_items())
         upstream.body = answer.body
         upstream.answered = True
+        upstream.truncated = answer.truncated
     return answer
 
 
@@ -317,13 +368,15 @@ def recorded(upstream: Upstream) -> dict[str, Any]:
         "content_type": headers.pop("content-type", ""),
         "headers": headers,
     }
-    if len(upstream.body) > MAX_KEPT_BODY:
+    if len(upstream.body) > MAX_KEPT_BODY or upstream.truncated:
         # Kept as its size and digest: a repeat is told the body is not kept, never given
         # a cut one (the journal's own bound would replace the whole receipt by a note).
         answer["omitted"] = {
             "bytes": len(upstream.body),
             "sha256": hashlib.sha256(upstream.body).hexdigest(),
         }
+        if upstream.truncated:  # not the whole body: its size is "more than this"
+            answer["omitted"] = {"bytes_over": len(upstream.body)}
         return answer
     if media == "application/json" or media.endswith("+json"):
         try:

@@ -58,6 +58,12 @@ class TaskHandles:
                 if self._sweeper is None:
                     self._sweeper = asyncio.ensure_future(self._sweep())
 
+    def drop(self, task_id: str) -> None:
+        """Forget a handle whose lease was taken over (LeaseLost): the next request of the
+        task takes a lease of its own instead of failing on the stale one."""
+        self._handles.pop(task_id, None)
+        self._last.pop(task_id, None)
+
     async def _open(self, task_id: str) -> AsyncTask:
         with contextlib.suppress(KeyConflict):  # already there, with its own kind
             await self.journal.start(GATEWAY_TASK_KIND, task_id)
@@ -91,6 +97,15 @@ class TaskHandles:
                     handle = self._handles.pop(task_id, None)
                     if handle is not None:
                         await settle_task(handle)
+                # Nobody holds it or waits for it (a woken waiter that has not run yet is
+                # still among the waiters): forgotten, so a gateway serving many tasks keeps
+                # no lock per task it ever saw.
+                # (_waiters is None until someone waits; a Lock without it at all is never
+                # forgotten: unknown is not empty.)
+                waiting = getattr(lock, "_waiters", "unknown")
+                idle = not lock.locked() and waiting != "unknown" and not waiting
+                if idle and task_id not in self._handles:
+                    self._locks.pop(task_id, None)
         self._sweeper = None
 
     async def aclose(self) -> None:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from intentlog._errors import InvalidInput
+from intentlog._keys import _slug
 from intentlog._service import Service
 from intentlog.integrations.http import NOT_APPLIED, Lookup, _Contract, _contract
 from intentlog.proxy._policy import _duration, _profile, _retention
@@ -98,13 +99,15 @@ class Route:
         url = self.upstream.rstrip("/") + ("/" + rest.lstrip("/") if rest else "")
         return f"{url}?{query}" if query else url
 
-    def contract(self, url: str) -> _Contract:
-        """The checked contract of a request to ``url`` (InvalidInput if it is not usable)."""
+    def contract(self, url: str, service: Service | None = None) -> _Contract:
+        """The checked contract of a request to ``url`` (InvalidInput if it is not usable),
+        with ``service`` in place of the route's profile where given (the plain service of a
+        request its profile's search does not cover)."""
         options = {k: v for k, v in self.options.items() if k != "key_header"}
         return _contract(
             self.effect,
             url,
-            self.service,
+            service or self.service,
             replay=None,
             key_header=self.key_header,
             caller="the gateway route",
@@ -310,6 +313,20 @@ def _route(entry: Any, at: str) -> Route:
             lookup = upstream.rstrip("/") + lookup
         elif not lookup.startswith(("http://", "https://")):
             raise InvalidInput(f"{at}, field 'lookup': must start with '/' or http(s)://")
+        there = urllib.parse.urlsplit(lookup)
+        if (there.scheme, there.netloc) != (parts.scheme, parts.netloc):
+            # The lookup is sent with the client's own credentials: only to the upstream.
+            raise InvalidInput(
+                f"{at}, field 'lookup': must be on the upstream's origin "
+                f"({parts.scheme}://{parts.netloc}), since it carries the client's credentials"
+            )
+    if service is None and options.get("idempotent") is not True:
+        # A service that takes no key cannot say a key is in flight or reused: its 409
+        # (a conflict), 422 (validation) and 429 (rate limit) refuse the request.
+        neither = (*NOT_APPLIED, 409, 422, 429)
+        defaults = {"not_applied": neither, "in_progress": (), "key_reused": ()}
+    else:
+        defaults = {"not_applied": (*NOT_APPLIED, 429), "in_progress": (409,), "key_reused": (422,)}
     statuses = {
         f: _statuses(entry[f], f"{at}, field {f!r}")
         for f in ("not_applied", "in_progress", "key_reused")
@@ -323,11 +340,18 @@ def _route(entry: Any, at: str) -> Route:
         False,
         options,
         lookup,
-        statuses.get("not_applied", NOT_APPLIED),
-        statuses.get("in_progress", (409,)),
-        statuses.get("key_reused", (422,)),
+        statuses.get("not_applied", defaults["not_applied"]),
+        statuses.get("in_progress", defaults["in_progress"]),
+        statuses.get("key_reused", defaults["key_reused"]),
         key_header,
     )
+    limit = service.key_max_length if service is not None else None
+    longest = len(f"{_slug(route.effect)}-{'0' * 32}.99")  # a key with an attempt's suffix
+    if limit is not None and longest > limit:
+        raise InvalidInput(
+            f"{at}, field 'name': the service takes keys of at most {limit} characters and "
+            f"this route's would take {longest}; give the route a shorter name"
+        )
     try:
         route.contract(route.upstream)
     except InvalidInput as exc:

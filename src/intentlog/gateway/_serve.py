@@ -94,7 +94,9 @@ async def serve(config: GatewayConfig) -> None:
                 log_level="warning",
                 server_header=False,
                 access_log=False,
-                timeout_graceful_shutdown=30,
+                # Requests in flight are answered (and recorded) before it stops: as long as
+                # the slowest route's deadline, and a margin.
+                timeout_graceful_shutdown=_grace(config.routes),
             )
         )
         # The socket already accepts connections (they wait in its backlog): say so once.
@@ -163,3 +165,12 @@ def _server_class(uvicorn: Any) -> Any:
                     loop.remove_signal_handler(sig)
 
     return Server
+
+
+def _grace(routes: RouteFile) -> int:
+    """Seconds a stop waits for the requests in flight: the longest route deadline + 10."""
+    deadlines = [30.0]
+    for route in routes.routes:
+        if not route.passthrough:
+            deadlines.append(route.contract(route.upstream).timeout)
+    return int(max(deadlines)) + 10
