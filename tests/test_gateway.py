@@ -513,3 +513,18 @@ def test_a_conflict_from_a_service_without_keys_is_its_refusal_not_a_replay(
         assert answer.status_code == 409 and answer.content == conflict  # as it came
         assert answer.headers["Intentlog-State"] == "FAILED"
         gw.stop()
+
+
+def test_a_replay_of_an_answer_whose_secret_was_redacted_says_so(tmp_path: Path) -> None:
+    secret = b'{"id": "pi_1", "client_secret": "pi_1_secret_abcdef"}'
+    with Recorder(200, secret) as upstream, Children() as children:
+        routes = write_routes(tmp_path / "routes.toml", [route("pay", "/pay", upstream.url)])
+        gw = Gateway(children, routes, db=str(tmp_path / "journal.db"), cwd=tmp_path)
+        gw.start()
+        first = send(f"{gw.url}/pay/intents", task="t-red", step="pi", json={"amount": 5})
+        assert first.content == secret and "Intentlog-Redacted" not in first.headers
+        again = send(f"{gw.url}/pay/intents", task="t-red", step="pi", json={"amount": 5})
+        assert again.headers["Intentlog-Redacted"] == "true"
+        assert b"pi_1_secret_abcdef" not in again.content and again.json()["id"] == "pi_1"
+        assert len(upstream.seen) == 1
+        gw.stop()

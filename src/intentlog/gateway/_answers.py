@@ -14,6 +14,8 @@ import dataclasses
 import json
 from typing import Any
 
+from intentlog._hygiene import REDACTED
+
 __all__ = ["PROBLEM_BASE", "Reply", "problem", "replay"]
 
 PROBLEM_BASE = "https://intentlog.dev/problems/"
@@ -66,6 +68,9 @@ def replay(
     extra = {"Intentlog-State": "CONFIRMED", "Intentlog-Key": key, "Intentlog-Replay": "true"}
     if reconciled:
         extra["Intentlog-Reconciled"] = "true"
+    if REDACTED.encode() in body:
+        # The journal redacted a secret-looking value of the first answer: this one differs.
+        extra["Intentlog-Redacted"] = "true"
     return Reply(status, kept, body, extra)
 
 
