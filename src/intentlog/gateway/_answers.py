@@ -90,4 +90,9 @@ _TITLES = {
     "upstream": "The upstream could not be reached",
     "in-doubt": "The request may have been applied",
     "settled-failed": "A person settled this request as failed",
+    "incomplete-body": "The request body did not arrive whole",
+    "bad-path": "The path has a dot segment or an encoded slash",
+    "not-loopback-host": "This gateway answers loopback hosts only",
+    "unsendable": "The service cannot take this request",
+    "method": "This method is not forwarded",
 }
