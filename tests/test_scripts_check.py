@@ -117,8 +117,7 @@ def test_each_step_is_named_before_it_runs_and_the_times_come_last(project: Path
         f"check: creating the virtual environment .venv ({_env(project)['PYTHON']} -m venv)...",
         "check: installing the development environment into .venv (first run: a few minutes)...",
         "check: npm ci in tests/restate (the Restate server the Restate tests start)...",
-        "check: npm ci in tests/node (the MCP conformance suite, the TypeScript SDK and "
-        "Node 22)...",
+        "check: npm ci in tests/node (the MCP conformance suite, the Node clients and Node 22)...",
         "check: ruff check (lint)...",
         "check: ruff format --check...",
         "check: mypy --strict (a minute or so without its cache)...",
