@@ -528,3 +528,23 @@ def test_a_replay_of_an_answer_whose_secret_was_redacted_says_so(tmp_path: Path)
         assert b"pi_1_secret_abcdef" not in again.content and again.json()["id"] == "pi_1"
         assert len(upstream.seen) == 1
         gw.stop()
+
+
+def test_a_service_that_cannot_be_reached_is_failed_not_unresolved(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on once it is closed
+        probe.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    with Children() as children:
+        routes = write_routes(tmp_path / "routes.toml", [route("down", "/down", closed)])
+        gw = Gateway(children, routes, db=str(tmp_path / "journal.db"), cwd=tmp_path)
+        gw.start()
+        first = send(f"{gw.url}/down/payments", task="t-down", step="pay", json={"a": 1})
+        assert first.status_code == 502 and first.json()["state"] == "FAILED", first.text
+        assert "nothing was sent" in first.json()["detail"]
+        again = send(f"{gw.url}/down/payments", task="t-down", step="pay", json={"a": 1})
+        assert again.headers["Intentlog-Key"] == first.headers["Intentlog-Key"] + ".2", again.text
+        states = [op["state"] for op in _ops(gw, "t-down")]
+        assert states == ["FAILED", "FAILED"]  # nobody is paged for an outage
+        gw.stop()

@@ -37,7 +37,13 @@ from intentlog._keys import canonical_json, derive_key, fingerprint, validate_la
 from intentlog._model import State
 from intentlog._open import cli_command
 from intentlog.gateway._answers import Reply, problem, replay
-from intentlog.gateway._forward import Incoming, Upstream, effect_for, receipt_answer
+from intentlog.gateway._forward import (
+    Incoming,
+    NotSent,
+    Upstream,
+    effect_for,
+    receipt_answer,
+)
 from intentlog.gateway._handles import TaskHandles
 from intentlog.integrations import AmbiguousResponse
 
@@ -90,16 +96,24 @@ class Calls:
         upstream: Upstream | None = None
         try:
             async with self.handles.held(task_id) as task:
-                key = await self._attempt_key(base, prints, task_id)
-                if isinstance(key, Reply):
-                    return key
-                effect, upstream, spec = effect_for(route, incoming, self.client)
+                attempt = await self._attempt_key(base, prints, task_id)
+                if isinstance(attempt, Reply):
+                    return attempt
+                key, first = attempt
+                effect, upstream, spec = effect_for(route, incoming, self.client, first=first)
                 try:
                     spec.request(key, None)  # a body the service cannot take: nothing journaled
                 except Rejected as exc:
                     return problem(400, "unsendable", str(exc), key=key, task=task_id)
                 try:
                     receipt = await task.run(effect, key=key, request=request)
+                except NotSent as exc:
+                    return problem(
+                        502, "upstream",
+                        f"{exc}. The request is recorded FAILED (not applied); send it again "
+                        "once the service can be reached: it goes as a new attempt.",
+                        key=key, task=task_id, state="FAILED", retry_after=1,
+                    )  # fmt: skip
                 except Rejected as exc:
                     if upstream.answered:  # the service's own refusal, as it came
                         return Reply(
@@ -191,15 +205,16 @@ class Calls:
                 return Reply(upstream.status, upstream.headers, upstream.body, state)
             return problem(502, "journal", str(exc), task=task_id, key=exc.key, state=exc.state)
 
-    async def _attempt_key(self, base: str, prints: str, task_id: str) -> str | Reply:
-        """The key of the attempt to run: the first one not refused by the service. An
-        attempt recorded for another request is a reused identity (422)."""
+    async def _attempt_key(self, base: str, prints: str, task_id: str) -> tuple[str, bool] | Reply:
+        """The key of the attempt to run (the first one not refused by the service), and
+        whether it is new (no operation has it yet). An attempt recorded for another request
+        is a reused identity (422)."""
         for attempt in range(1, MAX_ATTEMPTS + 1):
             key = base if attempt == 1 else f"{base}.{attempt}"
             try:
                 op = await self.journal.operation(key)
             except UnknownOperation:
-                return key
+                return key, True
             if op.fingerprint != prints:
                 return problem(
                     422,
@@ -211,7 +226,7 @@ class Calls:
                     key=base,
                 )
             if op.state is not State.FAILED:
-                return key
+                return key, False
             if not _refused_by_service(op.error):
                 # A person resolved it failed, denied it, or cancelled its task: "not to be
                 # sent again" is theirs to lift, not the agent's repeat.
@@ -249,7 +264,7 @@ def _caller(headers: dict[str, str]) -> str:
 def _refused_by_service(error: Any) -> bool:
     """Whether a FAILED operation's error is the service's own refusal (it definitely did not
     apply, so the same request may be sent as a new attempt), as the protocol records one."""
-    return isinstance(error, dict) and error.get("type") in ("Rejected", "KeyConflict")
+    return isinstance(error, dict) and error.get("type") in ("Rejected", "KeyConflict", "NotSent")
 
 
 def _reconciled(receipt: Any) -> bool:

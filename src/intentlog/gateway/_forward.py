@@ -31,7 +31,7 @@ from intentlog._errors import Rejected
 from intentlog._flow import drive_async
 from intentlog._model import LookupResult
 from intentlog._service import Service
-from intentlog.integrations import _encoding
+from intentlog.integrations import AmbiguousResponse, _encoding
 from intentlog.integrations._http_runner import _Answer, _exchange_async, _Flow, _Pause, _Send
 from intentlog.integrations.http import Receipt, _Spec, _spec
 
@@ -80,6 +80,10 @@ class Incoming:
         return ""
 
 
+class NotSent(Rejected):
+    """The request's first send ever could not connect to the service: nothing was sent."""
+
+
 @dataclasses.dataclass
 class Upstream:
     """The last exchange's answer as it came: what the client is given the first time."""
@@ -89,6 +93,8 @@ class Upstream:
     body: bytes = b""
     answered: bool = False
     truncated: bool = False  # the body was over the runner's bound: only its start is here
+    first: bool = False  # no operation had this key before: no earlier send of it exists
+    sends: int = 0  # submit requests begun by this effect
 
 
 @dataclasses.dataclass(frozen=True)
@@ -223,7 +229,7 @@ class _GatewaySpec(_Spec):
 
 
 def effect_for(
-    route: Route, incoming: Incoming, client: httpx.AsyncClient
+    route: Route, incoming: Incoming, client: httpx.AsyncClient, *, first: bool = False
 ) -> tuple[Effect, Upstream, _GatewaySpec]:
     """The effect that forwards ``incoming`` on ``route`` (made per request: its URL is the
     request's). Its receipt is the upstream's answer (:func:`receipt_answer` reads it back);
@@ -247,7 +253,7 @@ def effect_for(
     )  # fmt: skip
     fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(base)}
     spec = _GatewaySpec(**{**fields, "fields": ()}, incoming=incoming)
-    upstream = Upstream()
+    upstream = Upstream(first=first)
 
     async def submit(key: str, /, **_: Any) -> Receipt:
         receipt = await drive_async(
@@ -332,7 +338,21 @@ async def _exchange(
         seen.append(response)
 
     hooked = cast("httpx.AsyncClient", _Hooked(client, hook))  # send and build_request only
-    answer = await _exchange_async(hooked, spec, step)
+    sends_before = upstream.sends
+    if step.mark_sent:
+        upstream.sends += 1
+    try:
+        answer = await _exchange_async(hooked, spec, step)
+    except AmbiguousResponse as exc:
+        import httpx
+
+        never_sent = upstream.first and step.mark_sent and sends_before == 0
+        if never_sent and isinstance(exc.__cause__, httpx.ConnectError | httpx.ConnectTimeout):
+            # No connection was made, so no byte of the request left: and no earlier send of
+            # this key exists (upstream.first). Not applied, and known so: FAILED, and the
+            # same request again is a new attempt once the service can be reached.
+            raise NotSent(f"{exc}; no connection was made, so nothing was sent") from exc
+        raise
     if answer is not None and seen:
         upstream.status = answer.status
         upstream.headers = list(seen[-1].headers.multi_items())
