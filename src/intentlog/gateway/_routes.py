@@ -127,21 +127,6 @@ class Route:
             return place.name
         return self.key_header or "Idempotency-Key"
 
-    def describe(self) -> str:
-        """One line on how the route treats unsafe requests (for the start-up log)."""
-        if self.passthrough:
-            return f"{self.prefix} -> {self.upstream}: passed through, not journaled"
-        contract = self.contract(self.upstream)
-        kinds = []
-        if contract.deduplicates:
-            kinds.append("deduplicates")
-        if self.lookup is not None or (self.service is not None and self.service.search):
-            kinds.append("can be looked up")
-        how = (
-            " and ".join(kinds) or "can neither deduplicate nor be asked (UNRESOLVED after a crash)"
-        )
-        return f"{self.prefix} -> {self.upstream}: journaled; {how}"
-
 
 @dataclasses.dataclass(frozen=True)
 class RouteFile:

@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import dataclasses
 import ipaddress
-import logging
 import signal
 import socket
 import sys
@@ -22,7 +21,6 @@ from intentlog.integrations import _require
 
 __all__ = ["DEFAULT_LISTEN", "GatewayConfig", "is_loopback", "serve"]
 
-log = logging.getLogger("intentlog.gateway")
 
 DEFAULT_LISTEN = ("127.0.0.1", 8787)
 DEFAULT_IDLE = 5.0
@@ -82,8 +80,6 @@ async def serve(config: GatewayConfig) -> None:
     calls = Calls(journal, client, idle=config.idle)
     try:
         app = GatewayApp(config.routes, calls, client, token=config.token, max_body=config.max_body)
-        for route in config.routes.routes:
-            log.info("%s", route.describe())
         sock = _bound(config.listen)
         host, port = sock.getsockname()[:2]
         shown = f"[{host}]" if ":" in host else host
