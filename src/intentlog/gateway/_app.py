@@ -22,8 +22,7 @@ from intentlog.gateway._calls import Calls
 from intentlog.gateway._forward import Incoming
 
 if TYPE_CHECKING:
-    import httpx
-
+    from intentlog.gateway._relay import Relay, RelayResponse
     from intentlog.gateway._routes import Route, RouteFile
 
 __all__ = ["TOKEN_HEADER", "GatewayApp"]
@@ -72,7 +71,7 @@ class GatewayApp:
         self,
         routes: RouteFile,
         calls: Calls,
-        client: httpx.AsyncClient,
+        client: Relay,
         *,
         token: str | None,
         max_body: int,
@@ -98,7 +97,7 @@ class GatewayApp:
         else:
             await _stream(send, reply, head=head)
 
-    async def _answer(self, scope: Scope, receive: Receive) -> Reply | httpx.Response:
+    async def _answer(self, scope: Scope, receive: Receive) -> Reply | RelayResponse:
         method: str = scope["method"].upper()
         path: str = scope.get("raw_path", scope["path"].encode()).decode("latin-1")
         query: str = scope.get("query_string", b"").decode("latin-1")
@@ -176,7 +175,7 @@ class GatewayApp:
 
     async def _pass(
         self, url: str, incoming: Incoming, timeout: float | None
-    ) -> Reply | httpx.Response:
+    ) -> Reply | RelayResponse:
         """Forward a request unjournaled: its answer, to be streamed back as it comes."""
         import httpx
 
@@ -284,7 +283,7 @@ async def _send(send: Send, reply: Reply, *, head: bool) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-async def _stream(send: Send, response: httpx.Response, *, head: bool) -> None:
+async def _stream(send: Send, response: RelayResponse, *, head: bool) -> None:
     """Give a passed-through answer back as it comes (memory bounded by a chunk), and close
     the upstream's answer whatever happens."""
     try:

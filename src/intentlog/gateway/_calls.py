@@ -48,8 +48,7 @@ from intentlog.gateway._handles import TaskHandles
 from intentlog.integrations import AmbiguousResponse
 
 if TYPE_CHECKING:
-    import httpx
-
+    from intentlog.gateway._relay import Relay
     from intentlog.gateway._routes import Route
 
 __all__ = ["STEP_HEADER", "TASK_HEADER", "Calls"]
@@ -65,7 +64,7 @@ MAX_ATTEMPTS = 20  # attempts refused by the service before the gateway stops tr
 class Calls:
     """The journaled requests of one gateway process."""
 
-    def __init__(self, journal: AsyncJournal, client: httpx.AsyncClient, idle: float) -> None:
+    def __init__(self, journal: AsyncJournal, client: Relay, idle: float) -> None:
         self.journal = journal
         self.client = client
         self.handles = TaskHandles(journal, idle=idle)
@@ -96,62 +95,78 @@ class Calls:
         upstream: Upstream | None = None
         try:
             async with self.handles.held(task_id) as task:
-                attempt = await self._attempt_key(base, prints, task_id)
-                if isinstance(attempt, Reply):
-                    return attempt
-                key, first = attempt
-                effect, upstream, spec = effect_for(route, incoming, self.client, first=first)
-                try:
-                    spec.request(key, None)  # a body the service cannot take: nothing journaled
-                except Rejected as exc:
-                    return problem(400, "unsendable", str(exc), key=key, task=task_id)
-                try:
-                    receipt = await task.run(effect, key=key, request=request)
-                except NotSent as exc:
-                    return problem(
-                        502, "upstream",
-                        f"{exc}. The request is recorded FAILED (not applied); send it again "
-                        "once the service can be reached: it goes as a new attempt.",
-                        key=key, task=task_id, state="FAILED", retry_after=1,
-                    )  # fmt: skip
-                except Rejected as exc:
-                    if upstream.answered:  # the service's own refusal, as it came
-                        return Reply(
-                            upstream.status,
-                            upstream.headers,
-                            upstream.body,
-                            {"Intentlog-State": "FAILED", "Intentlog-Key": key},
+                # The first attempt's key is run straight away, with no read before it: the
+                # journal answers a key it holds (a replay, a reconciliation, a resend of the
+                # same key) as it would anyway. Only when it refuses by itself, asking the
+                # service nothing, is the journal read to find the attempt to run, if any.
+                key, careful = base, False
+                while True:
+                    effect, upstream, spec = effect_for(
+                        route, incoming, self.client, first_send=self._first_send
+                    )
+                    try:
+                        spec.request(key, None)  # a body the service cannot take
+                    except Rejected as exc:
+                        return problem(400, "unsendable", str(exc), key=key, task=task_id)
+                    try:
+                        receipt = await task.run(effect, key=key, request=request)
+                    except NotSent as exc:
+                        return problem(
+                            502, "upstream",
+                            f"{exc}. The request is recorded FAILED (not applied); send it again "
+                            "once the service can be reached: it goes as a new attempt.",
+                            key=key, task=task_id, state="FAILED", retry_after=1,
+                        )  # fmt: skip
+                    except (Rejected, KeyConflict) as exc:
+                        if not careful and not upstream.asked:
+                            # The journal refused by itself, from what it holds (the key is
+                            # FAILED, or another request's): read it, attempt by attempt.
+                            careful = True
+                            attempt = await self._attempt_key(base, prints, task_id)
+                            if isinstance(attempt, Reply):
+                                return attempt
+                            key = attempt
+                            continue
+                        if isinstance(exc, KeyConflict):
+                            raise
+                        if upstream.answered:  # the service's own refusal, as it came
+                            return Reply(
+                                upstream.status,
+                                upstream.headers,
+                                upstream.body,
+                                {"Intentlog-State": "FAILED", "Intentlog-Key": key},
+                            )
+                        return problem(
+                            502 if exc.status is None else 400,
+                            "refused",
+                            str(exc),
+                            key=key,
+                            task=task_id,
+                            state="FAILED",
                         )
-                    return problem(
-                        502 if exc.status is None else 400,
-                        "refused",
-                        str(exc),
-                        key=key,
-                        task=task_id,
-                        state="FAILED",
-                    )
-                except AmbiguousResponse as exc:
-                    # It may have been applied: SUBMITTED. The same request again is settled
-                    # first (the same key resent where the service deduplicates, else looked
-                    # up, else UNRESOLVED), never sent as a new one.
-                    state = {
-                        "Intentlog-State": "SUBMITTED",
-                        "Intentlog-Key": key,
-                        "Retry-After": "1",
-                    }
-                    if upstream.answered:
-                        return Reply(upstream.status, upstream.headers, upstream.body, state)
-                    return problem(
-                        502,
-                        "in-doubt",
-                        f"{exc}. Send the same request again: the gateway settles this one "
-                        "(resends the same key where the service deduplicates, else asks the "
-                        "service) before anything is sent anew.",
-                        task=task_id,
-                        key=key,
-                        state="SUBMITTED",
-                        retry_after=1,
-                    )
+                    except AmbiguousResponse as exc:
+                        # It may have been applied: SUBMITTED. The same request again is settled
+                        # first (the same key resent where the service deduplicates, else looked
+                        # up, else UNRESOLVED), never sent as a new one.
+                        state = {
+                            "Intentlog-State": "SUBMITTED",
+                            "Intentlog-Key": key,
+                            "Retry-After": "1",
+                        }
+                        if upstream.answered:
+                            return Reply(upstream.status, upstream.headers, upstream.body, state)
+                        return problem(
+                            502,
+                            "in-doubt",
+                            f"{exc}. Send the same request again: the gateway settles this one "
+                            "(resends the same key where the service deduplicates, else asks the "
+                            "service) before anything is sent anew.",
+                            task=task_id,
+                            key=key,
+                            state="SUBMITTED",
+                            retry_after=1,
+                        )
+                    break
                 if upstream.answered and not upstream.truncated and not _reconciled(receipt):
                     # This request's own answer, sent back as it came (a record a lookup
                     # found after an answer that proved nothing is given as a replay).
@@ -205,16 +220,15 @@ class Calls:
                 return Reply(upstream.status, upstream.headers, upstream.body, state)
             return problem(502, "journal", str(exc), task=task_id, key=exc.key, state=exc.state)
 
-    async def _attempt_key(self, base: str, prints: str, task_id: str) -> tuple[str, bool] | Reply:
-        """The key of the attempt to run (the first one not refused by the service), and
-        whether it is new (no operation has it yet). An attempt recorded for another request
-        is a reused identity (422)."""
+    async def _attempt_key(self, base: str, prints: str, task_id: str) -> str | Reply:
+        """The key of the attempt to run (the first one not refused by the service). An
+        attempt recorded for another request is a reused identity (422)."""
         for attempt in range(1, MAX_ATTEMPTS + 1):
             key = base if attempt == 1 else f"{base}.{attempt}"
             try:
                 op = await self.journal.operation(key)
             except UnknownOperation:
-                return key, True
+                return key
             if op.fingerprint != prints:
                 return problem(
                     422,
@@ -226,7 +240,7 @@ class Calls:
                     key=base,
                 )
             if op.state is not State.FAILED:
-                return key, False
+                return key
             if not _refused_by_service(op.error):
                 # A person resolved it failed, denied it, or cancelled its task: "not to be
                 # sent again" is theirs to lift, not the agent's repeat.
@@ -245,6 +259,16 @@ class Calls:
             task=task_id,
             key=base,
         )
+
+    async def _first_send(self, key: str) -> bool:
+        """Whether the send of ``key`` under way is its first ever (its operation counts one
+        attempt, this one). Asked only when a send could not connect; False when the journal
+        cannot say."""
+        try:
+            op = await self.journal.operation(key)
+        except Error:
+            return False
+        return op.attempts == 1
 
     async def aclose(self) -> None:
         await self.handles.aclose()

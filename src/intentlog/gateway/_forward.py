@@ -24,6 +24,7 @@ import hashlib
 import json
 import re
 import urllib.parse
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from intentlog._effect import Effect
@@ -36,8 +37,7 @@ from intentlog.integrations._http_runner import _Answer, _exchange_async, _Flow,
 from intentlog.integrations.http import Receipt, _Spec, _spec
 
 if TYPE_CHECKING:
-    import httpx
-
+    from intentlog.gateway._relay import Relay, RelayResponse
     from intentlog.gateway._routes import Route
 
 __all__ = ["KEPT_HEADERS", "Incoming", "Upstream", "effect_for", "receipt_answer"]
@@ -93,8 +93,12 @@ class Upstream:
     body: bytes = b""
     answered: bool = False
     truncated: bool = False  # the body was over the runner's bound: only its start is here
-    first: bool = False  # no operation had this key before: no earlier send of it exists
     sends: int = 0  # submit requests begun by this effect
+    asked: bool = False  # the service was asked anything (a send, a lookup, a search)
+    key: str = ""  # the key being sent
+    #: Whether the send of a key under way is its first ever (asked of the journal only
+    #: when a send could not connect): None, never assumed so.
+    first_send: Callable[[str], Awaitable[bool]] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -229,7 +233,11 @@ class _GatewaySpec(_Spec):
 
 
 def effect_for(
-    route: Route, incoming: Incoming, client: httpx.AsyncClient, *, first: bool = False
+    route: Route,
+    incoming: Incoming,
+    client: Relay,
+    *,
+    first_send: Callable[[str], Awaitable[bool]] | None = None,
 ) -> tuple[Effect, Upstream, _GatewaySpec]:
     """The effect that forwards ``incoming`` on ``route`` (made per request: its URL is the
     request's). Its receipt is the upstream's answer (:func:`receipt_answer` reads it back);
@@ -253,9 +261,10 @@ def effect_for(
     )  # fmt: skip
     fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(base)}
     spec = _GatewaySpec(**{**fields, "fields": ()}, incoming=incoming)
-    upstream = Upstream(first=first)
+    upstream = Upstream(first_send=first_send)
 
     async def submit(key: str, /, **_: Any) -> Receipt:
+        upstream.key, upstream.asked = key, True
         receipt = await drive_async(
             spec.submit_flow(key, None), functools.partial(_exchange, client, spec, upstream)
         )
@@ -264,6 +273,7 @@ def effect_for(
         return receipt  # a lookup found it while the service was still working on the key
 
     async def reconcile(key: str) -> Any:
+        upstream.asked = True
         return await drive_async(
             spec.lookup_flow(key), functools.partial(_exchange, client, spec, Upstream())
         )
@@ -325,16 +335,16 @@ def _shown(args: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _exchange(
-    client: httpx.AsyncClient, spec: _GatewaySpec, upstream: Upstream, step: _Send | _Pause
+    client: Relay, spec: _GatewaySpec, upstream: Upstream, step: _Send | _Pause
 ) -> _Answer | None:
     """Perform one step of the flow (as the HTTP effect's async runner does), keeping the
     answer's status, headers and body for the client."""
     if isinstance(step, _Pause):
         await asyncio.sleep(step.seconds)
         return None
-    seen: list[httpx.Response] = []
+    seen: list[RelayResponse] = []
 
-    async def hook(response: httpx.Response) -> None:
+    async def hook(response: RelayResponse) -> None:
         seen.append(response)
 
     hooked = cast("httpx.AsyncClient", _Hooked(client, hook))  # send and build_request only
@@ -346,11 +356,18 @@ async def _exchange(
     except AmbiguousResponse as exc:
         import httpx
 
-        never_sent = upstream.first and step.mark_sent and sends_before == 0
-        if never_sent and isinstance(exc.__cause__, httpx.ConnectError | httpx.ConnectTimeout):
+        unconnected = isinstance(exc.__cause__, httpx.ConnectError | httpx.ConnectTimeout)
+        if (
+            unconnected
+            and step.mark_sent
+            and sends_before == 0
+            and upstream.first_send is not None
+            and await upstream.first_send(upstream.key)
+        ):
             # No connection was made, so no byte of the request left: and no earlier send of
-            # this key exists (upstream.first). Not applied, and known so: FAILED, and the
-            # same request again is a new attempt once the service can be reached.
+            # this key exists (the journal counts this one attempt). Not applied, and known
+            # so: FAILED, and the same request again is a new attempt once the service can
+            # be reached.
             raise NotSent(f"{exc}; no connection was made, so nothing was sent") from exc
         raise
     if answer is not None and seen:
@@ -366,7 +383,7 @@ class _Hooked:
     """The client, with a hook that sees each response's headers (the runner keeps the
     status and the body only)."""
 
-    def __init__(self, client: httpx.AsyncClient, hook: Any) -> None:
+    def __init__(self, client: Relay, hook: Any) -> None:
         self._client, self._hook = client, hook
 
     def build_request(self, *args: Any, **kwargs: Any) -> Any:

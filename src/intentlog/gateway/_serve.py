@@ -70,13 +70,15 @@ def is_loopback(host: str) -> bool:
 async def serve(config: GatewayConfig) -> None:
     """Serve until SIGTERM or SIGINT: requests in flight finish (their answers are
     recorded and given), then every task held is settled and the journal closed."""
-    httpx = _require("httpx", "gateway")
+    _require("httpx", "gateway")  # its errors are the relay's
     uvicorn = _require("uvicorn", "gateway")
     journal = open_async(config.db)
     observing = _observing(config)
     # One pool for every request: connections to an upstream are reused; no timeout here,
     # each request carries its route's.
-    client = httpx.AsyncClient(timeout=None, follow_redirects=False, trust_env=False)
+    from intentlog.gateway._relay import Relay
+
+    client = Relay()
     calls = Calls(journal, client, idle=config.idle)
     try:
         app = GatewayApp(config.routes, calls, client, token=config.token, max_body=config.max_body)
