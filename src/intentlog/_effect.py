@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import types
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Unpack, overload
 
@@ -116,11 +117,7 @@ class Effect:
         self.store_args = bool(store_args) or approval
         self.lazy_receipt = bool(lazy_receipt)
         self.approval = approval
-        try:
-            self._signature: inspect.Signature | None = inspect.signature(submit)
-        except (TypeError, ValueError):  # some builtins have no signature
-            self._signature = None
-        self._fast = _fast_binding(self._signature)
+        self._signature, self._fast = _signature_of(submit)
         self._async_of: tuple[Any, ...] = ()
         self._is_async = False
         self._policy_of: tuple[Any, ...] = ()
@@ -263,6 +260,47 @@ class Effect:
             c for c, on in (("reconcile", self.reconcile), ("idempotent", self.idempotent)) if on
         ]
         return f"<Effect {self.name!r} {'+'.join(caps) or 'neither'}>"
+
+
+_Fast = tuple[dict[str, None], dict[str, Any], frozenset[str]]
+#: The signatures of plain functions, by what decides them: an effect made anew for each
+#: call around a closure (the gateway makes one per request) inspects its submit once.
+_SIGNATURES: dict[tuple[Any, ...], tuple[inspect.Signature | None, _Fast | None]] = {}
+_SIGNATURES_KEPT = 512
+
+
+def _signature_of(submit: Any) -> tuple[inspect.Signature | None, _Fast | None]:
+    """``submit``'s signature (None if it has none) and its fast binding."""
+    cache_key: tuple[Any, ...] | None = None
+    if (
+        type(submit) is types.FunctionType
+        and "__signature__" not in submit.__dict__
+        and "__wrapped__" not in submit.__dict__
+    ):
+        # The code and the defaults decide a plain function's parameters (its annotations,
+        # which may differ between closures of one code, play no part in binding).
+        kwdefaults = submit.__kwdefaults__
+        cache_key = (
+            submit.__code__,
+            submit.__defaults__,
+            None if kwdefaults is None else tuple(kwdefaults.items()),
+        )
+        try:
+            return _SIGNATURES[cache_key]
+        except TypeError:  # an unhashable default
+            cache_key = None
+        except KeyError:
+            pass
+    try:
+        signature: inspect.Signature | None = inspect.signature(submit)
+    except (TypeError, ValueError):  # some builtins have no signature
+        signature = None
+    found = signature, _fast_binding(signature)
+    if cache_key is not None:
+        if len(_SIGNATURES) >= _SIGNATURES_KEPT:
+            _SIGNATURES.clear()
+        _SIGNATURES[cache_key] = found
+    return found
 
 
 def _fast_binding(

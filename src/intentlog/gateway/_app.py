@@ -10,6 +10,7 @@ every other request header is (credentials included), and never journaled.
 
 from __future__ import annotations
 
+import functools
 import hmac
 import ipaddress
 import logging
@@ -200,6 +201,7 @@ def _timeout(route: Route) -> float | None:
     return None if stated is None else float(stated)
 
 
+@functools.lru_cache(maxsize=256)  # a gateway is asked by a few names, on every request
 def _loopback_host(host: str | None) -> bool:
     """Whether a Host header names a loopback name or address (any port)."""
     if not host:

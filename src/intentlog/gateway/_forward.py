@@ -34,7 +34,7 @@ from intentlog._model import LookupResult
 from intentlog._service import Service
 from intentlog.integrations import AmbiguousResponse, _encoding
 from intentlog.integrations._http_runner import _Answer, _exchange_async, _Flow, _Pause, _Send
-from intentlog.integrations.http import Receipt, _Spec, _spec
+from intentlog.integrations.http import Receipt, _Contract, _Spec, _spec
 
 if TYPE_CHECKING:
     from intentlog.gateway._relay import Relay, RelayResponse
@@ -250,17 +250,9 @@ def effect_for(
     service is the plain one, deduplicating by its header where it has one, else neither."""
     url = route.target(incoming.path, incoming.query)
     path = urllib.parse.urlsplit(url).path
-    service = route.service
-    if service is not None and not covered(service, incoming.method, path, incoming.body):
-        service = plain(service)
-    contract = route.contract(url, service)
-    lookup = route.lookup_for()
-    base = _spec(
-        route.effect, incoming.method, url, ("_",), lookup, contract, None,
-        route.not_applied, route.in_progress, route.key_reused,
-    )  # fmt: skip
-    fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(base)}
-    spec = _GatewaySpec(**{**fields, "fields": ()}, incoming=incoming)
+    whole = route.service is None or covered(route.service, incoming.method, path, incoming.body)
+    contract, template = _template(route, incoming.method, url, whole=whole)
+    spec = dataclasses.replace(template, url=url, incoming=incoming)
     upstream = Upstream(first_send=first_send)
 
     async def submit(key: str, /, **_: Any) -> Receipt:
@@ -286,6 +278,33 @@ def effect_for(
         **contract.effect,
     )
     return effect, upstream, spec
+
+
+#: Per route, method and service (whole or plain), and whether the URL holds ``{key}``: the
+#: checked contract and the spec without its URL, made at the first such request. They
+#: depend on nothing else of a request; the route is kept beside them (its id is the key).
+_TEMPLATES: dict[tuple[int, str, bool, bool], tuple[Route, _Contract, _GatewaySpec]] = {}
+
+
+def _template(
+    route: Route, method: str, url: str, *, whole: bool
+) -> tuple[_Contract, _GatewaySpec]:
+    """The contract and spec template of a request to ``url`` (InvalidInput, never kept,
+    where it is not usable)."""
+    cache = (id(route), method, whole, "{key}" in url)
+    found = _TEMPLATES.get(cache)
+    if found is not None and found[0] is route:
+        return found[1], found[2]
+    service = route.service if whole or route.service is None else plain(route.service)
+    contract = route.contract(url, service)
+    base = _spec(
+        route.effect, method, url, ("_",), route.lookup_for(), contract, None,
+        route.not_applied, route.in_progress, route.key_reused,
+    )  # fmt: skip
+    fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(base)}
+    template = _GatewaySpec(**{**fields, "fields": ()}, incoming=None)
+    _TEMPLATES[cache] = (route, contract, template)
+    return contract, template
 
 
 #: The requests each profile's search covers (POST to these upstream paths): only there is

@@ -23,7 +23,11 @@ Guarantees:
 - the ``trace`` extension is called with ``http11.send_request_body.complete`` once the
   whole request is written to the socket (the HTTP effect's ``after_send`` mark), as httpcore
   does;
-- a ``timeout`` bounds each wait (connect, write, each read), as httpx's does; None waits;
+- a ``timeout`` bounds the connect, the request's writing, its answer's head, and each read
+  of the body (httpx bounds each wait alike); None waits. The trace is not bounded;
+- a request that cannot be written (a CR or LF in a header, a bad name) is refused before
+  any connection is taken, and a connection dropped is aborted: nothing buffered for it is
+  sent later;
 - an answer in ``gzip`` or ``deflate`` is given decoded (those are the encodings asked for);
   its headers are given as they came;
 - an answer the wire cannot frame without guessing (see :mod:`intentlog.gateway._wire`) is
@@ -134,8 +138,10 @@ class _Connection:
         )
 
     def close(self) -> None:
+        """Drop the connection at once: what is still buffered to be written is discarded
+        (a request whose writing timed out is not finished behind the caller's back)."""
         with contextlib.suppress(Exception):
-            self.writer.close()
+            self.writer.transport.abort()
 
 
 class _Pool:
@@ -166,14 +172,17 @@ class Relay:
     ) -> RelayRequest:
         """The request, its URL checked (``http`` or ``https``, a host) and its framing
         headers set: Host from the URL, Content-Length from the body."""
-        parts = urllib.parse.urlsplit(url)
+        try:
+            parts = urllib.parse.urlsplit(url)
+            stated = parts.port
+        except ValueError as exc:
+            raise httpx.InvalidURL(str(exc)) from None
         scheme = parts.scheme.lower()
         if scheme not in ("http", "https") or not parts.hostname:
             raise httpx.UnsupportedProtocol(f"cannot send to {scheme or 'no'} URL")
-        try:
-            port = parts.port or (443 if scheme == "https" else 80)
-        except ValueError as exc:
-            raise httpx.InvalidURL(str(exc)) from None
+        if stated == 0:
+            raise httpx.InvalidURL("port 0 is no port to send to")
+        port = stated or (443 if scheme == "https" else 80)
         host = parts.hostname
         shown = f"[{host}]" if ":" in host else host
         default_port = port == (443 if scheme == "https" else 80)
@@ -197,6 +206,10 @@ class Relay:
         (``stream`` is accepted for httpx's signature: the body is always streamed)."""
         if self._closed:
             raise httpx.ConnectError("the gateway's upstream client is closed")
+        try:  # before any connection is taken: a request that cannot be written is not sent
+            data = request_bytes(request.method, request.target, request.headers, request.content)
+        except WireError as exc:
+            raise httpx.LocalProtocolError(str(exc)) from exc
         pool = self._pools.get(request.origin)
         if pool is None:
             pool = self._pools[request.origin] = _Pool()
@@ -204,7 +217,7 @@ class Relay:
         try:
             conn = self._idle(pool) or await self._connect(request)
             try:
-                head = await self._exchange(conn, request)
+                head = await self._exchange(conn, request, data)
                 return RelayResponse(self, pool, conn, request, head)
             except BaseException:
                 conn.close()
@@ -257,33 +270,41 @@ class Relay:
             raise httpx.ConnectError(str(exc) or type(exc).__name__) from exc
         return _Connection(reader, writer)
 
-    async def _exchange(self, conn: _Connection, request: RelayRequest) -> Head:
+    async def _exchange(self, conn: _Connection, request: RelayRequest, data: bytes) -> Head:
         """Write the request, then read up to the answer's head (1xx answers passed over)."""
-        try:
-            data = request_bytes(request.method, request.target, request.headers, request.content)
-        except WireError as exc:
-            raise httpx.LocalProtocolError(str(exc)) from exc
-        try:
-            conn.writer.write(data)
-            await _within(request.timeout, conn.writer.drain())
-        except TimeoutError:
-            raise httpx.WriteTimeout("writing the request timed out") from None
-        except OSError as exc:
-            raise httpx.WriteError(str(exc) or type(exc).__name__) from exc
+        conn.writer.write(data)
+        if conn.writer.transport.get_write_buffer_size():  # not all taken by the socket yet
+            try:
+                await _within(request.timeout, conn.writer.drain())
+            except TimeoutError:
+                raise httpx.WriteTimeout("writing the request timed out") from None
+            except OSError as exc:
+                raise httpx.WriteError(str(exc) or type(exc).__name__) from exc
         if request.trace is not None:
+            # Outside the request's deadline: the trace is the journal's (its after_send
+            # mark), which must not be cut short by a slow answer, nor count against it.
             awaited = request.trace("http11.send_request_body.complete", {})
             if awaited is not None:
                 await awaited
-        while True:
-            raw = await _read(conn, request.timeout, b"\r\n\r\n", head=True)
-            try:
-                head = parse_head(raw)
-            except WireError as exc:
-                raise httpx.RemoteProtocolError(str(exc)) from exc
-            if not 100 <= head.status < 200:
-                return head
-            if head.status == 101:
-                raise httpx.RemoteProtocolError("the server switched protocols (101)")
+        # One deadline for the whole head (a timer per read would cost more than the read).
+        try:
+            async with (
+                contextlib.nullcontext()
+                if request.timeout is None
+                else asyncio.timeout(request.timeout)
+            ):
+                while True:
+                    raw = await _read(conn, None, b"\r\n\r\n", head=True)
+                    try:
+                        head = parse_head(raw)
+                    except WireError as exc:
+                        raise httpx.RemoteProtocolError(str(exc)) from exc
+                    if not 100 <= head.status < 200:
+                        return head
+                    if head.status == 101:
+                        raise httpx.RemoteProtocolError("the server switched protocols (101)")
+        except TimeoutError:
+            raise httpx.ReadTimeout("reading the answer timed out") from None
 
 
 class RelayResponse:
@@ -389,6 +410,8 @@ async def _exactly(conn: _Connection, timeout: float | None, size: int) -> bytes
 
 
 async def _some(conn: _Connection, timeout: float | None, size: int) -> bytes:
+    if getattr(conn.reader, "_buffer", None):
+        timeout = None  # the bytes are here already: no wait to bound, and no timer to arm
     try:
         return await _within(timeout, conn.reader.read(size))
     except TimeoutError:
@@ -409,20 +432,28 @@ class _Deflate:
     the first chunk tells which (httpx reads it the same way)."""
 
     def __init__(self) -> None:
-        self._first = True
-        self._z = zlib.decompressobj()
+        self._start = b""  # the first bytes, until two are here: zlib's header is two
+        self._z: Any = None
 
     def decompress(self, data: bytes) -> bytes:
-        if self._first:
-            self._first = False
+        if self._z is None:
+            self._start += data
+            if len(self._start) < 2:
+                return b""
+            data, self._start = self._start, b""
+            self._z = zlib.decompressobj()
             try:
-                return self._z.decompress(data)
+                return bytes(self._z.decompress(data))
             except zlib.error:
                 self._z = zlib.decompressobj(-zlib.MAX_WBITS)
-        return self._z.decompress(data)
+        return bytes(self._z.decompress(data))
 
     def flush(self) -> bytes:
-        return self._z.flush()
+        if self._z is None:  # fewer than two bytes in all: raw deflate, or nothing
+            if not self._start:
+                return b""
+            return zlib.decompressobj(-zlib.MAX_WBITS).decompress(self._start)
+        return bytes(self._z.flush())
 
 
 def _decoder(encoding: str | None) -> Any:

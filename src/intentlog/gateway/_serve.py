@@ -92,6 +92,10 @@ async def serve(config: GatewayConfig) -> None:
                 log_level="warning",
                 server_header=False,
                 access_log=False,
+                # h11 whatever else is installed: httptools (uvicorn's "auto" choice where it
+                # is) answers some requests the gateway refuses with a problem of its own
+                # (a bad header, say) by a plain-text 400 before the gateway sees them.
+                http="h11",
                 # Requests in flight are answered (and recorded) before it stops: as long as
                 # the slowest route's deadline, and a margin.
                 timeout_graceful_shutdown=_grace(config.routes),

@@ -81,6 +81,10 @@ def parse_head(raw: bytes) -> Head:
         name, colon, value = line.partition(b":")
         if not colon or not _TOKEN.fullmatch(name):
             raise WireError(f"not a header line: {line[:80]!r}")
+        if b"\n" in value or b"\r" in value or b"\x00" in value:
+            # A bare LF would be a line break to a reader that splits on it: a value must
+            # not carry one further (RFC 9110 section 5.5: reject, or replace it).
+            raise WireError(f"a header value with a CR, LF or NUL in it: {name[:40]!r}")
         headers.append((name.decode("latin-1"), value.strip(b" \t").decode("latin-1")))
     return Head(int(match.group(2)), int(match.group(1)), headers)
 
@@ -94,7 +98,9 @@ def framing(head: Head, method: str) -> Framing:
     codings = [t.strip().lower() for v in head.values("transfer-encoding") for t in v.split(",")]
     if codings:
         if codings[-1] == "chunked":
-            return Framing(None, True, keep)
+            # Transfer-Encoding beside a Content-Length: the chunks frame it, and the
+            # connection is not reused (RFC 9112 section 6.1: a sign of response splitting).
+            return Framing(None, True, keep and not head.values("content-length"))
         return Framing(None, False, False)  # read up to the close
     lengths = {v.strip() for v in head.values("content-length")}
     if lengths:

@@ -239,6 +239,10 @@ class _Spec:
         still a refusal.
         """
         status = answer.status
+        if 200 <= status < 300 and not (self.service is not None and self.service.answer_errors):
+            receipt, problem = self.receipt_in(answer)
+            if receipt is not None:
+                return receipt  # the common case: no message to make
         where = f"{self.method} {_where(_with_key(self.url, key))}"
         if 200 <= status < 300:
             self.raise_answer_error(key, answer, where)
