@@ -189,6 +189,7 @@ def test_an_effect_made_idempotent_after_it_was_declared_counts_as_not_deduplica
         ({"restart_within": -1}, "restart_within"),
         ({"restart_within": float("inf")}, "restart_within"),
         ({"restart_within": "1h"}, "restart_within"),
+        ({"restart_within": None}, "restart_within"),
         ({"restart_within": 60, "accept": ["nope"]}, "accept names no effect.*nope"),
     ],
 )

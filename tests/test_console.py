@@ -22,7 +22,7 @@ from console_support import (
     running_console,
     task_path,
 )
-from intentlog.console._facts import headroom
+from intentlog._view import headroom
 from intentlog.stores._base import Resolution
 
 SCRIPT = "<script>alert(1)</script>"

@@ -1,4 +1,6 @@
-"""The decision, checked against DESIGN.md: a rule table, the sharp edges, and the guarantee."""
+"""The decision (``intentlog._decide``) held to the rules docs/concepts.md states: a rule table
+against an oracle, the sharp edges, the guarantee and the properties around it, and a task's
+next action."""
 
 from __future__ import annotations
 

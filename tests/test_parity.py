@@ -130,9 +130,6 @@ JOURNAL_FACES: dict[str, Any] = {
 TASK_FACES: dict[str, Any] = {
     "only_async": ["__aenter__", "__aexit__"],
     "not_awaited": ["__enter__", "__exit__"],
-    # next_action: deprecated, kept in each face's old form (a property on Task, a coroutine
-    # on AsyncTask) until it is removed; task.info() is the spelling on both faces.
-    "other_kind": ["next_action"],
 }
 
 

@@ -17,8 +17,8 @@ from click.testing import CliRunner
 import intentlog
 from intentlog import Action, Operation, Policy, State
 from intentlog._decide import decide, in_flight_until, resolve_risk, retention_margin
+from intentlog._view import risks_of
 from intentlog.cli import cli
-from intentlog.console._facts import risks_of
 
 DAY = 24 * 3600.0
 T0 = 1_000_000.0

@@ -25,7 +25,7 @@ from intentlog._hygiene import (
     clean_receipt,
 )
 from intentlog._keys import canonical_json, derive_key, fingerprint
-from intentlog._model import Operation, Policy, State
+from intentlog._model import Operation, OperationChanges, Policy, State
 from intentlog.stores._base import OP_COLUMNS, op_to_row, op_values
 from intentlog.stores.sqlite import SQLiteStore
 from intentlog.testing.store_contract import make_op
@@ -550,6 +550,9 @@ def test_operation_init_takes_exactly_its_fields() -> None:
     op = Operation("k", "t", "e", "f", State.PLANNED, Policy(), 1.0, 2.0, 3)
     assert (op.key, op.created_at, op.updated_at, op.version, op.note) == ("k", 1.0, 2.0, 3, None)
     assert vars(op) == {f.name: getattr(op, f.name) for f in fields}
+    # replace()'s keywords are the fields too, each optional.
+    assert list(OperationChanges.__annotations__) == [f.name for f in fields]
+    assert OperationChanges.__optional_keys__ == {f.name for f in fields}
 
 
 def test_a_version_6_journal_keeps_every_row_and_lists_the_same_open_operations(

@@ -1,5 +1,5 @@
-"""The public surface's spellings: the current ones, and each deprecated old one, which still
-works and warns with a DeprecationWarning naming its replacement."""
+"""The public surface's spellings, one per idea on every entry point: resolve's outcomes,
+task.info(), Recovered.next_action, receipt= and key_retention=."""
 
 from __future__ import annotations
 
@@ -105,28 +105,10 @@ def test_async_task_info_is_the_journal_s_task_info(tmp_path: Path) -> None:
     asyncio.run(main())
 
 
-def test_the_old_task_next_action_property_warns_and_still_works(
-    journal: intentlog.Journal,
-) -> None:
-    warns = pytest.warns(DeprecationWarning, match=r"use task\.info\(\)\.next_action")
-    with journal.task("t") as task, warns:
-        assert task.next_action is Action.RESUME
-
-
-def test_the_old_async_task_next_action_method_warns_and_still_works(tmp_path: Path) -> None:
-    async def main() -> None:
-        warns = pytest.warns(DeprecationWarning, match=r"\(await task\.info\(\)\)")
-        async with intentlog.open_async(tmp_path / "j.db") as journal, journal.task("t") as task:
-            with warns:
-                assert await task.next_action() is Action.RESUME
-
-    asyncio.run(main())
-
-
 # -- Recovered.next_action, as on Pending and TaskInfo -----------------------------------------
 
 
-def test_recovered_names_its_action_next_action_and_the_old_name_warns(tmp_path: Path) -> None:
+def test_recovered_names_its_action_next_action(tmp_path: Path) -> None:
     def charge(key: str, amount: int) -> None:
         raise TimeoutError("no answer")
 
@@ -137,8 +119,7 @@ def test_recovered_names_its_action_next_action_and_the_old_name_warns(tmp_path:
             task.run(effect, amount=1)
         (report,) = journal.recover([effect])
     assert (report.state, report.next_action) == (State.SUBMITTED, Action.WAIT)
-    with pytest.warns(DeprecationWarning, match=r"use Recovered\.next_action"):
-        assert report.action is Action.WAIT
+    assert not hasattr(report, "action")
 
 
 # -- http_effect(receipt=...), as on Effect ---------------------------------------------------
@@ -149,11 +130,9 @@ def charge_once(path: Path, effect: intentlog.Effect) -> Any:
         return task.run(effect, amount=7)
 
 
-def test_http_effect_takes_receipt_and_the_old_receipt_fields_warns(
-    tmp_path: Path, service: ReferenceService
-) -> None:
+def test_http_effect_takes_receipt(tmp_path: Path, service: ReferenceService) -> None:
     url = service.url + "/payments"
-    new = http_effect(
+    effect = http_effect(
         "charge",
         "POST",
         url,
@@ -161,67 +140,45 @@ def test_http_effect_takes_receipt_and_the_old_receipt_fields_warns(
         idempotent=True,
         key_retention=intentlog.FOREVER,
     )
-    with pytest.warns(DeprecationWarning, match=r"use receipt=") as caught:
-        old = http_effect(
-            "charge",
-            "POST",
-            url,
-            receipt_fields=["id", "amount"],
-            idempotent=True,
-            key_retention=intentlog.FOREVER,
-        )
-    assert caught[0].filename == __file__  # the warning points at the caller's line
-    assert old.receipt == new.receipt == ["id", "amount"]
-    receipt = charge_once(tmp_path / "j.db", old)  # the old spelling still sends and keeps
+    assert effect.receipt == ["id", "amount"]
+    receipt = charge_once(tmp_path / "j.db", effect)
     assert set(receipt) == {"id", "amount"} and receipt["amount"] == 7
     assert list(service.truth().values()) == [1]
-    with pytest.warns(DeprecationWarning, match=r"use receipt="):
-        async_old = async_http_effect("charge", "POST", url, receipt_fields=["id"])
-    assert async_old.receipt == ["id"]
+    assert async_http_effect("charge", "POST", url, receipt=["id"]).receipt == ["id"]
 
 
-def test_http_effect_refuses_receipt_twice_or_not_at_all() -> None:
+def test_http_effect_refuses_no_receipt_and_any_other_name_for_it() -> None:
     url = "http://127.0.0.1:9/x"
     for build in (http_effect, async_http_effect):
-        with pytest.raises(intentlog.InvalidInput, match="give receipt= only"):
-            build("x", "POST", url, receipt=["id"], receipt_fields=["id"])
         with pytest.raises(intentlog.InvalidInput, match="receipt must be a non-empty list"):
             build("x", "POST", url)
+        with pytest.raises(TypeError, match="unexpected keyword argument 'receipt_fields'"):
+            build("x", "POST", url, receipt_fields=["id"])  # type: ignore[call-arg]
 
 
 # -- payment_effect(key_retention=...), as on Effect -------------------------------------------
 
 
-def test_payment_effect_takes_key_retention_and_the_old_retention_warns(
-    tmp_path: Path, service: ReferenceService
-) -> None:
-    new = payment_effect(service.url, "both", key_retention=3600)
-    with pytest.warns(DeprecationWarning, match=r"use key_retention=") as caught:
-        old = payment_effect(service.url, "both", retention=3600)
-    assert caught[0].filename == __file__
-    assert old.policy == new.policy and old.policy.key_retention == 3600
-    assert charge_once(tmp_path / "j.db", old)["amount"] == 7  # the old spelling still works
+def test_payment_effect_takes_key_retention(tmp_path: Path, service: ReferenceService) -> None:
+    effect = payment_effect(service.url, "both", key_retention=3600)
+    assert effect.policy.key_retention == 3600
+    assert charge_once(tmp_path / "j.db", effect)["amount"] == 7
     assert list(service.truth().values()) == [1]
-    with pytest.raises(intentlog.InvalidInput, match="give key_retention= only"):
-        payment_effect(service.url, "both", key_retention=60, retention=60)
+    with pytest.raises(TypeError, match="retention"):
+        payment_effect(service.url, "both", retention=3600)  # type: ignore[call-arg]
 
 
 # -- a tools file's key_retention, as on Effect ------------------------------------------------
 
 
-def test_a_tools_file_takes_key_retention_and_the_old_retention_warns() -> None:
+def test_a_tools_file_takes_key_retention() -> None:
     from intentlog.proxy import parse_tools
 
-    new = parse_tools('[tools.pay]\nkey_argument = "k"\nkey_retention = "24h"\n', "tools.toml")
-    old_text = '[tools.pay]\nkey_argument = "k"\nretention = "24h"\n'
-    with pytest.warns(DeprecationWarning, match=r"tools\.toml:3: .*use key_retention"):
-        old = parse_tools(old_text, "tools.toml")
-    assert old.tools["pay"] == new.tools["pay"]  # the old name still works
-    assert old.tools["pay"].retention == 86400.0 and old.tools["pay"].deduplicates
-    with pytest.warns(DeprecationWarning, match=r"use key_retention"):
-        forever = parse_tools('[tools.put]\nkey_argument = "k"\nretention = "forever"\n')
+    day = parse_tools('[tools.pay]\nkey_argument = "k"\nkey_retention = "24h"\n', "tools.toml")
+    assert day.tools["pay"].retention == 86400.0 and day.tools["pay"].deduplicates
+    forever = parse_tools('[tools.put]\nkey_argument = "k"\nkey_retention = "forever"\n')
     assert forever.tools["put"].deduplicates and forever.tools["put"].retention is None
-    both = '[tools.pay]\nkey_argument = "k"\nkey_retention = "1h"\nretention = "1h"\n'
-    with pytest.raises(intentlog.InvalidInput, match="give key_retention only") as caught:
-        parse_tools(both, "tools.toml")
-    assert str(caught.value).startswith("tools.toml:4:")
+    old = '[tools.pay]\nkey_argument = "k"\nretention = "24h"\n'
+    with pytest.raises(intentlog.InvalidInput, match="unknown setting 'retention'") as caught:
+        parse_tools(old, "tools.toml")
+    assert str(caught.value).startswith("tools.toml:3:")

@@ -15,17 +15,16 @@ import concurrent.futures
 import contextlib
 import contextvars
 import os
-import warnings
 from collections.abc import Awaitable, Generator, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
 from intentlog import _ambient, _verbs
 from intentlog._driver import run_async
 from intentlog._effect import Effect, Seconds
-from intentlog._flow import Flow, call
+from intentlog._flow import Flow
 from intentlog._keys import validate_task_id
 from intentlog._lease import AsyncRenewer, Renewer
-from intentlog._model import JSON, Action, Operation, Outcome, OutcomeName, State, TaskRecord
+from intentlog._model import JSON, Operation, Outcome, OutcomeName, State, TaskRecord
 from intentlog._open import open_store
 from intentlog._options import (
     DEFAULT_WORKERS,
@@ -37,7 +36,8 @@ from intentlog._options import (
 )
 from intentlog._owner import new_owner
 from intentlog._protocol import TaskCore, acquire_flow
-from intentlog._task import NEXT_ACTION_DEPRECATED, TaskView, release_flow
+from intentlog._store_call import call
+from intentlog._task import TaskView, release_flow
 from intentlog._validate import count, seconds, task_kinds
 from intentlog._verbs import Pending, Recovered, TaskInfo
 from intentlog.stores._async_store import AsyncStore
@@ -73,12 +73,6 @@ class AsyncTask(TaskView):
     async def info(self) -> TaskInfo:
         """See :meth:`intentlog.Task.info`."""
         return await self._journal.task_info(self.id)
-
-    async def next_action(self) -> Action | None:
-        """Deprecated: use ``(await task.info()).next_action``."""
-        message = NEXT_ACTION_DEPRECATED.format(call="(await task.info())")
-        warnings.warn(message, DeprecationWarning, stacklevel=2)
-        return (await self.info()).next_action
 
     async def operations(self) -> list[Operation]:
         return await self._journal._drive(call(Store.list_ops, task_id=self.id))
@@ -316,6 +310,21 @@ class AsyncJournal(OptionsView):
         """Lease the task: ``async with journal.task(id) as task`` (or ``await``). See
         :meth:`intentlog.Journal.task`."""
         return AsyncTaskOpening(self, validate_task_id(task_id), task_wait(wait))
+
+    async def run(
+        self,
+        task_id: str,
+        effect: Effect,
+        /,
+        *args: Any,
+        key: str | None = None,
+        wait: Seconds | None = None,
+        **kwargs: Any,
+    ) -> JSON:
+        """A one-call task, in the effect's commits: see :meth:`intentlog.Journal.run`;
+        ``submit`` and ``reconcile`` may be ``async def``."""
+        async with self.task(task_id, wait=wait) as task:
+            return await self._drive(task._core.one_call_flow(effect, args, kwargs, key))
 
     async def claim(self, kinds: Iterable[str]) -> AsyncTask | None:
         """See :meth:`intentlog.Journal.claim`."""

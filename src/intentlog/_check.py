@@ -21,7 +21,8 @@ from intentlog._decide import retention_margin
 from intentlog._effect import Effect
 from intentlog._errors import Error, InvalidInput
 from intentlog._replication import warning
-from intentlog._service import PROCESS, Seconds, seconds
+from intentlog._service import PROCESS, Seconds
+from intentlog._validate import seconds
 from intentlog._words import duration
 
 __all__ = ["Finding", "check", "describe", "human", "journal_warning", "log_at_start"]
@@ -70,8 +71,7 @@ def check(
     person has accepted: their findings are kept, as notes. Returns the findings in the
     effects' order; an empty list means every crash in flight settles itself.
     """
-    within = seconds(restart_within, "restart_within", allow_zero=True)
-    assert within is not None
+    within = seconds("restart_within", restart_within, bounded=False)
     items = list(effects)
     for effect in items:
         if not isinstance(effect, Effect):

@@ -16,6 +16,7 @@ import click
 
 import intentlog
 from intentlog import _cli_report as report
+from intentlog._view import action_text
 
 __all__ = ["approval_commands"]
 
@@ -58,7 +59,7 @@ def approval_commands(
             doc |= {"approval": approval.status, "actor": approval.actor}
             doc |= {"at": report.iso(approval.at), "reason": approval.reason}
             doc |= {"fingerprint": approval.fingerprint, "args": op.args}
-            doc |= {"task_next_action": report.action(info.next_action, None)}
+            doc |= {"task_next_action": action_text(info.next_action)}
             click.echo(json.dumps(doc, indent=2, default=str))
             return
         by = f" by {approval.actor}" + (f": {approval.reason}" if approval.reason else "")

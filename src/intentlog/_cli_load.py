@@ -1,4 +1,5 @@
-"""Loading the user's code for the CLI: effects modules and worker registries."""
+"""What the command line loads: the journal an operator's command reads, and the user's code
+(effects modules, worker registries)."""
 
 from __future__ import annotations
 
@@ -7,16 +8,39 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import intentlog
 from intentlog._ambient import effect_of
+from intentlog._open import DEFAULT_PATH, check_not_a_url
 
-__all__ = ["CliFailure", "load_effects", "load_registry"]
+__all__ = ["CliFailure", "load_effects", "load_registry", "open_existing"]
 
 
 class CliFailure(Exception):
     """A CLI-level error (bad option value, module that will not import): exit 1."""
+
+
+def open_existing(url: str | None) -> intentlog.Journal:
+    """Open the existing journal at ``url`` (None: ``$INTENTLOG_URL``, else
+    ``./.intentlog/journal.db``), creating nothing: a missing SQLite file, PostgreSQL schema or
+    database (likely a wrong path or a typo) is an error naming it (CliFailure or
+    intentlog.Error: exit 1). Every command that works on what is journaled opens it here
+    (status, show, resolve, recover, gc, the console); only ``start`` and ``worker`` create a
+    journal."""
+    path: str | None = None
+    if url is None:
+        path = str(DEFAULT_PATH)
+    elif "://" not in url:
+        check_not_a_url(url)
+        path = url
+    elif url.startswith("sqlite:///"):
+        path = url[len("sqlite://") :]
+    if path and not Path(path).exists():
+        where = Path(path).resolve()
+        raise CliFailure(f"no journal at {where}; pass --db URL or set INTENTLOG_URL")
+    return intentlog.open(url, create=False)
 
 
 def load_effects(specs: Sequence[str]) -> list[intentlog.Effect]:

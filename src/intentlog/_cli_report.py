@@ -13,6 +13,9 @@ and degrade in steps as the terminal narrows:
 
 A table without headers (``show``'s ``name  value`` lists) skips step 2 and never pushes
 a value out of its column for one long word: an id longer than the room runs past it.
+
+``status`` and ``show`` are rendered here, as text and as ``--json``, from the operator's view
+that the console renders too (:mod:`intentlog._view`).
 """
 
 from __future__ import annotations
@@ -22,23 +25,38 @@ import json
 import re
 import shutil
 import textwrap
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 import click
 
 import intentlog
+from intentlog._open import cli_command
+from intentlog._view import (
+    OpView,
+    PendingView,
+    Status,
+    TaskRow,
+    TaskView,
+    action_text,
+    task_action_text,
+)
 from intentlog._words import duration
 
 __all__ = [
-    "action_text",
+    "OP_FIELDS",
+    "OP_TIMES",
     "args_text",
     "compact",
     "iso",
     "kind_of",
     "pick",
     "prose",
+    "show_doc",
+    "show_text",
+    "status_doc",
+    "status_text",
     "table",
     "terminal_width",
     "wait_text",
@@ -180,27 +198,17 @@ def pick(obj: Any, *names: str) -> dict[str, Any]:
     return out
 
 
-def action(action: intentlog.Action | None, next_step: str | None) -> str | None:
-    if action is intentlog.Action.RESUME and next_step:
-        return f"RESUME at {next_step}"
-    return action.value if action else None
-
-
-def action_text(info: intentlog.TaskInfo) -> str:
-    return action(info.next_action, info.record.next_step) or "none (task complete)"
-
-
 def wait_text(seconds: float | None) -> str:
     return "-" if seconds is None else duration(seconds)
 
 
-def args_text(op: dict[str, Any]) -> str:
-    """An operation's arguments as ``show`` prints them (``op`` as in its JSON): the kept
-    ones, or that they were not kept. By default an effect keeps only their fingerprint, so
-    a person who sees none knows why, and can still tell two calls apart."""
-    if op["args_stored"]:
-        return compact(op["args"])
-    return f"not stored (store_args=False); fingerprint {op['fingerprint'][:16]}..."
+def args_text(op: intentlog.Operation) -> str:
+    """An operation's arguments as ``show`` prints them: the kept ones, or that they were not
+    kept. By default an effect keeps only their fingerprint, so a person who sees none knows
+    why, and can still tell two calls apart."""
+    if op.args is not None:
+        return compact(op.args)
+    return f"not stored (store_args=False); fingerprint {op.fingerprint[:16]}..."
 
 
 def kind_of(op: intentlog.Operation) -> str:
@@ -230,3 +238,161 @@ def approval_text(approval: dict[str, Any]) -> str:
         return "awaiting a person's approval (intentlog approve KEY / intentlog deny KEY)"
     why = f": {approval['reason']}" if approval["reason"] else ""
     return f"{approval['status']} by {approval['actor']} at {approval['at']}{why}"
+
+
+# -- status and show: the operator's view (intentlog._view) as JSON and as text --------------
+
+OP_FIELDS = ("key", "task_id", "effect", "state", "attempts", "receipt", "error", "note")
+OP_TIMES = ("created_at", "updated_at", "submitted_at")
+_RESOLUTION_FIELDS = ("at", "from_state", "to_state", "note", "receipt", "actor")
+
+
+def status_doc(view: Status) -> dict[str, Any]:
+    """``intentlog status --json``."""
+    pending = [_pending_doc(p) for p in view.pending]
+    doc = {"journal": view.journal, "counts": view.counts, "pending": pending}
+    doc |= {"tasks": [_task_row_doc(t) for t in view.tasks]}
+    return doc | {"needs_person": view.needs_person}
+
+
+def _pending_doc(p: PendingView) -> dict[str, Any]:
+    doc = pick(p, "key", "task_id", "effect", "state", "next_action", "reason", "not_before")
+    return doc | {"wait_seconds": None if p.wait is None else round(p.wait, 1)}
+
+
+def _task_row_doc(t: TaskRow) -> dict[str, Any]:
+    info, outlook = t.info, t.info.outlook
+    doc = pick(info.record, "task_id", "next_step", "epoch", "kind", "runs", "last_error")
+    doc |= {"next_action": action_text(info.next_action), "holder_alive": info.holder_alive}
+    doc |= {"not_before": iso(t.not_before)}
+    doc |= {"who": outlook.doer.value if outlook else None}
+    return doc | {"why": outlook.reason if outlook else None}
+
+
+def status_text(view: Status) -> Iterator[str]:
+    """``intentlog status``, a block at a time (each echoed as it comes)."""
+    yield f"journal  {view.journal}\n"
+    yield table(list(view.counts), [[str(n) for n in view.counts.values()]])
+    if view.pending:
+        yield from _pending_text(view.pending)
+    if view.tasks:
+        yield from _tasks_text(view.tasks)
+    if view.needs_person:
+        lines = [prose(f"needs a person: {what}:") + f"\n  {command}"
+                 for what, command in _steps(view)]  # fmt: skip
+        yield "\n" + "\n".join(lines or ["needs a person: see WHY above"])
+    elif view.automatic:
+        yield prose("\nwork remains that a worker or intentlog recover will do")
+    else:
+        yield "\nnothing needs attention"
+
+
+def _pending_text(pending: list[PendingView]) -> Iterator[str]:
+    yield prose(f"\noperations needing attention ({len(pending)}):")
+    docs = [_pending_doc(p) for p in pending]
+    cols = ("task_id", "effect", "state", "next_action")
+    rows = [[*(d[c] for c in cols), wait_text(d["wait_seconds"]), d["key"]] for d in docs]
+    # The key last and whole, the reason on its own line below: keys are copied from here.
+    yield table(["TASK", "EFFECT", "STATE", "NEXT", "WAIT", "KEY"], rows)
+    yield "\nwhy:"
+    yield table(["KEY", "REASON"], [[p.key, p.reason] for p in pending])
+
+
+def _tasks_text(tasks: list[TaskRow]) -> Iterator[str]:
+    yield prose(f"\ntasks needing attention ({len(tasks)}):")
+    rows = []
+    for t in tasks:
+        record, outlook = t.info.record, t.info.outlook
+        who, why = (outlook.doer.value, outlook.reason) if outlook else ("-", "")
+        rows.append([record.task_id, task_action_text(t.info), who, str(record.runs or "-"), why])
+    yield table(["TASK", "NEXT", "WHO", "FAILED RUNS", "WHY"], rows)
+    errors = [(t.info.record.task_id, t.info.record.last_error) for t in tasks
+              if t.info.record.last_error]  # fmt: skip
+    if errors:
+        yield "\nlast errors:"
+        yield table(["TASK", "LAST ERROR"], errors)
+
+
+def _steps(view: Status) -> list[tuple[str, str]]:
+    """The steps this journal needs of a person, each as a command that works when pasted
+    (with --db), printed on a line of its own and never wrapped: people copy it from there."""
+    steps: list[tuple[str, str]] = []
+    if view.escalated:
+        command = cli_command(view.journal, "resolve", "KEY", "--confirmed/--failed/--retry")
+        # Named as their rows name them: one the decision escalates may still be SUBMITTED.
+        states = {p.state for p in view.pending if p.next_action is intentlog.Action.ESCALATE}
+        which = "UNRESOLVED" if states == {intentlog.State.UNRESOLVED} else "ESCALATE"
+        steps.append((f"resolve the {which} operations", command))
+    if view.awaiting:
+        command = cli_command(view.journal, "approve", "KEY") + "   (or: deny KEY)"
+        steps.append(("approve or deny the operations waiting for approval", command))
+    if view.unfinishable:
+        command = cli_command(view.journal, "complete", "TASK") + "   (or: cancel TASK)"
+        steps.append(("complete or cancel the tasks nothing will finish", command))
+    return steps
+
+
+def show_doc(view: TaskView) -> dict[str, Any]:
+    """``intentlog show TASK --json``."""
+    info, rec, outlook = view.info, view.info.record, view.info.outlook
+    task = pick(rec, "task_id", "next_step", "state", "completed", "epoch", "created_at")
+    task |= {"updated_at": iso(rec.updated_at), "lease_holder": rec.owner, "kind": rec.kind}
+    task |= {"holder_alive": info.holder_alive, "next_action": action_text(info.next_action)}
+    task |= {"who": outlook.doer.value if outlook else None}
+    task |= {"why": outlook.reason if outlook else None}
+    task |= {"resolutions": [pick(r, "at", "outcome", "note", "actor") for r in view.endings]}
+    ops = []
+    for v in view.ops:
+        op = v.op
+        doc = pick(op, *OP_FIELDS, *OP_TIMES)
+        doc |= {"kind": kind_of(op), "args": op.args, "args_stored": op.args is not None}
+        doc |= {"fingerprint": op.fingerprint, "approval": approval_of(op)}
+        doc |= {"next_action": v.action.value, "next_reason": v.reason if v.open else None}
+        doc |= {"not_before": iso(v.not_before)}
+        doc |= {"resolutions": [pick(r, *_RESOLUTION_FIELDS) for r in v.resolutions]}
+        ops.append(doc)
+    return {"journal": view.journal, "task": task, "operations": ops}
+
+
+def show_text(view: TaskView) -> Iterator[str]:
+    """``intentlog show TASK``, a block at a time."""
+    info, rec = view.info, view.info.record
+    holder = f"{rec.owner} ({'alive' if info.holder_alive else 'not alive'})" if rec.owner else "-"
+    fields = [("task", rec.task_id), ("next action", view.action_text)]
+    if info.outlook is not None:
+        fields += [("who", info.outlook.doer.value), ("why", info.outlook.reason)]
+    fields += [("kind", rec.kind or "-"), ("next_step", rec.next_step or "-")]
+    fields += [("state", compact(rec.state))]
+    fields += [("completed", "yes" if rec.completed else "no"), ("epoch", str(rec.epoch))]
+    fields += [("lease holder", holder), ("updated", str(iso(rec.updated_at)))]
+    for r in view.endings:
+        text = f"{iso(r.at)} {r.outcome} by {r.actor}" + (f": {r.note}" if r.note else "")
+        fields.append(("ended", text))
+    yield table(["", ""], fields, header=False)
+    yield f"\noperations ({len(view.ops)}):"
+    for v in view.ops:
+        rows = _op_rows(v)
+        width = terminal_width() - 2
+        yield "\n" + textwrap.indent(table(["", ""], rows, header=False, width=width), "  ")
+
+
+def _op_rows(v: OpView) -> list[tuple[str, Any]]:
+    """One operation of ``show`` as ``name  value`` rows."""
+    op = v.op
+    nxt = v.action.value + ("" if v.wait is None else f" (in {wait_text(v.wait)})")
+    rows: list[tuple[str, Any]] = [("key", op.key), ("effect", op.effect), ("kind", kind_of(op))]
+    rows += [("state", op.state.value), ("next", nxt)]
+    if v.open and v.reason:
+        rows.append(("why", v.reason))
+    approval = approval_of(op)
+    if approval is not None:
+        rows.append(("approval", approval_text(approval)))
+    rows += [("runs", str(op.attempts)), ("args", args_text(op))]
+    rows += [("receipt", compact(op.receipt)), ("error", compact(op.error))]
+    rows += [("note", op.note or "-")]
+    rows += [("created", iso(op.created_at)), ("updated", iso(op.updated_at))]
+    for r in v.resolutions:
+        text = f"{iso(r.at)} {r.from_state.value} -> {r.to_state.value} by {r.actor}"
+        extra = f"; receipt {compact(r.receipt)}" if r.receipt is not None else ""
+        rows.append(("resolution", text + (f": {r.note}" if r.note else "") + extra))
+    return rows

@@ -18,6 +18,7 @@ from intentlog._model import (
     LookupResult,
     NotFound,
     Operation,
+    Outcome,
     Policy,
     State,
     TaskRecord,
@@ -326,92 +327,122 @@ def _decide_submitted(
     # sent it, unless the service refuses a same-key request while the first one runs.
     resend_at = now if policy.locks_in_flight and submitter_gone else in_flight
     if policy.can_reconcile:
-        if lookup is None:
-            return Decision(Action.RECONCILE, "a request may have landed; ask the service")
-        if isinstance(lookup, Found):
-            return Decision(
-                Action.USE_RECEIPT,
-                "the service has it; record the receipt",
-                mark=State.CONFIRMED,
-                receipt=lookup.receipt,
-            )
-        # Whether the same key may be resent without any lookup (rule 2): the service
-        # deduplicates it and still holds it. A lookup that has not settled the case (a lagging
-        # NotFound, Indeterminate, an error) then never holds a resend back past the moment
-        # rule 2 alone would allow it: adding a reconciler must not lengthen recovery.
-        dedupe_safe = policy.idempotent and _inside_retention(op, policy, now)
-        if isinstance(lookup, NotFound):
-            # A request sent by a process that has since died may still sit in the
-            # service's queue, and the lookup may lag behind a commit: NotFound is only
-            # authoritative once neither can be true any more.
-            # Judged by when the service was asked, not by when its answer came back: a
-            # slow lookup may have read its records before the request landed.
-            trusted_at = in_flight + policy.lookup_lag
-            if asked >= trusted_at:
-                return Decision(
-                    Action.SUBMIT,
-                    "the service says it did not land; send again",
-                    resend="not_found",
-                )
-            if dedupe_safe:
-                if now >= resend_at:
-                    return Decision(
-                        Action.SUBMIT,
-                        "not found yet (the lookup may lag), but the service deduplicates "
-                        "this key; send it again",
-                        resend="not_found_dedupe",
-                    )
-                return Decision(
-                    Action.WAIT,
-                    "not found yet, and the latest request may still be executing; resend "
-                    "the same key after its deadline",
-                    not_before=resend_at,
-                )
-            if now >= trusted_at:
-                return Decision(
-                    Action.RECONCILE,
-                    "not found, but asked before the request could no longer land; ask again",
-                )
-            return Decision(
-                Action.WAIT,
-                "not found yet, but the request could still land; ask again later",
-                not_before=trusted_at,
-            )
-        failures = op.lookup_failures + 1
-        what = lookup.reason if isinstance(lookup, Indeterminate) else lookup.error
-        if dedupe_safe and now >= resend_at:
-            # The lookup could not tell, and a resend with the same key is answered from
-            # the first request: asking again would only delay what rule 2 allows now.
+        return _decide_by_lookup(op, policy, now, lookup, asked, lookup_limit, in_flight, resend_at)
+    return _decide_without_lookup(op, policy, now, submitter_gone, in_flight, resend_at)
+
+
+def _decide_by_lookup(
+    op: Operation,
+    policy: Policy,
+    now: float,
+    lookup: LookupResult | LookupFailed | None,
+    asked: float,
+    lookup_limit: int,
+    in_flight: float,
+    resend_at: float,
+) -> Decision:
+    """A SUBMITTED operation whose service can be asked: by what the lookup answered (none
+    yet: ask), never holding a resend back past what deduplication alone allows."""
+    if lookup is None:
+        return Decision(Action.RECONCILE, "a request may have landed; ask the service")
+    if isinstance(lookup, Found):
+        return Decision(
+            Action.USE_RECEIPT,
+            "the service has it; record the receipt",
+            mark=State.CONFIRMED,
+            receipt=lookup.receipt,
+        )
+    # Whether the same key may be resent without any lookup (rule 2): the service
+    # deduplicates it and still holds it. A lookup that has not settled the case (a lagging
+    # NotFound, Indeterminate, an error) then never holds a resend back past the moment
+    # rule 2 alone would allow it: adding a reconciler must not lengthen recovery.
+    dedupe_safe = policy.idempotent and _inside_retention(op, policy, now)
+    if isinstance(lookup, NotFound):
+        # A request sent by a process that has since died may still sit in the
+        # service's queue, and the lookup may lag behind a commit: NotFound is only
+        # authoritative once neither can be true any more.
+        # Judged by when the service was asked, not by when its answer came back: a
+        # slow lookup may have read its records before the request landed.
+        trusted_at = in_flight + policy.lookup_lag
+        if asked >= trusted_at:
             return Decision(
                 Action.SUBMIT,
-                f"lookup inconclusive ({what or 'no reason given'}), but the service "
-                "deduplicates this key; send it again",
-                lookup_failed=True,
-                resend="lookup_failed",
-            )
-        if failures < lookup_limit:
-            # The exponent is capped too, so a huge lookup_limit cannot overflow a float.
-            backoff = min(_BACKOFF_BASE * 2 ** min(failures - 1, 16), _BACKOFF_CAP)
-            wake = now + backoff
-            return Decision(
-                Action.WAIT,
-                f"lookup inconclusive ({what or 'no reason given'}); ask again later",
-                not_before=min(wake, resend_at) if dedupe_safe else wake,
-                lookup_failed=True,
+                "the service says it did not land; send again",
+                resend="not_found",
             )
         if dedupe_safe:
+            if now >= resend_at:
+                return Decision(
+                    Action.SUBMIT,
+                    "not found yet (the lookup may lag), but the service deduplicates "
+                    "this key; send it again",
+                    resend="not_found_dedupe",
+                )
             return Decision(
                 Action.WAIT,
-                "lookups keep failing and the latest request may still be in flight",
+                "not found yet, and the latest request may still be executing; resend "
+                "the same key after its deadline",
                 not_before=resend_at,
-                lookup_failed=True,
+            )
+        if now >= trusted_at:
+            return Decision(
+                Action.RECONCILE,
+                "not found, but asked before the request could no longer land; ask again",
             )
         return Decision(
-            Action.ESCALATE,
-            f"{failures} lookups could not settle it ({what or 'no reason given'})",
-            mark=State.UNRESOLVED,
+            Action.WAIT,
+            "not found yet, but the request could still land; ask again later",
+            not_before=trusted_at,
+        )
+    failures = op.lookup_failures + 1
+    what = lookup.reason if isinstance(lookup, Indeterminate) else lookup.error
+    if dedupe_safe and now >= resend_at:
+        # The lookup could not tell, and a resend with the same key is answered from
+        # the first request: asking again would only delay what rule 2 allows now.
+        return Decision(
+            Action.SUBMIT,
+            f"lookup inconclusive ({what or 'no reason given'}), but the service "
+            "deduplicates this key; send it again",
+            lookup_failed=True,
+            resend="lookup_failed",
+        )
+    if failures < lookup_limit:
+        # The exponent is capped too, so a huge lookup_limit cannot overflow a float.
+        backoff = min(_BACKOFF_BASE * 2 ** min(failures - 1, 16), _BACKOFF_CAP)
+        wake = now + backoff
+        return Decision(
+            Action.WAIT,
+            f"lookup inconclusive ({what or 'no reason given'}); ask again later",
+            not_before=min(wake, resend_at) if dedupe_safe else wake,
             lookup_failed=True,
         )
+    if dedupe_safe:
+        return Decision(
+            Action.WAIT,
+            "lookups keep failing and the latest request may still be in flight",
+            not_before=resend_at,
+            lookup_failed=True,
+        )
+    return Decision(
+        Action.ESCALATE,
+        f"{failures} lookups could not settle it ({what or 'no reason given'})",
+        mark=State.UNRESOLVED,
+        lookup_failed=True,
+    )
+
+
+def _decide_without_lookup(
+    op: Operation,
+    policy: Policy,
+    now: float,
+    submitter_gone: bool,
+    in_flight: float,
+    resend_at: float,
+) -> Decision:
+    """A SUBMITTED operation whose service cannot be asked: resent where the service
+    deduplicates the key and still holds it, once its latest request can no longer be
+    running (or is locked out by the service); otherwise escalated, after a live worker's
+    request in flight has had its time to answer."""
     if policy.idempotent:
         if now < resend_at:
             return Decision(
@@ -772,3 +803,31 @@ def _keys(keys: Sequence[str], *, verb: bool = True) -> str:
     if not verb:
         return f"operation {shown}" if len(keys) == 1 else f"operations {shown}"
     return f"operation {shown} is" if len(keys) == 1 else f"operations {shown} are"
+
+
+# -- what every face shows: when a key expires, what a person may resolve --------------------
+
+
+def key_expires_at(op: Operation, policy: Policy) -> float | None:
+    """Store-clock time at which the service forgets ``op``'s key, judged by ``policy``: its
+    key retention counted from the key's first send (``first_submitted_at``; ``created_at``
+    for a row without one, the earlier and so the stricter start). None when the service
+    keeps keys for good or does not deduplicate. The decision resends the key only before
+    this, less :func:`retention_margin`; every face (the console's headroom, the metrics)
+    counts a key's time left from here."""
+    if not policy.idempotent or policy.key_retention is None:
+        return None
+    first = op.first_submitted_at if op.first_submitted_at is not None else op.created_at
+    return first + policy.key_retention
+
+
+def resolution_outcomes(state: State) -> tuple[Outcome, ...]:
+    """What a person may resolve an operation in ``state`` as: any outcome while it is
+    SUBMITTED or UNRESOLVED; confirmed or failed while PLANNED (nothing was sent, so there is
+    nothing to retry); none once CONFIRMED or FAILED. Whether a choice is also without risk
+    is :func:`resolve_risk`'s answer."""
+    if state in (State.SUBMITTED, State.UNRESOLVED):
+        return tuple(Outcome)
+    if state is State.PLANNED:
+        return (Outcome.CONFIRMED, Outcome.FAILED)
+    return ()

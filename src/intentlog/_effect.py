@@ -173,10 +173,8 @@ class Effect:
 
     def _seconds(self, name: str, *, positive: bool) -> float:
         """Attribute ``name`` as seconds, or InvalidInput naming the effect and ``name``."""
-        try:
-            return seconds(name, getattr(self, name), positive=positive, bounded=False)
-        except InvalidInput as exc:
-            raise InvalidInput(f"effect {self.name!r}: {exc}", option=name) from None
+        what = f"effect {self.name!r}: {name}"
+        return seconds(what, getattr(self, name), positive=positive, bounded=False, option=name)
 
     @property
     def lazy(self) -> bool:

@@ -27,7 +27,7 @@ from typing import Any, TypedDict
 
 from intentlog._errors import InvalidInput
 from intentlog._service import FOREVER, PROCESS, Retention, Seconds, Service
-from intentlog._service import seconds as _seconds
+from intentlog._validate import seconds
 
 __all__ = [
     "FIXED",
@@ -143,7 +143,7 @@ def effect_contract(
     """
     check_names(options, caller)
     given = {name: value for name, value in options.items() if value is not None}
-    timeout = _seconds(given.get("timeout"), "timeout", allow_zero=False)
+    timeout = _stated_seconds(given, "timeout", positive=True)
     if service is not None:
         if not isinstance(service, Service):
             raise InvalidInput(
@@ -198,9 +198,9 @@ def effect_contract(
     kept: float | Retention | None = (
         retention
         if retention is FOREVER
-        else _seconds(retention, "key_retention", allow_zero=False)
+        else _stated_seconds(given, "key_retention", positive=True)
     )
-    lag = _seconds(given.get("lookup_lag"), "lookup_lag", allow_zero=True)
+    lag = _stated_seconds(given, "lookup_lag", positive=False)
     return EffectContract(
         service=None,
         idempotent=idempotent,
@@ -209,6 +209,12 @@ def effect_contract(
         lookup_lag=lag,
         locks_in_flight=locks,
     )
+
+
+def _stated_seconds(given: Mapping[str, Any], option: str, *, positive: bool) -> float | None:
+    """The option as seconds, or None where it is not stated."""
+    value = given.get(option)
+    return None if value is None else seconds(option, value, positive=positive, bounded=False)
 
 
 def _flag(what: str, given: Mapping[str, Any], option: str, spelling: Spelling) -> bool:

@@ -2,14 +2,10 @@
 
 The journal's logic (the task protocol in ``intentlog._protocol``, the verbs in
 ``intentlog._verbs``) is written once, as *flows*: generators that yield one request per piece
-of I/O and receive its result (or have its exception thrown in). A store request names the
-primitive itself, typed against :class:`~intentlog.stores._base.Store`::
-
-    record = yield from call(Store.get_task, task_id)    # mypy checks arguments and result
-
-so the same flow runs on a synchronous store or an
-:class:`~intentlog.stores._async_store.AsyncStore` (which has the same primitives, awaited; a
-test keeps the two in step). The same trampoline drives the PostgreSQL store's statement plans
+of I/O and receive its result (or have its exception thrown in). A store request (:class:`Call`)
+names the store primitive; the flows make it with :func:`intentlog._store_call.call`, typed
+against the store contract, so the same flow runs on a synchronous store or an asyncio one.
+This module knows no store. The same trampoline drives the PostgreSQL store's statement plans
 and the HTTP integration's exchanges, whose flows yield requests of their own kinds.
 
 :func:`advance` is the only code that resumes a flow (``send``/``throw``/``StopIteration``);
@@ -22,10 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Awaitable, Callable, Generator
-from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, cast
-
-if TYPE_CHECKING:
-    from intentlog.stores._base import Store
+from typing import Any, Generic, TypeVar
 
 __all__ = [
     "NOT_STARTED",
@@ -37,7 +30,6 @@ __all__ = [
     "Sleep",
     "User",
     "advance",
-    "call",
     "drive",
     "drive_async",
 ]
@@ -45,16 +37,15 @@ __all__ = [
 # The request classes are not frozen: a frozen dataclass sets each field through
 # object.__setattr__, and a request is made for every store call and every send. Nothing
 # changes one after it is made.
-P = ParamSpec("P")
-R = TypeVar("R")
 Q = TypeVar("Q")
 T = TypeVar("T")
 
 
 @dataclasses.dataclass(slots=True)
 class Call:
-    """Call the store primitive ``name`` (journal I/O, never user code). Made by :func:`call`,
-    which types it; a driver performs it as ``getattr(store, name)(*args, **kwargs)``."""
+    """Call the store primitive ``name`` (journal I/O, never user code). Made by
+    :func:`intentlog._store_call.call`, which types it; a driver performs it as
+    ``getattr(store, name)(*args, **kwargs)``."""
 
     name: str
     args: tuple[Any, ...] = ()
@@ -94,14 +85,6 @@ class Sleep:
 Request = Call | User | Sleep
 #: A flow of the journal's logic: yields requests, returns ``T``.
 Flow = Generator[Request, Any, T]
-
-
-def call(
-    primitive: Callable[Concatenate[Store, P], R], /, *args: P.args, **kwargs: P.kwargs
-) -> Flow[R]:
-    """The flow of one store call: ``yield from call(Store.get_op, key)`` returns what the
-    primitive returns, on whichever store the flow is driven."""
-    return cast(R, (yield Call(primitive.__name__, args, kwargs)))
 
 
 @dataclasses.dataclass(slots=True)

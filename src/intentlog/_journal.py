@@ -6,7 +6,7 @@ import asyncio
 import os
 import warnings
 from collections.abc import Iterable
-from typing import TypeVar, Unpack
+from typing import Any, TypeVar, Unpack
 
 from intentlog._driver import run_sync
 from intentlog._effect import Effect, Seconds
@@ -108,6 +108,32 @@ class Journal(OptionsView):
         return Task(
             TaskCore(self._store, self.options, record, owner, is_async=False), self._renewer
         )
+
+    def run(
+        self,
+        task_id: str,
+        effect: Effect,
+        /,
+        *args: Any,
+        key: str | None = None,
+        wait: Seconds | None = None,
+        **kwargs: Any,
+    ) -> JSON:
+        """A one-call task: lease ``task_id``, run ``effect`` once for these arguments, and
+        complete the task; returns the receipt. The same as::
+
+            with journal.task(task_id, wait=wait) as task:
+                receipt = task.run(effect, *args, key=key, **kwargs)
+                task.complete()
+
+        in fewer commits: the receipt of a first send rides in the completion's write, and
+        is durable when this returns. Raised errors are ``task.run``'s; the lease is then
+        released, the task not completed. A call made again after any crash is answered as
+        ``task.run`` answers it (the recorded receipt, a reconciliation, never a blind
+        resend); one for a task already completed writes nothing.
+        """
+        with self.task(task_id, wait=wait) as task:
+            return task._run(task._core.one_call_flow(effect, args, kwargs, key))
 
     def claim(self, kinds: Iterable[str]) -> Task | None:
         """Lease the next runnable task of one of ``kinds`` for a worker and return its

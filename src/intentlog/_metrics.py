@@ -18,13 +18,12 @@ from intentlog._decide import LookupFailed, strictest
 from intentlog._effect import Effect
 from intentlog._flow import Flow
 from intentlog._journal import Journal
-from intentlog._model import LookupResult, Operation, Policy, State
+from intentlog._model import OPEN, LookupResult, Operation, Policy, State
 from intentlog._observe import Observer, lookup_word
 from intentlog._protocol import TaskCore
 
 __all__ = ["Counters", "JournalCollector"]
 
-_OPEN = (State.PLANNED, State.SUBMITTED, State.UNRESOLVED)
 # Journal writes are fsyncs: from a fraction of a millisecond (a local SSD) to seconds (a
 # saturated disk, a PostgreSQL failover).
 _COMMIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
@@ -105,7 +104,7 @@ class JournalCollector:
     def collect(self) -> Iterator[Metric]:
         store = self.journal.store
         counts = store.count_ops()
-        open_ops = store.list_ops(states=_OPEN)
+        open_ops = store.list_ops(states=OPEN)
         now = store.now()
         by_state = GaugeMetricFamily(
             "intentlog_operations", "Operations in the journal, by state.", labels=["state"]

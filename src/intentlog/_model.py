@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict, Unpack
 
 __all__ = [
     "Action",
@@ -39,6 +39,8 @@ class State(enum.StrEnum):
 
 
 TERMINAL = frozenset({State.CONFIRMED, State.FAILED})
+#: The states an operation can still leave: its outcome is not settled yet.
+OPEN = frozenset(State) - TERMINAL
 
 
 class Action(enum.StrEnum):
@@ -155,6 +157,31 @@ class Policy:
         return not (self.can_reconcile or self.idempotent)
 
 
+class OperationChanges(TypedDict, total=False):
+    """The keywords of :meth:`Operation.replace`: its fields, each optional, with their types
+    (so a misspelt or wrongly typed field is a type error, at no cost when it runs)."""
+
+    key: str
+    task_id: str
+    effect: str
+    fingerprint: str
+    state: State
+    policy: Policy
+    created_at: float
+    updated_at: float
+    version: int
+    attempts: int
+    submitted_at: float | None
+    first_submitted_at: float | None
+    submitted_by: str | None
+    lookup_failures: int
+    receipt: JSON
+    error: JSON
+    args: JSON
+    note: str | None
+    approval: Approval | None
+
+
 # Not slotted, unlike the other records: replace() copies the instance dict in one step,
 # where a slotted copy sets its 18 fields one by one (about half the time, three times per
 # effect). The __init__ is written out for the same reason (see there).
@@ -236,7 +263,7 @@ class Operation:
             approval=approval,
         )
 
-    def replace(self, **changes: Any) -> Operation:
+    def replace(self, **changes: Unpack[OperationChanges]) -> Operation:
         """A copy with ``changes`` (field names only). Faster than dataclasses.replace, which
         matters on the per-effect path. The copy's :attr:`changed` is this one's plus the
         names changed."""

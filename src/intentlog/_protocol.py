@@ -1,9 +1,9 @@
 """The task protocol, written once: generators that decide and yield their I/O.
 
-``TaskCore`` holds a leased task's state; its ``p_*`` methods are protocols (see
-``intentlog._driver``) run by the sync ``Task`` and the async ``AsyncTask`` alike. Every send
-is preceded by a durable, fenced write (the intent), and every receipt is durable before
-``run`` returns it. All policy lives in :func:`intentlog._decide.decide`.
+``TaskCore`` holds a leased task's state; its ``*_flow`` methods are flows (see
+``intentlog._flow``), driven by ``intentlog._driver`` for the sync ``Task`` and the async
+``AsyncTask`` alike. Every send is preceded by a durable, fenced write (the intent), and every
+receipt is durable before ``run`` returns it. All policy lives in ``intentlog._decide``.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from intentlog._errors import (
     StillInFlight,
     TaskBusy,
 )
-from intentlog._flow import NOT_STARTED, Call, Flow, Sleep, User, call
+from intentlog._flow import NOT_STARTED, Call, Flow, Sleep, User
 from intentlog._hygiene import (
     check_safe,
     describe,
@@ -57,6 +57,7 @@ from intentlog._model import (
 from intentlog._open import cli_command
 from intentlog._options import Options
 from intentlog._owner import holder_is_dead, new_owner
+from intentlog._store_call import call
 from intentlog.stores._async_store import AsyncStore
 from intentlog.stores._base import Store, TaskResolution, TaskUpdate
 
@@ -200,21 +201,50 @@ class TaskCore:
         return op.key
 
     def run_flow(
-        self, effect: Effect, args: tuple[Any, ...], kwargs: dict[str, Any], key: str | None
+        self,
+        effect: Effect,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        key: str | None,
+        *,
+        then_complete: bool = False,
     ) -> Flow[JSON]:
         """The protocol of ``task.run``. Called where ``run`` is called (not a generator
-        itself), so that an observer sees the caller's context (a trace's parent span)."""
+        itself), so that an observer sees the caller's context (a trace's parent span).
+        ``then_complete``: see :meth:`one_call_flow`."""
         hooks = _observe.hooks
-        if hooks is not None:
-            return hooks.run(self, effect, self._run_flow(effect, args, kwargs, key))
-        return self._run_flow(effect, args, kwargs, key)
+        flow = self._run_flow(effect, args, kwargs, key, then_complete)
+        return flow if hooks is None else hooks.run(self, effect, flow)
+
+    def one_call_flow(
+        self, effect: Effect, args: tuple[Any, ...], kwargs: dict[str, Any], key: str | None
+    ) -> Flow[JSON]:
+        """Run ``effect``, then complete the task (``journal.run``): a one-call task.
+
+        The receipt of a first send rides in the completion's write, which follows it at
+        once, so the call makes the effect's two commits and no more; the receipt is durable
+        when this returns, as ``task.run``'s is. Exactly as safe as a receipt's own write:
+        the window between the service's answer and the durable receipt is the same one
+        write long. A replay of a task already completed writes nothing."""
+        completed = self.record.completed
+        receipt = yield from self.run_flow(effect, args, kwargs, key, then_complete=True)
+        if not (completed and self.record.completed and not self.unwritten):
+            yield from self.complete_flow(...)
+        return receipt
 
     def _run_flow(
-        self, effect: Effect, args: tuple[Any, ...], kwargs: dict[str, Any], key: str | None
+        self,
+        effect: Effect,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        key: str | None,
+        then_complete: bool,
     ) -> Flow[JSON]:
         if not isinstance(effect, Effect):
             raise InvalidInput(f"run() needs an intentlog.Effect, got {effect!r}")
-        lazy = effect.lazy  # refuses lazy_receipt on an effect that can do neither
+        # A receipt is kept for the next write where the effect says so, or where the next
+        # write is the completion that follows at once (one_call_flow).
+        lazy = effect.lazy or then_complete  # refuses lazy_receipt on one that can do neither
         if effect.is_async and not self.is_async:
             raise InvalidInput(
                 f"effect {effect.name!r} is async: run it with intentlog.open_async(...) and "
@@ -782,7 +812,7 @@ def judged_by(op: Operation, effect: Effect) -> Policy:
     return strictest(op.policy, effect.policy)
 
 
-def _policy_change(op: Operation, policy: Policy) -> dict[str, Policy]:
+def _policy_change(op: Operation, policy: Policy) -> dict[str, Any]:
     """``{"policy": policy}`` if it is not the one ``op`` records, else nothing: a write
     that names the policy assigns its eight columns (see ``Operation.changed``)."""
     return {} if policy is op.policy or policy == op.policy else {"policy": policy}

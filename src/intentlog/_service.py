@@ -18,11 +18,12 @@ import dataclasses
 import enum
 import re
 import urllib.parse
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Literal
+from typing import Any, Literal
 
 from intentlog._errors import InvalidInput
-from intentlog._validate import seconds as checked_seconds
+from intentlog._validate import seconds
 
 __all__ = [
     "FOREVER",
@@ -59,14 +60,6 @@ LookupKind = Literal["key", "reference", "status"]
 Encoding = Literal["json", "form"]
 MarkerPlace = Literal["end", "graphql-directive"]
 BodyPath = tuple[str | int, ...]  # str: a member of an object, int: an index into an array
-
-
-def seconds(value: Seconds | None, what: str, *, allow_zero: bool) -> float | None:
-    """``value`` as float seconds (None stays None); InvalidInput naming ``what`` for
-    anything that is not a finite, non-negative (or positive) number or timedelta."""
-    if value is None:
-        return None
-    return checked_seconds(what, value, positive=not allow_zero, bounded=False)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -430,87 +423,31 @@ class Service:
     ) -> None:
         if not isinstance(name, str) or not _NAME.match(name):
             raise InvalidInput(f"service name must be 1-80 printable chars, got {name!r}")
+        given: dict[str, Any] = {
+            "name": name,
+            "key": key,
+            "retention": retention,
+            "locks_in_flight": locks_in_flight,
+            "replay": replay,
+            "lookup": lookup,
+            "lookup_lag": lookup_lag,
+            "timeout": timeout,
+            "encoding": encoding,
+            "reference": reference,
+            "key_max_length": key_max_length,
+            "search": search,
+            "key_reuse": key_reuse,
+            "marker": marker,
+            "marker_place": marker_place,
+            "pinned": pinned,
+            "answer_errors": answer_errors,
+            "source": source,
+        }
         what = f"service {name!r}"
-        if key is not None and not isinstance(key, KeyPlace):
-            raise InvalidInput(f"{what}: key must be a KeyPlace (KeyPlace.header(...)), got "
-                               f"{key!r}")  # fmt: skip
-        if not isinstance(retention, Retention):
-            retention = seconds(retention, f"{what}: retention", allow_zero=False)
-        if type(locks_in_flight) is not bool:
-            raise InvalidInput(f"{what}: locks_in_flight must be True or False")
-        if replay is not None and not isinstance(replay, Replay):
-            raise InvalidInput(f"{what}: replay must be a Replay(...), got {replay!r}")
-        if lookup not in (None, "key", "reference", "status"):
-            raise InvalidInput(f"{what}: lookup must be 'key', 'reference', 'status' or None")
-        if encoding not in ("json", "form"):
-            raise InvalidInput(f"{what}: encoding must be 'json' or 'form', got {encoding!r}")
-        if reference is not None:
-            reference = _path(reference, f"{what}: reference")
-        if key_max_length is not None and (
-            type(key_max_length) is not int or not 1 <= key_max_length <= 10_000
-        ):
-            raise InvalidInput(f"{what}: key_max_length must be a positive whole number of "
-                               f"characters, got {key_max_length!r}")  # fmt: skip
-        if search is not None and not isinstance(search, Search):
-            raise InvalidInput(f"{what}: search must be a Search(...), got {search!r}")
-        if search is not None and lookup is None:
-            raise InvalidInput(f"{what}: a search is a lookup; state what it finds by "
-                               "(lookup='reference' or 'key')")  # fmt: skip
-        if search is not None and lookup == "reference" and reference is None:
-            # A search by reference finds only what the request wrote; without the key in the
-            # body it answers NotFound forever, and a trusted NotFound would resend a call
-            # that landed.
-            raise InvalidInput(f"{what}: a search by reference finds only the key the request "
-                               "carries: state reference= (where the body holds the key), or "
-                               "leave the search out", option="reference")  # fmt: skip
-        if key_reuse is not None and not isinstance(key_reuse, KeyReuse):
-            raise InvalidInput(f"{what}: key_reuse must be a KeyReuse(...), got {key_reuse!r}")
-        if marker is not None and (
-            not isinstance(marker, str) or marker.count("{key}") != 1 or len(marker) > 200
-        ):
-            raise InvalidInput(f"{what}: marker must be a text with one {{key}} placeholder, "
-                               f"got {marker!r}", option="marker")  # fmt: skip
-        if marker_place not in ("end", "graphql-directive"):
-            raise InvalidInput(f"{what}: marker_place must be 'end' or 'graphql-directive', "
-                               f"got {marker_place!r}", option="marker_place")  # fmt: skip
-        if marker is not None and reference is None:
-            raise InvalidInput(f"{what}: a marker is written into the text at reference=; "
-                               "state where", option="reference")  # fmt: skip
-        pairs = tuple(pinned) if isinstance(pinned, tuple | list) else None
-        if pairs is None or not all(
-            isinstance(p, tuple | list) and len(p) == 2 and isinstance(p[1], str) for p in pairs
-        ):
-            raise InvalidInput(f"{what}: pinned must be (path, text) pairs, got {pinned!r}",
-                               option="pinned")  # fmt: skip
-        pinned = tuple((_path(p, f"{what}: pinned path"), v) for p, v in pairs)
-        if isinstance(answer_errors, AnswerError):
-            answer_errors = (answer_errors,)
-        if not isinstance(answer_errors, tuple) or not all(
-            isinstance(a, AnswerError) for a in answer_errors
-        ):
-            raise InvalidInput(f"{what}: answer_errors must be AnswerError(...)s, got "
-                               f"{answer_errors!r}")  # fmt: skip
-        if not isinstance(source, str) or len(source) > 3000:
-            raise InvalidInput(f"{what}: source must be a string (where the numbers come from)")
-        set_ = object.__setattr__
-        set_(self, "name", name)
-        set_(self, "key", key)
-        set_(self, "retention", retention)
-        set_(self, "locks_in_flight", locks_in_flight)
-        set_(self, "replay", replay)
-        set_(self, "lookup", lookup)
-        set_(self, "lookup_lag", seconds(lookup_lag, f"{what}: lookup_lag", allow_zero=True))
-        set_(self, "timeout", seconds(timeout, f"{what}: timeout", allow_zero=False))
-        set_(self, "encoding", encoding)
-        set_(self, "reference", reference)
-        set_(self, "key_max_length", key_max_length)
-        set_(self, "search", search)
-        set_(self, "key_reuse", key_reuse)
-        set_(self, "marker", marker)
-        set_(self, "marker_place", marker_place)
-        set_(self, "pinned", pinned)
-        set_(self, "answer_errors", answer_errors)
-        set_(self, "source", source)
+        for check in _CHECKS:
+            check(given, what)
+        for field, value in given.items():
+            object.__setattr__(self, field, value)
 
     @property
     def deduplicates(self) -> bool:
@@ -544,12 +481,163 @@ class Service:
     def describe(self) -> str:
         """One line: what this contract lets the journal do after a crash in flight."""
         if self.deduplicates:
+            assert self.key is not None  # a service that deduplicates takes a key
             kept = "forever" if self.retention is FOREVER else f"for {self.retention:g} s"
-            how = f"deduplicates on {self.key.kind} {self.key.name!r} {kept}"  # type: ignore[union-attr]
+            how = f"deduplicates on {self.key.kind} {self.key.name!r} {kept}"
         else:
             how = "does not deduplicate across a crash"
         ask = f"; can be asked by {self.lookup}" if self.lookup else "; cannot be asked"
         return f"{self.name}: {how}{ask}"
+
+
+# -- the constructor's checks ------------------------------------------------------------------
+#
+# A normaliser reads one field's value as given and returns it as the Service keeps it, or
+# raises InvalidInput; ``at`` is the field as messages name it (``"service 'stripe': timeout"``).
+# A rule checks fields together once each of them has been read.
+
+_Normaliser = Callable[[Any, str], Any]
+_Check = Callable[[dict[str, Any], str], None]  # (the fields as given so far, "service 'x'")
+
+
+def _field(name: str, normalise: _Normaliser) -> _Check:
+    def check(given: dict[str, Any], what: str) -> None:
+        given[name] = normalise(given[name], f"{what}: {name}")
+
+    return check
+
+
+def _instance(cls: type, example: str) -> _Normaliser:
+    """None, or an instance of ``cls`` (``example`` shows how one is made)."""
+
+    def normalise(value: Any, at: str) -> Any:
+        if value is not None and not isinstance(value, cls):
+            raise InvalidInput(f"{at} must be {example}, got {value!r}")
+        return value
+
+    return normalise
+
+
+def _one_of(*choices: str | None, got: bool = True, option: str | None = None) -> _Normaliser:
+    """One of ``choices``; ``option`` is the field an error names, where it names one."""
+    words = ", ".join(repr(c) for c in choices[:-1]) + f" or {choices[-1]!r}"
+
+    def normalise(value: Any, at: str) -> Any:
+        if value not in choices:
+            shown = f", got {value!r}" if got else ""
+            raise InvalidInput(f"{at} must be {words}{shown}", option=option)
+        return value
+
+    return normalise
+
+
+def _seconds(*, positive: bool) -> _Normaliser:
+    """None (unknown), or seconds: > 0 with ``positive``, else >= 0."""
+
+    def normalise(value: Any, at: str) -> float | None:
+        return None if value is None else seconds(at, value, positive=positive, bounded=False)
+
+    return normalise
+
+
+def _retention(value: Any, at: str) -> float | Retention | None:
+    if isinstance(value, Retention):
+        return value
+    return None if value is None else seconds(at, value, positive=True, bounded=False)
+
+
+def _flag(value: Any, at: str) -> bool:
+    if type(value) is not bool:
+        raise InvalidInput(f"{at} must be True or False")
+    return value
+
+
+def _optional_path(value: Any, at: str) -> BodyPath | None:
+    return None if value is None else _path(value, at)
+
+
+def _key_max_length(value: Any, at: str) -> int | None:
+    if value is not None and (type(value) is not int or not 1 <= value <= 10_000):
+        raise InvalidInput(f"{at} must be a positive whole number of characters, got "
+                           f"{value!r}")  # fmt: skip
+    return value
+
+
+def _marker(value: Any, at: str) -> str | None:
+    if value is not None and (
+        not isinstance(value, str) or value.count("{key}") != 1 or len(value) > 200
+    ):
+        raise InvalidInput(f"{at} must be a text with one {{key}} placeholder, got {value!r}",
+                           option="marker")  # fmt: skip
+    return value
+
+
+def _pinned(value: Any, at: str) -> tuple[tuple[BodyPath, str], ...]:
+    pairs = tuple(value) if isinstance(value, tuple | list) else None
+    if pairs is None or not all(
+        isinstance(p, tuple | list) and len(p) == 2 and isinstance(p[1], str) for p in pairs
+    ):
+        raise InvalidInput(f"{at} must be (path, text) pairs, got {value!r}", option="pinned")
+    return tuple((_path(p, f"{at} path"), v) for p, v in pairs)
+
+
+def _answer_errors(value: Any, at: str) -> tuple[AnswerError, ...]:
+    found = (value,) if isinstance(value, AnswerError) else value
+    if not isinstance(found, tuple) or not all(isinstance(a, AnswerError) for a in found):
+        raise InvalidInput(f"{at} must be AnswerError(...)s, got {found!r}")
+    return found
+
+
+def _source(value: Any, at: str) -> str:
+    if not isinstance(value, str) or len(value) > 3000:
+        raise InvalidInput(f"{at} must be a string (where the numbers come from)")
+    return value
+
+
+def _search_finds_by_something(given: dict[str, Any], what: str) -> None:
+    if given["search"] is None:
+        return
+    if given["lookup"] is None:
+        raise InvalidInput(f"{what}: a search is a lookup; state what it finds by "
+                           "(lookup='reference' or 'key')")  # fmt: skip
+    if given["lookup"] == "reference" and given["reference"] is None:
+        # A search by reference finds only what the request wrote; without the key in the
+        # body it answers NotFound forever, and a trusted NotFound would resend a call that
+        # landed.
+        raise InvalidInput(f"{what}: a search by reference finds only the key the request "
+                           "carries: state reference= (where the body holds the key), or "
+                           "leave the search out", option="reference")  # fmt: skip
+
+
+def _marker_has_a_place(given: dict[str, Any], what: str) -> None:
+    if given["marker"] is not None and given["reference"] is None:
+        raise InvalidInput(f"{what}: a marker is written into the text at reference=; "
+                           "state where", option="reference")  # fmt: skip
+
+
+#: Every check of the constructor, in the order they run: the first fault found is the one
+#: reported. Each field but ``name`` (read first: the messages name the service) is read once.
+_CHECKS: tuple[_Check, ...] = (
+    _field("key", _instance(KeyPlace, "a KeyPlace (KeyPlace.header(...))")),
+    _field("retention", _retention),
+    _field("locks_in_flight", _flag),
+    _field("replay", _instance(Replay, "a Replay(...)")),
+    _field("lookup", _one_of("key", "reference", "status", None, got=False)),
+    _field("encoding", _one_of("json", "form")),
+    _field("reference", _optional_path),
+    _field("key_max_length", _key_max_length),
+    _field("search", _instance(Search, "a Search(...)")),
+    _search_finds_by_something,
+    _field("key_reuse", _instance(KeyReuse, "a KeyReuse(...)")),
+    _field("marker", _marker),
+    _field("marker_place", _one_of("end", "graphql-directive", option="marker_place")),
+    _marker_has_a_place,
+    _field("pinned", _pinned),
+    _field("answer_errors", _answer_errors),
+    _field("source", _source),
+    _field("lookup_lag", _seconds(positive=False)),
+    _field("timeout", _seconds(positive=True)),
+)
 
 
 def _path(value: object, what: str) -> BodyPath:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import math
-import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -15,7 +14,7 @@ from intentlog._effect import Effect, Seconds
 from intentlog._errors import InvalidInput, LeaseLost
 from intentlog._flow import Flow
 from intentlog._hygiene import scrub_text
-from intentlog._model import JSON, Action, Operation, State, TaskRecord
+from intentlog._model import JSON, Operation, State, TaskRecord
 from intentlog._protocol import TaskCore
 from intentlog._validate import seconds
 from intentlog._verbs import TaskInfo, recover_one_flow, task_info_flow
@@ -24,15 +23,9 @@ from intentlog.stores._base import Store, TaskUpdate
 if TYPE_CHECKING:
     from intentlog._lease import Renewer
 
-__all__ = ["NEXT_ACTION_DEPRECATED", "Task", "TaskView", "recover_submitted", "release_flow"]
+__all__ = ["Task", "TaskView", "recover_submitted", "release_flow"]
 
 _T = TypeVar("_T")
-
-#: The warning of the old ``next_action`` spelling, the same on both faces.
-NEXT_ACTION_DEPRECATED = (
-    "next_action on a task handle is deprecated: use {call}.next_action, the same TaskInfo "
-    "that journal.task_info() returns"
-)
 
 
 class TaskView:
@@ -118,13 +111,6 @@ class Task(TaskView):
         The same :class:`intentlog.TaskInfo` as ``journal.task_info(task.id)``; reads the
         journal on every call."""
         return self._run(task_info_flow(self._store, self.id, self._core.options))
-
-    @property
-    def next_action(self) -> Action | None:
-        """Deprecated: use ``task.info().next_action`` (a property should not do I/O)."""
-        message = NEXT_ACTION_DEPRECATED.format(call="task.info()")
-        warnings.warn(message, DeprecationWarning, stacklevel=2)
-        return self.info().next_action
 
     def operations(self) -> list[Operation]:
         """This task's operations, oldest first."""

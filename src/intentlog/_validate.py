@@ -20,9 +20,22 @@ __all__ = ["MAX_SECONDS", "count", "seconds", "task_kinds"]
 MAX_SECONDS = 365 * 24 * 3600.0
 
 
-def seconds(name: str, value: Any, *, positive: bool = False, bounded: bool = True) -> float:
+def seconds(
+    name: str,
+    value: Any,
+    *,
+    positive: bool = False,
+    bounded: bool = True,
+    option: str | None = None,
+) -> float:
     """``value`` as seconds: a finite number (not a bool) or a timedelta, >= 0 (> 0 with
-    ``positive``) and, with ``bounded``, at most :data:`MAX_SECONDS`."""
+    ``positive``) and, with ``bounded``, at most :data:`MAX_SECONDS`. The one check of a
+    number of seconds: every option, contract field and wait that takes one is read here.
+
+    Otherwise InvalidInput, whose message starts with ``name`` (``"lease_ttl"``, or with
+    its owner, ``"effect 'pay': timeout"``) and whose ``option`` is ``option`` (default:
+    ``name``). None is not seconds: where an option may be left unstated, the caller keeps
+    its None."""
     given = value
     if isinstance(value, timedelta):
         value = value.total_seconds()
@@ -38,7 +51,7 @@ def seconds(name: str, value: Any, *, positive: bool = False, bounded: bool = Tr
     ):
         raise InvalidInput(
             f"{name} must be a number of seconds (or a timedelta) {span}, got {given!r}",
-            option=name,
+            option=name if option is None else option,
         )
     return float(value)
 

@@ -12,7 +12,6 @@ import getpass
 import json
 import os
 import platform
-import warnings
 from collections.abc import Iterable
 from typing import Any, Literal
 
@@ -24,19 +23,30 @@ from intentlog._decide import (
     answer_approval,
     confirm_phrase,
     decide,
+    resolution_outcomes,
     resolve_risk,
     task_action,
     task_outlook,
 )
 from intentlog._effect import Effect
 from intentlog._errors import Error, InvalidInput, KeyConflict, TaskBusy, UnknownOperation
-from intentlog._flow import Flow, call
+from intentlog._flow import Flow
 from intentlog._hygiene import check_safe, check_text
 from intentlog._keys import validate_label, validate_task_id
-from intentlog._model import JSON, Action, Approval, LookupResult, Operation, State, TaskRecord
+from intentlog._model import (
+    JSON,
+    OPEN,
+    Action,
+    Approval,
+    LookupResult,
+    Operation,
+    State,
+    TaskRecord,
+)
 from intentlog._options import Options
 from intentlog._owner import holder_is_dead
 from intentlog._protocol import TaskCore, acquire_flow, judged_by
+from intentlog._store_call import call
 from intentlog._words import duration
 from intentlog.stores._async_store import AsyncStore
 from intentlog.stores._base import Resolution, Store, TaskResolution, TaskUpdate
@@ -60,7 +70,6 @@ __all__ = [
     "task_info_flow",
 ]
 
-_OPEN_STATES = (State.PLANNED, State.SUBMITTED, State.UNRESOLVED)
 AnyStore = Store | AsyncStore
 
 
@@ -92,16 +101,6 @@ class Recovered:
     state: State  # the state after recovery
     next_action: Action  # the next action from here (named as on Pending and TaskInfo)
     reason: str
-
-    @property
-    def action(self) -> Action:
-        """Deprecated: use ``next_action``, the name Pending and TaskInfo use."""
-        warnings.warn(
-            "Recovered.action is deprecated: use Recovered.next_action",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self.next_action
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -156,7 +155,7 @@ def _info_flow(
         record.owner is not None and record.lease_expires > now and not holder_is_dead(record.owner)
     )
     limit = options.lookup_limit if options is not None else None
-    pending = tuple(_pending(op, now, limit) for op in ops if op.state in _OPEN_STATES)
+    pending = tuple(_pending(op, now, limit) for op in ops if op.state in OPEN)
     opened = [(p.key, p.state, p.next_action, p.operation.policy.can_reconcile) for p in pending]
     outlook = task_outlook(
         record, opened, holder_alive=alive, now=now, unclaimed_after=unclaimed_after
@@ -194,7 +193,7 @@ def operation_flow(store: AnyStore, key: str) -> Flow[Operation]:
 def pending_flow(store: AnyStore, options: Options) -> Flow[list[Pending]]:
     """See :meth:`intentlog.Journal.pending`."""
     now = store.now()
-    ops = yield from call(Store.list_ops, states=_OPEN_STATES)
+    ops = yield from call(Store.list_ops, states=OPEN)
     return [_pending(op, now, options.lookup_limit) for op in ops]
 
 
@@ -312,10 +311,8 @@ def resolve_flow(
                 state=op.state.value,
             )
         seen = op
-        allowed = {State.SUBMITTED, State.UNRESOLVED} | (
-            {State.PLANNED} if outcome != "retry" else set()
-        )
-        if op.state not in allowed:
+        if outcome not in resolution_outcomes(op.state):
+            allowed = [state for state in State if outcome in resolution_outcomes(state)]
             raise InvalidInput(
                 f"operation {key!r} is {op.state}; '{outcome}' applies only to "
                 f"{', '.join(sorted(allowed))} operations",

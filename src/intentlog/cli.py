@@ -49,7 +49,6 @@ import os
 import shlex
 import signal
 import sys
-import textwrap
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -60,11 +59,11 @@ import click
 import intentlog
 from intentlog import Outcome
 from intentlog import _cli_report as report
+from intentlog import _view as views
 from intentlog._cli_load import CliFailure as _Failure
-from intentlog._cli_load import load_effects, load_registry
+from intentlog._cli_load import load_effects, load_registry, open_existing
 from intentlog._cli_params import Address, Duration, Seconds, mask
 from intentlog._decide import confirm_phrase
-from intentlog._open import DEFAULT_PATH, check_not_a_url, cli_command
 from intentlog._verbs import risk_of
 from intentlog._words import duration
 
@@ -151,22 +150,8 @@ def cli(ctx: click.Context, db: str | None, as_json: bool) -> None:
 
 
 def _open(ctx: click.Context) -> intentlog.Journal:
-    """Open an existing journal, creating nothing: a missing SQLite file, PostgreSQL schema or
-    database (likely a wrong path or a typo) is an error naming it, exit 1. Every verb that
-    opens here (status, show, resolve, recover, gc, the console) works on what is journaled;
-    only ``start`` and ``worker`` create a journal."""
-    raw: str | None = ctx.obj["db"]
-    path: str | None = None
-    if raw is None:
-        path = str(DEFAULT_PATH)
-    elif "://" not in raw:
-        check_not_a_url(raw)
-        path = raw
-    elif raw.startswith("sqlite:///"):
-        path = raw[len("sqlite://") :]
-    if path and not Path(path).exists():
-        raise _Failure(f"no journal at {Path(path).resolve()}; pass --db URL or set INTENTLOG_URL")
-    return intentlog.open(raw, create=False)
+    """The existing journal ``--db`` names (see :func:`intentlog._cli_load.open_existing`)."""
+    return open_existing(ctx.obj["db"])
 
 
 def _emit(data: Any) -> None:
@@ -174,20 +159,11 @@ def _emit(data: Any) -> None:
 
 
 _iso = report.iso
-_compact = report.compact
 _table = report.table
 _pick = report.pick
-_action = report.action
-_action_text = report.action_text
-
-
-_OP_FIELDS = ("key", "task_id", "effect", "state", "attempts", "receipt", "error", "note")
-_OP_TIMES = ("created_at", "updated_at", "submitted_at")
-_RESOLUTION_FIELDS = ("at", "from_state", "to_state", "note", "receipt", "actor")
-
-
-def _alive(info: intentlog.TaskInfo) -> str:
-    return "live worker" if info.holder_alive else "none"
+_action = views.action_text
+_action_text = views.task_action_text
+_OP_FIELDS, _OP_TIMES = report.OP_FIELDS, report.OP_TIMES
 
 
 _UNCLAIMED = "How long a runnable task may wait unclaimed before it needs a person [10m]."
@@ -224,91 +200,14 @@ def status(ctx: click.Context, unclaimed_after: float | None, as_json: bool) -> 
       intentlog status --json
     """
     with _open(ctx) as journal:
-        counts = journal.counts()
-        pending = journal.pending()
-        tasks = journal.attention(unclaimed_after=unclaimed_after)
-        now = journal.store.now()
-        url = journal.url
-    escalated = any(p.next_action is intentlog.Action.ESCALATE for p in pending)
-    awaiting = any(p.next_action is intentlog.Action.APPROVE for p in pending)
-    needs_person = (
-        escalated or awaiting or any(t.outlook and not t.outlook.automatic for t in tasks)
-    )
-    automation = bool(pending) or any(t.outlook and t.outlook.automatic for t in tasks)
-    code = EXIT_PERSON if needs_person else EXIT_AUTOMATION if automation else EXIT_OK
+        view = views.status(journal, unclaimed_after)
+    code = EXIT_PERSON if view.needs_person else EXIT_AUTOMATION if view.automatic else EXIT_OK
     _exit_on_closed_pipe(ctx, code)
-    by_state = {s.value: counts.get(s, 0) for s in intentlog.State}
-
-    def wait(p: intentlog.Pending) -> float | None:
-        if p.next_action is not intentlog.Action.WAIT or p.not_before is None:
-            return None
-        return round(max(p.not_before - now, 0.0), 1)
-
-    items = [
-        _pick(p, "key", "task_id", "effect", "state", "next_action", "reason", "not_before")
-        | {"wait_seconds": wait(p)}
-        for p in pending
-    ]
-    task_items = [
-        _pick(t.record, "task_id", "next_step", "epoch", "kind", "runs", "last_error")
-        | {"next_action": _action(t.next_action, None), "holder_alive": t.holder_alive}
-        | {"not_before": _iso(t.record.not_before) if t.record.not_before > now else None}
-        | {"who": t.outlook.doer.value if t.outlook else None}
-        | {"why": t.outlook.reason if t.outlook else None}
-        for t in tasks
-    ]
     if as_json:
-        doc = {"journal": url, "counts": by_state, "pending": items, "tasks": task_items}
-        _emit({**doc, "needs_person": needs_person})
-        ctx.exit(code)
-    click.echo(f"journal  {url}\n")
-    click.echo(_table(list(by_state), [[str(n) for n in by_state.values()]]))
-    if pending:
-        click.echo(report.prose(f"\noperations needing attention ({len(pending)}):"))
-        cols = ("task_id", "effect", "state", "next_action")
-        rows = [
-            [*(i[c] for c in cols), report.wait_text(i["wait_seconds"]), i["key"]] for i in items
-        ]
-        # The key last and whole, the reason on its own line below: keys are copied from here.
-        click.echo(_table(["TASK", "EFFECT", "STATE", "NEXT", "WAIT", "KEY"], rows))
-        click.echo("\nwhy:")
-        click.echo(_table(["KEY", "REASON"], [[i["key"], i["reason"]] for i in items]))
-    if tasks:
-        click.echo(report.prose(f"\ntasks needing attention ({len(tasks)}):"))
-        rows = [
-            [t["task_id"], _action_text(a), t["who"] or "-", str(t["runs"] or "-"), t["why"] or ""]
-            for t, a in zip(task_items, tasks, strict=True)
-        ]
-        click.echo(_table(["TASK", "NEXT", "WHO", "FAILED RUNS", "WHY"], rows))
-        errors = [(t["task_id"], t["last_error"]) for t in task_items if t["last_error"]]
-        if errors:
-            click.echo("\nlast errors:")
-            click.echo(_table(["TASK", "LAST ERROR"], errors))
-    # Name only the steps this journal needs, each as a command that works when pasted (with
-    # --db), on a line of its own and never wrapped: people copy it from here.
-    steps: list[tuple[str, str]] = []
-    if escalated:
-        command = cli_command(url, "resolve", "KEY", "--confirmed/--failed/--retry")
-        # Named as their rows name them: one the decision escalates may still be SUBMITTED.
-        states = {p.state for p in pending if p.next_action is intentlog.Action.ESCALATE}
-        which = "UNRESOLVED" if states == {intentlog.State.UNRESOLVED} else "ESCALATE"
-        steps.append((f"resolve the {which} operations", command))
-    if awaiting:
-        command = cli_command(url, "approve", "KEY") + "   (or: deny KEY)"
-        steps.append(("approve or deny the operations waiting for approval", command))
-    if any(t.outlook and not t.outlook.automatic
-           and t.next_action not in (intentlog.Action.ESCALATE, intentlog.Action.APPROVE)
-           for t in tasks):  # fmt: skip
-        command = cli_command(url, "complete", "TASK") + "   (or: cancel TASK)"
-        steps.append(("complete or cancel the tasks nothing will finish", command))
-    if code == EXIT_PERSON:
-        lines = [report.prose(f"needs a person: {what}:") + f"\n  {command}"
-                 for what, command in steps]  # fmt: skip
-        click.echo("\n" + "\n".join(lines or ["needs a person: see WHY above"]))
-    elif code == EXIT_AUTOMATION:
-        click.echo(report.prose("\nwork remains that a worker or intentlog recover will do"))
+        _emit(report.status_doc(view))
     else:
-        click.echo("\nnothing needs attention")
+        for block in report.status_text(view):
+            click.echo(block)
     ctx.exit(code)
 
 
@@ -332,74 +231,12 @@ def show(ctx: click.Context, task_id: str, as_json: bool) -> None:
       intentlog show order-42 --json
     """
     with _open(ctx) as journal:
-        info = journal.task_info(task_id)
-        resolutions = {op.key: journal.resolutions(op.key) for op in info.operations}
-        endings = journal.task_resolutions(task_id)
-        now = journal.store.now()
-        url = journal.url
-    rec = info.record
-    pending = {p.key: p for p in info.pending}
-    task = _pick(rec, "task_id", "next_step", "state", "completed", "epoch", "created_at")
-    task |= {"updated_at": _iso(rec.updated_at), "lease_holder": rec.owner, "kind": rec.kind}
-    task |= {"holder_alive": info.holder_alive, "next_action": _action(info.next_action, None)}
-    task |= {"who": info.outlook.doer.value if info.outlook else None}
-    task |= {"why": info.outlook.reason if info.outlook else None}
-    task |= {"resolutions": [_pick(r, "at", "outcome", "note", "actor") for r in endings]}
-
-    def next_of(op: intentlog.Operation) -> dict[str, Any]:
-        p = pending.get(op.key)
-        if p is None:
-            done = "USE_RECEIPT" if op.state is intentlog.State.CONFIRMED else "REPLAN"
-            return {"next_action": done, "next_reason": None, "not_before": None}
-        return {"next_action": p.next_action.value, "next_reason": p.reason,
-                "not_before": _iso(p.not_before)}  # fmt: skip
-
-    ops = [
-        _pick(op, *_OP_FIELDS, *_OP_TIMES)
-        | {"kind": report.kind_of(op), "args": op.args, "args_stored": op.args is not None}
-        | {"fingerprint": op.fingerprint}
-        | {"approval": report.approval_of(op)}
-        | next_of(op)
-        | {"resolutions": [_pick(r, *_RESOLUTION_FIELDS) for r in resolutions[op.key]]}
-        for op in info.operations
-    ]
+        view = views.task_view(journal, task_id)
     if as_json:
-        _emit({"journal": url, "task": task, "operations": ops})
+        _emit(report.show_doc(view))
         return
-    holder = f"{rec.owner} ({'alive' if info.holder_alive else 'not alive'})" if rec.owner else "-"
-    fields = [("task", rec.task_id), ("next action", _action_text(info))]
-    if info.outlook is not None:
-        fields += [("who", info.outlook.doer.value), ("why", info.outlook.reason)]
-    fields += [("kind", rec.kind or "-"), ("next_step", rec.next_step or "-")]
-    fields += [("state", _compact(rec.state))]
-    fields += [("completed", "yes" if rec.completed else "no"), ("epoch", str(rec.epoch))]
-    fields += [("lease holder", holder), ("updated", str(task["updated_at"]))]
-    for r in endings:
-        text = f"{_iso(r.at)} {r.outcome} by {r.actor}" + (f": {r.note}" if r.note else "")
-        fields.append(("ended", text))
-    click.echo(_table(["", ""], fields, header=False))
-    click.echo(f"\noperations ({len(ops)}):")
-    for op in ops:
-        nxt = op["next_action"]
-        if op["not_before"]:
-            p = pending[op["key"]]
-            nxt += f" (in {report.wait_text(max((p.not_before or now) - now, 0.0))})"
-        rows = [("key", op["key"]), ("effect", op["effect"]), ("kind", op["kind"])]
-        rows += [("state", op["state"]), ("next", nxt)]
-        if op["next_reason"]:
-            rows.append(("why", op["next_reason"]))
-        if op["approval"] is not None:
-            rows.append(("approval", report.approval_text(op["approval"])))
-        rows += [("runs", str(op["attempts"])), ("args", report.args_text(op))]
-        rows += [(name, _compact(op[name]) if name in ("receipt", "error") else
-                  op[name] or "-") for name in ("receipt", "error", "note")]  # fmt: skip
-        rows += [("created", op["created_at"]), ("updated", op["updated_at"])]
-        for r in op["resolutions"]:
-            text = f"{r['at']} {r['from_state']} -> {r['to_state']} by {r['actor']}"
-            extra = f"; receipt {_compact(r['receipt'])}" if r["receipt"] is not None else ""
-            rows.append(("resolution", text + (f": {r['note']}" if r["note"] else "") + extra))
-        width = report.terminal_width() - 2
-        click.echo("\n" + textwrap.indent(_table(["", ""], rows, header=False, width=width), "  "))
+    for block in report.show_text(view):
+        click.echo(block)
 
 
 _ACTOR = "Who does it, for the audit log [default: USER@HOST]."

@@ -27,8 +27,8 @@ from intentlog._service import (
     Replay,
     Search,
     Service,
-    seconds,
 )
+from intentlog._validate import seconds
 
 __all__ = [
     "ADYEN",
@@ -344,7 +344,7 @@ def nats_jetstream(duplicate_window: float | timedelta = 120.0, *, timeout: floa
     and the server's ``StreamDefaultDuplicatesWindow = 2 * time.Minute``
     (https://github.com/nats-io/nats-server/blob/main/server/stream.go).
     """
-    window = seconds(duplicate_window, "duplicate_window", allow_zero=False)
+    window = seconds("duplicate_window", duplicate_window, positive=True, bounded=False)
     return Service(
         "nats-jetstream",
         key=KeyPlace.message_id("Nats-Msg-Id"),

@@ -1,4 +1,5 @@
-"""The effect options pass through a user's own helper, typed once (mypy --strict; not run)."""
+"""The effect options pass through a user's own helper, typed once, and Operation.replace takes
+its fields typed (mypy --strict; not run)."""
 
 from __future__ import annotations
 
@@ -45,3 +46,11 @@ def misspelled() -> None:
     intentlog.Effect("x", send, key_retention="1h")  # type: ignore[arg-type]
     bad: intentlog.EffectOptions = {"retention": 60}  # type: ignore[typeddict-unknown-key]
     assert bad
+
+
+def operation_changes(op: intentlog.Operation) -> intentlog.Operation:
+    # Operation.replace takes the operation's fields, typed: a misspelt or wrongly typed one
+    # is caught like an effect option.
+    op.replace(stat=intentlog.State.FAILED)  # type: ignore[call-arg]
+    op.replace(attempts="1")  # type: ignore[arg-type]
+    return op.replace(state=intentlog.State.FAILED, note="refused", attempts=op.attempts + 1)

@@ -29,9 +29,9 @@ import intentlog
 from intentlog._decide import confirm_phrase
 from intentlog._hygiene import check_safe, check_text
 from intentlog._verbs import risk_of
+from intentlog._view import TaskView, overview, task_view
 from intentlog._words import duration
 from intentlog.console._auth import Gate, GateMiddleware, identity
-from intentlog.console._facts import overview, task_view
 
 __all__ = ["OUTCOMES", "create_app"]
 
@@ -61,6 +61,38 @@ def _iso(t: float | None) -> str:
     return datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
+def _pretty(value: object) -> str:
+    # Indented JSON for a <pre> block (a receipt, an error, a task's state), escaped as text.
+    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+
+
+def _describe_policy(policy: intentlog.Policy) -> str:
+    """What the service promises, in words, from the policy recorded with an operation."""
+    parts = []
+    if policy.service:
+        parts.append(policy.service)
+    if policy.idempotent:
+        retention = policy.key_retention
+        kept = "forever" if retention is None else f"for {duration(retention)}"
+        parts.append(f"deduplicates keys {kept}")
+    else:
+        parts.append("does not deduplicate")
+    parts.append("can be asked (lookup)" if policy.can_reconcile else "cannot be asked")
+    parts.append(f"timeout {duration(policy.timeout)}")
+    return ", ".join(parts)
+
+
+def _lease_text(view: TaskView) -> str:
+    """Who holds a task page's task, and until when."""
+    record, now = view.info.record, view.now
+    if not record.owner:
+        return "nobody"
+    if record.lease_expires <= now:
+        return f"{record.owner} (expired {duration(now - record.lease_expires)} ago)"
+    state = "alive" if view.info.holder_alive else "process gone"
+    return f"{record.owner} ({state}, expires in {duration(record.lease_expires - now)})"
+
+
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("intentlog.console", "templates"),
@@ -72,6 +104,9 @@ def _environment() -> jinja2.Environment:
     env.filters["q"] = _quote
     env.filters["json"] = _compact
     env.filters["iso"] = _iso
+    env.filters["pretty"] = _pretty
+    env.filters["policy"] = _describe_policy
+    env.filters["lease"] = _lease_text
     env.filters["age"] = lambda seconds: duration(max(float(seconds), 0.0))
     return env
 

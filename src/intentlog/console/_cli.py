@@ -8,6 +8,7 @@ import secrets
 
 import click
 
+from intentlog._cli_load import open_existing
 from intentlog._errors import install_hint
 
 __all__ = ["check_token", "console_command", "is_loopback"]
@@ -93,13 +94,11 @@ def console_command(
             err=True,
         )
         ctx.exit(1)
-    from intentlog import cli
-
     obj = ctx.ensure_object(dict)
     obj.setdefault("db", None)
     if db is not None:
         obj["db"] = db
-    journal = cli._open(ctx)  # a missing journal is an error, not a new empty one
+    journal = open_existing(obj["db"])  # a missing journal is an error, not a new empty one
     generated = secrets.token_urlsafe(32)
     with journal:
         sock = bind(host, port)

@@ -1,12 +1,19 @@
-"""Ready-made effects for common services: ``intentlog.integrations.http`` (HTTP APIs, with
-httpx), ``intentlog.integrations.nats`` (NATS JetStream, with nats-py),
-``intentlog.integrations.aws`` (S3 conditional puts and SQS FIFO sends, with boto3) and
-``intentlog.integrations.smtp`` (mail, with smtplib).
+"""Ready-made effects for common services, and adapters that journal what the tools and steps
+of agent and workflow frameworks do.
 
-Each builder declares what its service can do (deduplicate on the key, for how long; be asked
-about a key) so the decision can settle a lost answer without a duplicate. Importing this
-package imports no third-party library; each submodule imports its own lazily and says which
-extra to install when it is missing.
+- Effects: ``http`` (HTTP APIs, with httpx), ``nats`` (NATS JetStream, with nats-py), ``aws``
+  (S3 conditional puts, SQS FIFO sends and SES mail, with boto3) and ``smtp`` (mail, with
+  smtplib). Each builder declares what its service can do (deduplicate on the key, for how
+  long; be asked about a key) so the decision can settle a lost answer without a duplicate.
+- Framework adapters: each module is only its framework's seam over ``kernel``, which holds
+  what they share (a tool call as a journaled operation): ``agent_framework``, ``agno``,
+  ``crewai``, ``google_adk``, ``langgraph``, ``openai_agents`` and ``pydantic_ai`` (tools),
+  ``mcp_server`` (your own MCP server's tools), and ``dbos``, ``prefect``, ``restate`` and
+  ``temporal`` (steps of durable workflows).
+
+This package itself holds what the effects share: :class:`AmbiguousResponse`, a call's body,
+and the import of an optional library. Importing it imports no third-party library; each
+submodule imports its own only when used, and says which extra to install when it is missing.
 """
 
 from __future__ import annotations

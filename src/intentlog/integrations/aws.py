@@ -53,7 +53,7 @@ from intentlog._hygiene import scrub_text
 from intentlog._keys import canonical_json
 from intentlog._model import Found, Indeterminate, LookupResult, NotFound, Policy
 from intentlog._service import Seconds, Service
-from intentlog._service import seconds as _seconds
+from intentlog._validate import seconds
 from intentlog.integrations import AmbiguousResponse, _call_body, _require
 
 __all__ = ["AmbiguousResponse", "s3_put_effect", "ses_send_effect", "sqs_fifo_effect"]
@@ -215,8 +215,7 @@ def _timeout(client: Any, service: str, timeout: Seconds | None, name: str) -> f
     deadline = client_deadline(client)
     if timeout is None:
         return deadline
-    given = _seconds(timeout, f"effect {name!r}: timeout", allow_zero=False)
-    assert given is not None
+    given = seconds(f"effect {name!r}: timeout", timeout, positive=True, bounded=False)
     if given < deadline:
         raise InvalidInput(
             f"effect {name!r}: timeout {given:g}s is shorter than the client may keep a request "

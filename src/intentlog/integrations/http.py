@@ -24,7 +24,6 @@ import json
 import re
 import time
 import urllib.parse
-import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
@@ -34,7 +33,7 @@ from intentlog._errors import InvalidInput, KeyConflict, Rejected
 from intentlog._hygiene import scrub_text
 from intentlog._model import Found, Indeterminate, LookupResult, NotFound
 from intentlog._service import KeyPlace, Replay, Search, Seconds, Service
-from intentlog._service import seconds as _seconds
+from intentlog._validate import seconds
 from intentlog.integrations import AmbiguousResponse, _call_body, _encoding
 from intentlog.integrations._http_runner import (
     _MAX_ANSWER,
@@ -549,25 +548,6 @@ def _contract(
     )  # fmt: skip
 
 
-def _receipt_names(
-    name: str, receipt: Sequence[str] | None, receipt_fields: Sequence[str] | None
-) -> Sequence[str] | None:
-    """The receipt's field names: ``receipt=``, or ``receipt_fields=``, its old name (with a
-    DeprecationWarning). Both at once is refused: which one was meant is not clear."""
-    if receipt_fields is None:
-        return receipt  # None: _spec refuses it, naming receipt=
-    if receipt is not None:
-        raise InvalidInput(
-            f"effect {name!r}: give receipt= only (receipt_fields= is its deprecated old name)"
-        )
-    warnings.warn(
-        "http_effect(receipt_fields=...) is deprecated: use receipt=..., as on Effect",
-        DeprecationWarning,
-        stacklevel=3,  # the caller of http_effect or async_http_effect
-    )
-    return receipt_fields
-
-
 def _spec(
     name: str, method: str, url: str, receipt: Sequence[str] | None, lookup: Lookup | None,
     contract: _Contract, in_progress_wait: Seconds | None, not_applied: Sequence[int],
@@ -606,7 +586,11 @@ def _spec(
         # A service that takes no key cannot say a key was reused: its 422 is a refusal.
         sets["not_applied"] |= sets["key_reused"]
         sets["key_reused"] = frozenset()
-    wait = _seconds(in_progress_wait, "in_progress_wait", allow_zero=True)
+    wait = (
+        None
+        if in_progress_wait is None
+        else seconds("in_progress_wait", in_progress_wait, bounded=False)
+    )
     service = contract.service
     if service is not None and service.search is not None:
         service.search.url_for(url, "key")  # InvalidInput now for a segment the URL lacks
@@ -624,8 +608,7 @@ def _spec(
 
 def http_effect(
     name: str, method: str, url: str, *, receipt: Sequence[str] | None = None,
-    receipt_fields: Sequence[str] | None = None, service: Service | None = None,
-    lookup: Lookup | None = None, replay: Replay | None = None,
+    service: Service | None = None, lookup: Lookup | None = None, replay: Replay | None = None,
     not_applied: Sequence[int] = NOT_APPLIED, in_progress: Sequence[int] = (409,),
     key_reused: Sequence[int] = (422,), key_header: str | None = None,
     in_progress_wait: Seconds | None = None, client: httpx.Client | None = None,
@@ -651,9 +634,9 @@ def http_effect(
     and ``key_header`` (default ``Idempotency-Key``) carries the key.
 
     ``receipt`` (required) names the fields the receipt keeps, as on :class:`intentlog.Effect`,
-    and that a 2xx answer (or a replay) must hold to count as an answer (``receipt_fields``
-    is its deprecated old name). ``lookup`` makes it reconcilable. ``timeout`` bounds every
-    phase of each request (httpx's timeout) and is the deadline the decision counts with.
+    and that a 2xx answer (or a replay) must hold to count as an answer. ``lookup`` makes it
+    reconcilable. ``timeout`` bounds every phase of each request (httpx's timeout) and is the
+    deadline the decision counts with.
     Statuses in ``not_applied`` raise Rejected (FAILED), in ``key_reused`` KeyConflict. A
     status in ``in_progress`` (409 by default) or in the replay's statuses whose body holds
     every receipt field and is no error body (not ``application/problem+json``, no top-level
@@ -678,7 +661,6 @@ def http_effect(
         raise InvalidInput(f"effect {name!r}: client must be an httpx.Client, got {client!r}")
     contract = _contract(name, url, service, replay=replay, key_header=key_header,
                          caller="http_effect", **options)  # fmt: skip
-    receipt = _receipt_names(name, receipt, receipt_fields)
     spec = _spec(name, method, url, receipt, lookup, contract, in_progress_wait,
                  not_applied, in_progress, key_reused)  # fmt: skip
 
@@ -695,8 +677,7 @@ def http_effect(
 
 def async_http_effect(
     name: str, method: str, url: str, *, receipt: Sequence[str] | None = None,
-    receipt_fields: Sequence[str] | None = None, service: Service | None = None,
-    lookup: Lookup | None = None, replay: Replay | None = None,
+    service: Service | None = None, lookup: Lookup | None = None, replay: Replay | None = None,
     not_applied: Sequence[int] = NOT_APPLIED, in_progress: Sequence[int] = (409,),
     key_reused: Sequence[int] = (422,), key_header: str | None = None,
     in_progress_wait: Seconds | None = None, client: httpx.AsyncClient | None = None,
@@ -709,7 +690,6 @@ def async_http_effect(
         raise InvalidInput(f"effect {name!r}: client must be an httpx.AsyncClient, got {client!r}")
     contract = _contract(name, url, service, replay=replay, key_header=key_header,
                          caller="async_http_effect", **options)  # fmt: skip
-    receipt = _receipt_names(name, receipt, receipt_fields)
     spec = _spec(name, method, url, receipt, lookup, contract, in_progress_wait,
                  not_applied, in_progress, key_reused)  # fmt: skip
 

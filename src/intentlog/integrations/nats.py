@@ -42,7 +42,7 @@ from intentlog._effect_options import FIXED, EffectOptions, effect_contract
 from intentlog._errors import InvalidInput, Rejected
 from intentlog._hygiene import scrub_text
 from intentlog._model import Found, Indeterminate, LookupResult, NotFound
-from intentlog._service import seconds as _seconds
+from intentlog._validate import seconds
 from intentlog.integrations import AmbiguousResponse, _call_body, _require
 
 if TYPE_CHECKING:
@@ -108,7 +108,8 @@ async def publish_effect(
     # The contract is the stream's (read below): only timeout (default 5 s) may be given, and
     # lookup_lag (default 0), which describes this effect's own lookup; checked before the
     # stream is asked anything.
-    lag = _seconds(options.pop("lookup_lag", None), "lookup_lag", allow_zero=True) or 0.0
+    lag_given = options.pop("lookup_lag", None)
+    lag = 0.0 if lag_given is None else seconds("lookup_lag", lag_given, bounded=False)
     wait = effect_contract(
         f"effect {name!r}", options, profiles.nats_jetstream(timeout=5.0), caller="publish_effect",
         spelling=FIXED,

@@ -22,7 +22,6 @@ import dataclasses
 import math
 import re
 import tomllib
-import warnings
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -56,7 +55,6 @@ _TOOL_FIELDS = frozenset(
         "key_meta",
         "deduplicates",
         "key_retention",
-        "retention",  # the deprecated old name of key_retention
         "locks_in_flight",
         "timeout",
         "lookup_lag",
@@ -341,23 +339,10 @@ def _options(
             "key_argument or key_meta (or idempotent = true for a tool that may be resent as "
             "it is)"
         )
-    if "retention" in fields:
-        if "key_retention" in fields:
-            raise InvalidInput(
-                f"{at('retention')}: give key_retention only (retention is its deprecated old "
-                "name)",
-                tool=tool,
-                option="key_retention",
-            )
-        warnings.warn(
-            f"{at('retention')}: retention in a tools file is deprecated: use key_retention, "
-            "as on Effect",
-            DeprecationWarning,
-            stacklevel=2,
+    if "key_retention" in fields:
+        options["key_retention"] = _retention(
+            fields["key_retention"], at("key_retention"), "key_retention"
         )
-    field = "key_retention" if "key_retention" in fields else "retention"
-    if field in fields:
-        options["key_retention"] = _retention(fields[field], at(field), field)
     elif resent_as_is and options.get("idempotent"):
         # A second call has the effect of one: there is no key for the server to forget.
         options["key_retention"] = FOREVER

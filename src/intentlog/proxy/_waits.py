@@ -33,10 +33,11 @@ from typing import Any
 
 from intentlog import _observe
 from intentlog._effect import Effect
-from intentlog._flow import Flow, Sleep, call
+from intentlog._flow import Flow, Sleep
 from intentlog._model import JSON
 from intentlog._owner import holder_is_dead
 from intentlog._protocol import TaskCore
+from intentlog._store_call import call
 from intentlog._words import duration
 from intentlog.stores._base import Store
 

@@ -13,7 +13,7 @@ from intentlog._model import Operation, State, TaskRecord
 from intentlog.stores._async_store import AsyncStore
 from intentlog.stores._base import Resolution, Store, TaskResolution, TaskUpdate
 from intentlog.stores._plan import AsyncExecutor, Ops, Plans
-from intentlog.stores._plan_store import PlanStoreBase
+from intentlog.stores._plan_store import PlanStoreBase, task_write
 
 __all__ = ["AsyncPlanStore"]
 
@@ -45,7 +45,8 @@ class AsyncPlanStore(PlanStoreBase, AsyncStore):  # type: ignore[override]
     async def write_task(
         self, task_id: str, epoch: int, ttl: float, update: TaskUpdate, also: Ops = ()
     ) -> TaskRecord:
-        return await self._write(self.plans.plan_write_task, (task_id, epoch, ttl, update, also))
+        plan = task_write(self.plans, update, also)
+        return await self._write(plan, (task_id, epoch, ttl, update, also))
 
     async def create_task(self, task_id: str, kind: str, input_json: str) -> TaskRecord | None:
         return await self._write(self.plans.plan_create_task, (task_id, kind, input_json))

@@ -345,6 +345,12 @@ class TaskUpdate:
     not_before: float | None = None  # do not claim the task again before this time
     audit: TaskResolution | None = None  # a person's ending of the task, kept in the same write
 
+    @property
+    def lease_only(self) -> bool:
+        """Whether this update touches the lease alone: a renewal (no field) or a release
+        (what ``task.close`` writes)."""
+        return self in (_RENEWAL, _RELEASE)
+
     def assignments(self, mark: str) -> tuple[list[str], list[Any]]:
         """The SET clauses (``column = <mark>``) and parameters of the fields this update
         changes, the same for every store; the lease columns are each store's own (a
@@ -367,6 +373,9 @@ class TaskUpdate:
         if self.release:
             sets.append("owner = NULL")
         return sets, params
+
+
+_RENEWAL, _RELEASE = TaskUpdate(), TaskUpdate(release=True)
 
 
 def lease_lost(task_id: str, epoch: int) -> LeaseLost:

@@ -25,7 +25,7 @@ from types import GeneratorType
 from typing import Any, Generic, TypeVar
 
 from intentlog._errors import Error, JournalError
-from intentlog.stores._plan import Alone, Plan, PlanMethod, Q, Result
+from intentlog.stores._plan import Alone, Plan, PlanMethod, Q, Result, is_host_bound
 from intentlog.stores._sqlite_errors import DRIVER_ERRORS as _DRIVER_ERRORS
 
 __all__ = ["GroupCommit", "PlanWrite", "WriteRequest", "drive_on"]
@@ -102,10 +102,11 @@ def _apply(body: Body[_T], conn: sqlite3.Connection) -> _T:
 class WriteRequest:
     """One caller's write waiting for a group commit."""
 
-    __slots__ = ("body", "done", "error", "result")
+    __slots__ = ("body", "done", "error", "result", "synced")
 
-    def __init__(self, body: Body[Any]) -> None:
+    def __init__(self, body: Body[Any], synced: bool = True) -> None:
         self.body = body
+        self.synced = synced  # False: host-bound (see intentlog.stores._plan.host_bound)
         self.done = False
         self.result: Any = None
         self.error: BaseException | None = None
@@ -131,6 +132,11 @@ class GroupCommit:
         self._queue_lock = threading.Lock()
         self._queue: list[WriteRequest] = []
         self.commits = 0  # durable write transactions made on this connection
+        # Host-bound write transactions committed without waiting for the disk (WAL at
+        # synchronous=NORMAL: durable across a process crash; against a crash of the
+        # machine, with the next commit that waits).
+        self.unsynced = 0
+        self._normal = False  # the connection was set to synchronous=NORMAL and not back yet
 
     def commit(self, body: Body[_T]) -> _T:
         """Run ``body`` in a write transaction that is durable when this returns.
@@ -154,15 +160,16 @@ class GroupCommit:
         every write, so it is the one with no call between it and the commit."""
         made: Any = method(*args)
         body: Body[_T] = PlanWrite(made) if type(made) is GeneratorType else made
+        synced = not is_host_bound(method)
         if not self._queue and self.lock.acquire(blocking=False):
             try:
-                return self._run_alone(body)
+                return self._run_alone(body, synced)
             finally:
                 self.lock.release()
-        return self._queued(body)
+        return self._queued(body, synced)
 
-    def _queued(self, body: Body[_T]) -> _T:
-        request = WriteRequest(body)
+    def _queued(self, body: Body[_T], synced: bool) -> _T:
+        request = WriteRequest(body, synced)
         with self._queue_lock:
             self._queue.append(request)
         with self.lock:
@@ -174,11 +181,42 @@ class GroupCommit:
             raise request.error
         return request.result  # type: ignore[no-any-return]
 
-    def _run_alone(self, body: Body[_T]) -> _T:
+    def _run_alone(self, body: Body[_T], synced: bool = True) -> _T:
         """One body in its own transaction; the same outcomes as a batch of one: the body's
         own exception propagates (after a rollback), a driver error anywhere (BEGIN, the
         body's statements, COMMIT, ROLLBACK) as ``describe`` says. An ``Alone`` first tries
-        its statement alone (see above)."""
+        its statement alone (see above). ``synced`` False: a host-bound write, committed
+        without waiting for the disk."""
+        try:
+            self._synchronous(full=synced)
+        except _DRIVER_ERRORS as exc:
+            raise self._abort(exc) from exc
+        try:
+            result = self._alone(body)
+        finally:
+            if not synced:
+                self._back_to_full()
+        if synced:
+            self.commits += 1
+        else:
+            self.unsynced += 1
+        return result
+
+    def _synchronous(self, *, full: bool) -> None:
+        """The connection's synchronous level for the next write transaction: FULL for every
+        write that must be durable on return (made sure of before each one, so no failure
+        to set it back can leave an intent unsynced), NORMAL for a host-bound one. SQLite
+        refuses the change inside a transaction, so it is made around it."""
+        if full and not self._normal:
+            return
+        self.conn.execute(f"PRAGMA synchronous = {'FULL' if full else 'NORMAL'}")
+        self._normal = not full
+
+    def _back_to_full(self) -> None:
+        with contextlib.suppress(sqlite3.Error):  # if it fails, the next synced write retries
+            self._synchronous(full=True)
+
+    def _alone(self, body: Body[_T]) -> _T:
         conn = self.conn
         # in_transaction: never autocommit into a transaction left open by a failed ROLLBACK
         # (the statement would join it and commit nothing); BEGIN below then fails clearly.
@@ -188,7 +226,6 @@ class GroupCommit:
             except _DRIVER_ERRORS as exc:
                 raise self._abort(exc) from exc
             if changed == 1:
-                self.commits += 1
                 return body.result
             # it wrote nothing: its plan decides, in a transaction
         try:
@@ -209,7 +246,6 @@ class GroupCommit:
             conn.execute("COMMIT")
         except _DRIVER_ERRORS as exc:
             raise self._abort(exc) from exc
-        self.commits += 1
         return result
 
     def _abort(self, exc: BaseException) -> Error:
@@ -232,14 +268,16 @@ class GroupCommit:
         if len(batch) == 1:  # the same outcomes as below, and an Alone may autocommit
             request = batch[0]
             try:
-                request.result = self._run_alone(request.body)
+                request.result = self._run_alone(request.body, request.synced)
             except BaseException as exc:
                 request.error = exc
             finally:
                 request.done = True
             return
+        synced = any(request.synced for request in batch)  # one that waits: all wait
         conn = self.conn
         try:
+            self._synchronous(full=synced)
             conn.execute("BEGIN IMMEDIATE")
             for request in batch:
                 conn.execute("SAVEPOINT one")
@@ -254,12 +292,17 @@ class GroupCommit:
                     conn.execute("ROLLBACK TO one")
                 conn.execute("RELEASE one")
             conn.execute("COMMIT")
-            self.commits += 1
+            if synced:
+                self.commits += 1
+            else:
+                self.unsynced += 1
         except _DRIVER_ERRORS as exc:
             error = self._abort(exc)
             for request in batch:
                 request.error = error
         finally:
+            if not synced:
+                self._back_to_full()
             for request in batch:
                 request.done = True
 

@@ -20,6 +20,10 @@ How a plan asks for more than "run my statements":
   executor may run it where it is cheapest), ``SNAPSHOT`` (a read of several statements that
   must see one state), ``TRANSACTION`` (a write of several statements that must commit
   together, where the backend would otherwise run each statement as its own transaction).
+- :func:`host_bound` on a write's plan method: its loss to a crash of the machine is harmless
+  wherever every writer runs on the journal's own machine (a SQLite file): a lease's claim,
+  whose holder dies with the machine. An executor of such a backend may commit it without
+  waiting for the disk; the next write that does wait makes it durable too, in order.
 
 Every plan may be run more than once for one call (a retry after a lost connection, the
 fallback of an ``Alone``), so the executor takes the plan method and its arguments and makes
@@ -49,6 +53,8 @@ __all__ = [
     "Plans",
     "Q",
     "Result",
+    "host_bound",
+    "is_host_bound",
     "mode_of",
     "plan_of",
     "runs",
@@ -135,6 +141,22 @@ def runs(mode: Mode) -> Callable[[_F], _F]:
         return method
 
     return mark
+
+
+def host_bound(method: _F) -> _F:
+    """Mark a write's plan method as :func:`host_bound` (see the module doc). Why a lease's
+    claim qualifies, on a journal all of whose writers share its machine: the claim is
+    visible to every other writer at once (a process crash loses nothing; SQLite's WAL at
+    ``synchronous=NORMAL`` is durable across it), and only a crash of the machine can lose
+    it, which kills its holder too; a holder writes nothing that waits for the disk (an
+    intent, before any send) without making the claim durable with it."""
+    method.__dict__["plan_host_bound"] = True
+    return method
+
+
+def is_host_bound(method: Callable[..., Any]) -> bool:
+    """Whether :func:`host_bound` marked ``method`` (bound or not)."""
+    return getattr(method, "plan_host_bound", False) is True
 
 
 def mode_of(method: Callable[..., Any]) -> Mode | None:

@@ -13,9 +13,9 @@ from collections.abc import Collection, Iterable
 
 from intentlog._model import Operation, State, TaskRecord
 from intentlog.stores._base import Resolution, Store, TaskResolution, TaskUpdate
-from intentlog.stores._plan import AsyncExecutor, Executor, Ops, Plans
+from intentlog.stores._plan import AsyncExecutor, Executor, Ops, PlanMethod, Plans
 
-__all__ = ["PlanStore", "PlanStoreBase"]
+__all__ = ["PlanStore", "PlanStoreBase", "task_write"]
 
 
 class PlanStoreBase:
@@ -64,7 +64,8 @@ class PlanStore(PlanStoreBase, Store):  # type: ignore[override]
     def write_task(
         self, task_id: str, epoch: int, ttl: float, update: TaskUpdate, also: Ops = ()
     ) -> TaskRecord:
-        return self._write(self.plans.plan_write_task, (task_id, epoch, ttl, update, also))
+        plan = task_write(self.plans, update, also)
+        return self._write(plan, (task_id, epoch, ttl, update, also))
 
     def create_task(self, task_id: str, kind: str, input_json: str) -> TaskRecord | None:
         return self._write(self.plans.plan_create_task, (task_id, kind, input_json))
@@ -107,3 +108,14 @@ class PlanStore(PlanStoreBase, Store):  # type: ignore[override]
 
     def task_resolutions(self, task_id: str) -> list[TaskResolution]:
         return self._read(self.plans.plan_task_resolutions, (task_id,))
+
+
+def task_write(plans: Plans, update: TaskUpdate, also: Ops) -> PlanMethod[TaskRecord]:
+    """The plan of a task write: a backend's ``plan_write_lease`` for a write of the lease
+    alone where it has one (a host-bound write, see ``intentlog.stores._plan.host_bound``),
+    else its ``plan_write_task``. One that carries operations (lazy receipts) never is."""
+    if update.lease_only and not also:
+        lease: PlanMethod[TaskRecord] | None = getattr(plans, "plan_write_lease", None)
+        if lease is not None:
+            return lease
+    return plans.plan_write_task

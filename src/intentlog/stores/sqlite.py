@@ -43,7 +43,7 @@ from intentlog.stores._base import (
     task_from_row,
     task_resolution_from_row,
 )
-from intentlog.stores._plan import POINT, SNAPSHOT, Alone, Ops, Plan, Q, runs
+from intentlog.stores._plan import POINT, SNAPSHOT, Alone, Ops, Plan, Q, host_bound, runs
 from intentlog.stores._plan_store import PlanStore
 from intentlog.stores._sqlite_exec import APPLICATION_ID, SQLiteExecutor
 
@@ -278,6 +278,7 @@ class SQLitePlans:
         rows = (yield Q(_GET_TASK, (task_id,))).rows
         return task_from_row(rows[0]) if rows else None
 
+    @host_bound  # every holder of a lease on this file runs on its machine
     def plan_claim_task(
         self, task_id: str, owner: str, ttl: float, expect_epoch: int | None
     ) -> Plan[TaskRecord | None]:
@@ -323,6 +324,14 @@ class SQLitePlans:
             yield Q(f"UPDATE tasks SET {', '.join(sets)} WHERE task_id = ?", (*params, task_id))
         return task_from_row((yield Q(_GET_TASK, (task_id,))).rows[0])
 
+    @host_bound  # a lease renewed or given back: if lost, its holder died with the machine
+    def plan_write_lease(
+        self, task_id: str, epoch: int, ttl: float, update: TaskUpdate, also: Ops
+    ) -> Plan[TaskRecord]:
+        """``plan_write_task`` of an update of the lease alone (a renewal, a release) that
+        carries no operation (see ``PlanStore.write_task``)."""
+        return (yield from self.plan_write_task(task_id, epoch, ttl, update, also))
+
     def plan_create_task(self, task_id: str, kind: str, input_json: str) -> Plan[TaskRecord | None]:
         now = self.now()
         create = Q(
@@ -335,6 +344,7 @@ class SQLitePlans:
             return None
         return task_from_row((yield Q(_GET_TASK, (task_id,))).rows[0])
 
+    @host_bound  # as a claim_task: its holder runs on this machine
     def plan_claim_next(
         self, owner: str, ttl: float, kinds: Collection[str]
     ) -> Plan[TaskRecord | None]:

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 from intentlog._errors import JournalError
 from intentlog.stores._async_plan_store import AsyncPlanStore
 from intentlog.stores._group_commit import Body, PlanWrite, WriteRequest
-from intentlog.stores._plan import Alone, PlanMethod
+from intentlog.stores._plan import Alone, PlanMethod, is_host_bound
 from intentlog.stores._sqlite_errors import DRIVER_ERRORS
 from intentlog.stores._sqlite_exec import SQLiteExecutor
 from intentlog.stores.sqlite import _MIGRATIONS, SQLitePlans, SQLiteStore
@@ -96,15 +96,16 @@ class AsyncSQLiteExecutor:
 
     async def write(self, method: PlanMethod[_T], args: tuple[Any, ...]) -> _T:
         work = method(*args)
-        return await self._write(work if type(work) is Alone else PlanWrite(work))  # type: ignore[arg-type]
+        body: Body[_T] = work if type(work) is Alone else PlanWrite(work)  # type: ignore[arg-type]
+        return await self._write(body, not is_host_bound(method))
 
-    async def _write(self, body: Body[_T]) -> _T:
+    async def _write(self, body: Body[_T], synced: bool = True) -> _T:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[_T] = loop.create_future()
         with self._wake:
             if self._stopping:
                 raise JournalError(f"the journal at {self.url} is closed")
-            self._pending.append((WriteRequest(body), future, loop))
+            self._pending.append((WriteRequest(body, synced), future, loop))
             if self._writer is None or not self._writer.is_alive():
                 self._writer = threading.Thread(
                     target=self._write_loop, name="intentlog-sqlite-write", daemon=True

@@ -9,13 +9,12 @@ from __future__ import annotations
 import http.client
 import json
 import urllib.parse
-import warnings
 from datetime import timedelta
 from typing import Any
 
 from intentlog._crash import crashpoint
 from intentlog._effect import Effect
-from intentlog._errors import InvalidInput, KeyConflict, Rejected
+from intentlog._errors import KeyConflict, Rejected
 from intentlog._model import Found, Indeterminate, LookupResult, NotFound
 from intentlog._service import FOREVER
 from intentlog.testing._service import MODES, ServiceError
@@ -32,7 +31,6 @@ def payment_effect(
     lookup_lag: float = 0.0,
     timeout: float = 5.0,
     lazy_receipt: bool = False,
-    retention: float | timedelta | None = None,
 ) -> Effect:
     """An Effect that POSTs ``{"amount": ...}`` style payloads to the reference service at
     ``url`` and declares exactly what a service in ``mode`` can do.
@@ -41,22 +39,11 @@ def payment_effect(
     (``id``, ``key``, ``status``, ``amount``). 4xx answers other than 409 mean "not applied"
     (Rejected; 422 key reuse is a KeyConflict); 409, 5xx, timeouts and dropped connections are
     ambiguous. In modes with lookups, the reconciler asks ``GET /payments/by-key/{key}``.
-    ``key_retention`` is how long the service keeps a key, as on :class:`intentlog.Effect`
-    (``retention`` is its deprecated old name). None here means the reference service's own
-    default, which keeps keys forever, and is declared as :data:`intentlog.FOREVER`: this
-    helper describes a service whose retention it knows.
+    ``key_retention`` is how long the service keeps a key, as on :class:`intentlog.Effect`.
+    None here means the reference service's own default, which keeps keys forever, and is
+    declared as :data:`intentlog.FOREVER`: this helper describes a service whose retention it
+    knows.
     """
-    if retention is not None:
-        if key_retention is not None:
-            raise InvalidInput(
-                f"effect {name!r}: give key_retention= only (retention= is its deprecated old name)"
-            )
-        warnings.warn(
-            "payment_effect(retention=...) is deprecated: use key_retention=..., as on Effect",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        key_retention = retention
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     parts = urllib.parse.urlsplit(url)

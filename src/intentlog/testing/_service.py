@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import http.server
 import json
-import math
 import os
 import secrets
 import shutil
@@ -36,6 +35,7 @@ import urllib.request
 from dataclasses import asdict, dataclass, field
 from typing import Any, cast
 
+from intentlog._validate import seconds
 from intentlog.testing._loopback import LoopbackServer, open_record
 from intentlog.testing._loopback import canonical as _canonical
 
@@ -87,17 +87,6 @@ class _Reject(Exception):
         self.reply = _Reply(status, {"error": error, "message": message, **extra})
 
 
-def _seconds(name: str, value: object, *, finite: bool = False) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not value >= 0  # also rejects NaN
-        or (finite and value == math.inf)
-    ):
-        raise ValueError(f"{name} must be a number of seconds >= 0, got {value!r}")
-    return float(value)
-
-
 @dataclass
 class _Faults:
     drop_after_commit: int = 0
@@ -119,8 +108,8 @@ class _Faults:
         key = raw.get("key")
         if key is not None and not isinstance(key, str):
             raise ValueError(f"key must be a string or null, got {key!r}")
-        delay = _seconds("delay", raw.get("delay", 0.0), finite=True)
-        hold = _seconds("hold", raw.get("hold", 0.0), finite=True)
+        delay = seconds("delay", raw.get("delay", 0.0), bounded=False)
+        hold = seconds("hold", raw.get("hold", 0.0), bounded=False)
         counts = {name: raw.get(name, 0) for name in _COUNTED_FAULTS}
         return cls(**counts, delay=delay, hold=hold, key=key)
 
@@ -275,8 +264,10 @@ class ReferenceService:
             raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
         self.mode = mode
         self.id_prefix = id_prefix
-        self.retention = None if retention is None else _seconds("retention", retention)
-        self.lookup_lag = _seconds("lookup_lag", lookup_lag)
+        self.retention = (
+            None if retention is None else seconds("retention", retention, bounded=False)
+        )
+        self.lookup_lag = seconds("lookup_lag", lookup_lag, bounded=False)
         self._dedupes = mode in ("dedupe", "both")
         self._lookups = mode in ("lookup", "both")
         self._db_path = None if db_path is None else os.fspath(db_path)

@@ -52,7 +52,7 @@ __all__ = [
 TTL = 30.0
 
 
-def make_op(store: Store, key: str = "k1", task_id: str = "t1", **changes: object) -> Operation:
+def make_op(store: Store, key: str = "k1", task_id: str = "t1", **changes: Any) -> Operation:
     now = store.now()
     op = Operation(
         key=key,
