@@ -186,6 +186,12 @@ class Session(Protocol):
     def close(self) -> None: ...
 
 
+class Measured(Session, Protocol):
+    """Our side of a blocks round: a session that also counts its commits."""
+
+    def commits_per_effect(self) -> float: ...
+
+
 def blocks(ours: Session, baseline: Session, n: int, block: int) -> tuple[float, float]:
     """Rates of ``ours`` and ``baseline`` over ``n`` operations each, run in alternating
     blocks of ``block`` (so both see the same moments of a disk whose fsync rate drifts)."""
@@ -216,6 +222,67 @@ def sequential(url: str | Path, kind: str, n: int, warm: int = JOURNAL_WARM_EFFE
     finally:
         session.close()
     return n / spent
+
+
+# -- one-call tasks -------------------------------------------------------------------------
+
+
+def _submit_n(key: str, n: int) -> dict[str, Any]:
+    return {"id": f"ch_{n}", "ok": True}
+
+
+def one_call_form(journal: object) -> str:
+    """How this tree runs a one-call task: ``journal.run`` where ``Journal`` has it (being
+    added concurrently), else a ``with journal.task(...)`` block that runs and completes."""
+    return "journal.run" if hasattr(journal, "run") else "with task"
+
+
+def _one_call_tasks(journal: intentlog.Journal, effect: Effect, prefix: str, ns: range) -> None:
+    """One task per number: it opens, runs one effect and completes."""
+    if hasattr(journal, "run"):
+        for i in ns:
+            journal.run(f"{prefix}-{i}", effect, n=i)  # a one-call task (open, run, complete)
+    else:
+        for i in ns:
+            with journal.task(f"{prefix}-{i}") as task:
+                task.run(effect, n=i)
+                task.complete()
+
+
+class OneCallTasks:
+    """Distinct one-call tasks in sequence on one journal, ``k`` at a time: each opens, runs
+    one effect and completes, all of it timed. ``warm`` untimed ones run first in the same
+    journal (past its first WAL checkpoint on SQLite). ``form``: see :func:`one_call_form`."""
+
+    def __init__(self, url: str | Path, warm: int = JOURNAL_WARM_EFFECTS) -> None:
+        self.effect = Effect(
+            "bench_one_call", _submit_n, idempotent=True, key_retention=intentlog.FOREVER
+        )
+        self.journal = intentlog.open(url)
+        self.form = one_call_form(self.journal)
+        _one_call_tasks(self.journal, self.effect, "warm", range(warm))
+        self.commits = self.journal.store.commits
+        self.done = 0
+
+    def start(self) -> float:
+        return 0.0
+
+    def run(self, k: int) -> float:
+        start = time.perf_counter()
+        _one_call_tasks(self.journal, self.effect, "task", range(self.done, self.done + k))
+        elapsed = time.perf_counter() - start
+        self.done += k
+        return elapsed
+
+    def finish(self) -> float:
+        return 0.0
+
+    def commits_per_effect(self) -> float:
+        """Commits per task, as each task runs one effect."""
+        return (self.journal.store.commits - self.commits) / max(self.done, 1)
+
+    def close(self) -> None:
+        self.journal.close()
 
 
 def threads(directory: Path, n_threads: int, per_thread: int, info: dict[str, Any]) -> float:

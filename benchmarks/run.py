@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import itertools
 import json
 import os
 import platform
@@ -49,6 +50,9 @@ import intentlog
 HERE = Path(__file__).resolve().parent
 DEFAULT_JSON = HERE / "results" / "latest.json"
 DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/test"
+# Untimed effects (or one-call tasks) before a PostgreSQL peer row's round, on both sides: no
+# WAL file to grow there, so fewer than SQLite's; as row 6's journal warm-up.
+PG_PEER_WARMUP = 100
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,45 +78,95 @@ ROWS = [
     "sync", "reconcile", "lazy", "async", "threads", "postgres", "postgres-async",
     "pending", "status", "bytes", "import",
     "dbos", "dbos-default", "exactly-once", "exactly-once-default", "arg", "arg-store",
+    "c4a-task", "c4a", "c4a-pg", "c4a-pg-task",
 ]  # fmt: skip
 GROUPS = {
     "recovery": ["pending", "status", "bytes"],
-    "peers": ["dbos", "dbos-default", "exactly-once", "exactly-once-default", "arg", "arg-store"],
-}
+    "peers": [
+        "dbos", "dbos-default", "exactly-once", "exactly-once-default", "arg", "arg-store",
+        "c4a-task", "c4a", "c4a-pg", "c4a-pg-task",
+    ],
+    "call4agents": ["c4a-task", "c4a", "c4a-pg", "c4a-pg-task"],
+}  # fmt: skip
 
 
-# key -> (distribution, script, variant, name in the table, goal); the goal applies to the
-# configuration that is fair to the peer, the other variants are for information.
-PEER_ROWS: dict[str, tuple[str, str, str, str, Goal | None]] = {
-    "dbos": ("dbos", "dbos_steps.py", "wal", "DBOS (WAL)", Goal("ratio", ">=", 4, ">= 4x")),
-    "dbos-default": ("dbos", "dbos_steps.py", "default", "DBOS (its default journal)", None),
-    "exactly-once": (
+@dataclasses.dataclass(frozen=True)
+class PeerRow:
+    """A row against a peer. The goal applies to the configuration that is fair to the peer;
+    the other variants are for information."""
+
+    dist: str  # a key of _peers.PEERS
+    script: str  # in benchmarks/peers/
+    variant: str
+    name: str  # in the table
+    goal: Goal | None = None
+    # What both sides run: "effects", one task of N effects in sequence (row 1's workload);
+    # "one-call", N tasks of one effect each. On "sqlite" (N = Sizes.n) or "postgres" (the
+    # --pg-url server, a fresh schema per round, N = Sizes.n_pg).
+    shape: str = "effects"
+    backend: str = "sqlite"
+    # In alternating blocks with ours within each round (the peer's script must serve them:
+    # _peers.PeerSession), rather than whole rounds paired; only such a row may have a shape
+    # or backend other than row 1's.
+    blocks: bool = False
+
+
+PEER_ROWS: dict[str, PeerRow] = {
+    "dbos": PeerRow("dbos", "dbos_steps.py", "wal", "DBOS (WAL)", Goal("ratio", ">=", 4, ">= 4x")),
+    "dbos-default": PeerRow("dbos", "dbos_steps.py", "default", "DBOS (its default journal)"),
+    "exactly-once": PeerRow(
         "exactly-once",
         "exactly_once_sqlite.py",
         "full",
         "exactly-once (FULL)",
         Goal("ratio", ">", 1, "> 1x"),
     ),
-    "exactly-once-default": (
-        "exactly-once",
-        "exactly_once_sqlite.py",
-        "default",
-        "exactly-once (its NORMAL)",
-        None,
+    "exactly-once-default": PeerRow(
+        "exactly-once", "exactly_once_sqlite.py", "default", "exactly-once (its NORMAL)"
     ),
-    "arg": (
+    "arg": PeerRow(
         "agent-runtime-governance",
         "arg_runtime.py",
         "runtime",
         "agent-runtime-governance",
         Goal("ratio", ">=", 8, ">= 8x"),
     ),
-    "arg-store": (
-        "agent-runtime-governance",
-        "arg_runtime.py",
-        "store",
-        "a-r-g store alone",
-        None,
+    "arg-store": PeerRow(
+        "agent-runtime-governance", "arg_runtime.py", "store", "a-r-g store alone"
+    ),
+    "c4a-task": PeerRow(
+        "call4agents",
+        "call4agents_ledger.py",
+        "tasks",
+        "call4agents",
+        Goal("ratio", ">=", 1.5, ">= 1.5x"),
+        shape="one-call",
+        blocks=True,
+    ),
+    "c4a": PeerRow(
+        "call4agents",
+        "call4agents_ledger.py",
+        "effects",
+        "call4agents",
+        Goal("ratio", ">=", 1.5, ">= 1.5x"),
+        blocks=True,
+    ),
+    "c4a-pg": PeerRow(
+        "call4agents[postgres]",
+        "call4agents_ledger.py",
+        "postgres",
+        "call4agents, PostgreSQL",
+        backend="postgres",
+        blocks=True,
+    ),
+    "c4a-pg-task": PeerRow(
+        "call4agents[postgres]",
+        "call4agents_ledger.py",
+        "postgres-tasks",
+        "call4agents",
+        shape="one-call",
+        backend="postgres",
+        blocks=True,
     ),
 }
 
@@ -124,6 +178,7 @@ class Bench:
         self.rounds: int = args.rounds or (3 if args.quick else 5)
         self.tmp = TempDirs(args.tmp)
         self.rows: list[Row] = []
+        self.schemas = itertools.count()  # PostgreSQL schemas of the peer rows
 
     def log(self, text: str) -> None:
         print(f"  .. {text}", file=sys.stderr, flush=True)
@@ -143,19 +198,22 @@ class Bench:
                 session.close()
 
     def blocks_round(
-        self, make_ours: Callable[[], w.Sequential], make_base: Callable[[], w.Session], n: int
+        self, make_ours: Callable[[], w.Measured], make_base: Callable[[], w.Session], n: int
     ) -> tuple[float, float, float]:
         """One round: ours and the baseline in alternating blocks; also commits per effect."""
-        ours, base = make_ours(), make_base()
+        ours = make_ours()
         try:
-            a, b = w.blocks(ours, base, n, max(n // 10, 10))
-            return a, b, ours.commits_per_effect()
+            base = make_base()  # a peer's process may fail to start: ours is closed anyway
+            try:
+                a, b = w.blocks(ours, base, n, max(n // 10, 10))
+                return a, b, ours.commits_per_effect()
+            finally:
+                base.close()
         finally:
             ours.close()
-            base.close()
 
     def paired_blocks(
-        self, make_ours: Callable[[], w.Sequential], make_base: Callable[[], w.Session], n: int
+        self, make_ours: Callable[[], w.Measured], make_base: Callable[[], w.Session], n: int
     ) -> tuple[Sample, Sample, Sample, float]:
         self.blocks_round(make_ours, make_base, max(n // 10, 50))  # warm-up
         results = [self.blocks_round(make_ours, make_base, n) for _ in range(self.rounds)]
@@ -429,35 +487,55 @@ class Bench:
     # -- peers --------------------------------------------------------------------------------
 
     def peer_row(self, key: str) -> Row:
-        dist, script, variant, name, goal = PEER_ROWS[key]
-        n = self.sizes.n
-        row = Row(key, f"9 intentlog vs {name}", "effects/s", f"{dist} effects/s", goal)
+        peer = PEER_ROWS[key]
+        one_call = peer.shape == "one-call"
+        postgres = peer.backend == "postgres"
+        unit = "tasks/s" if one_call else "effects/s"
+        title = (
+            f"9 {'PG ' if postgres else ''}one-call vs {peer.name} "
+            f"[{w.one_call_form(intentlog.Journal)}]"
+            if one_call
+            else f"9 intentlog vs {peer.name}"
+        )
+        label = peer.dist.partition("[")[0]
+        row = Row(key, title, unit, f"{label} {unit}", peer.goal)
+        reason = w.postgres_unavailable(self.args.pg_url) if postgres else None
+        if reason:
+            print(f"skipping {key}: {reason}", file=sys.stderr)
+            row.status, row.note = NOT_RUN, reason
+            return row
         try:
-            _peers.ensure(dist, self.log)
+            _peers.ensure(peer.dist, self.log)
+            if peer.blocks:
+                return self.peer_blocks_row(row, peer)
+            return self.peer_paired_row(row, peer)
         except _peers.PeerError as exc:
-            print(f"peer {dist} not run: {exc}", file=sys.stderr)
+            print(f"peer {peer.dist} not run: {exc}", file=sys.stderr)
             row.status, row.note = NOT_RUN, str(exc)
             return row
+
+    def peer_paired_row(self, row: Row, peer: PeerRow) -> Row:
+        """Row 1's workload and the peer's, paired round by round (the order alternating)."""
+        n = self.sizes.n
         results: list[dict[str, Any]] = []
 
-        def peer() -> float:
+        def peer_rate() -> float:
             result = _peers.run(
-                script, n=n, warmup=self.sizes.peer_warmup, tmp=self.args.tmp, variant=variant
+                peer.script,
+                n=n,
+                warmup=self.sizes.peer_warmup,
+                tmp=self.args.tmp,
+                variant=peer.variant,
             )
             results.append(result)
             return float(result["rate"])
 
-        try:
-            row.ours, row.baseline, row.ratio = paired(
-                self.rounds,
-                lambda: self.sqlite_rate("trivial", n),
-                peer,
-                warmup=lambda: self.sqlite_rate("trivial", max(n // 10, 50)),
-            )
-        except _peers.PeerError as exc:
-            print(f"peer {dist} not run: {exc}", file=sys.stderr)
-            row.status, row.note = NOT_RUN, str(exc)
-            return row
+        row.ours, row.baseline, row.ratio = paired(
+            self.rounds,
+            lambda: self.sqlite_rate("trivial", n),
+            peer_rate,
+            warmup=lambda: self.sqlite_rate("trivial", max(n // 10, 50)),
+        )
         last = results[-1]
         row.details = {
             "n": n,
@@ -466,8 +544,90 @@ class Bench:
             "sqlite_version": last.get("sqlite_version"),
         }
         row.note = (
-            f"{dist} {last['version']}: {last['config']}. Ours: row 1's workload (N={n}), "
+            f"{peer.dist} {last['version']}: {last['config']}. Ours: row 1's workload (N={n}), "
             "paired round by round; each peer round is a fresh process with its own warm-up"
+        )
+        return row
+
+    def peer_blocks_row(self, row: Row, peer: PeerRow) -> Row:
+        """``peer.shape`` on both sides, in alternating blocks of N/10 within each round (as
+        rows 1-3 against the raw baseline): ours in this process, the peer in a process of
+        its own per round (``_peers.PeerSession``); each side warmed up first, untimed."""
+        one_call = peer.shape == "one-call"
+        postgres = peer.backend == "postgres"
+        n = self.sizes.n_pg if postgres else self.sizes.n
+        warmup = PG_PEER_WARMUP if postgres else self.sizes.peer_warmup
+        url = self.args.pg_url
+        created: list[str] = []
+        sessions: list[_peers.PeerSession] = []
+        forms: list[str] = []
+
+        with self.tmp.fresh() as d:
+
+            def ours() -> w.Measured:
+                where: str | Path
+                if postgres:
+                    created.append(f"bench_{os.getpid()}_p{next(self.schemas)}")
+                    where = w.journal_url(url, created[-1])
+                else:
+                    where = Path(tempfile.mkdtemp(dir=d)) / "journal.db"
+                if not one_call:
+                    return w.Sequential(where, "trivial", warmup)
+                session = w.OneCallTasks(where, warmup)
+                forms.append(session.form)
+                return session
+
+            def base() -> _peers.PeerSession:
+                session = _peers.PeerSession(
+                    peer.script,
+                    n=n,
+                    warmup=warmup,
+                    tmp=self.args.tmp,
+                    variant=peer.variant,
+                    pg_url=url if postgres else None,
+                )
+                sessions.append(session)
+                return session
+
+            try:
+                row.ours, row.baseline, row.ratio, commits = self.paired_blocks(ours, base, n)
+            finally:
+                for name in created:
+                    w.drop_schema(url, name)
+        last = sessions[-1].result
+        label = peer.dist.partition("[")[0]
+        per = "task" if one_call else "effect"
+        row.details = {
+            "n": n,
+            "warmup": warmup,
+            "block": max(n // 10, 10),
+            f"commits_per_{per}": commits,
+            f"peer_commits_per_{per}": last["commits_per_effect"],
+            "peer_version": last["version"],
+            "peer_config": last["config"],
+            "sqlite_version": last.get("sqlite_version"),
+        }
+        if one_call:
+            row.details["intentlog_form"] = forms[-1]
+            call = (
+                "`journal.run(task_id, effect, n=i)`"
+                if forms[-1] == "journal.run"
+                else "`with journal.task(task_id) as task: task.run(effect, n=i); "
+                "task.complete()` (this tree's Journal has no run yet)"
+            )
+            what = f"{n} one-call tasks in sequence, each {call}"
+        else:
+            what = f"one task, {n} effects in sequence (row 1's workload)"
+        where = (
+            "a PostgreSQL journal in a fresh schema per round"
+            if postgres
+            else "a SQLite journal (WAL, synchronous=FULL)"
+        )
+        row.note = (
+            f"{label} {last['version']}: {last['config']}. Ours: {what}, on {where}. Both "
+            f"after {warmup} untimed ones, alternating in blocks of {max(n // 10, 10)}; each "
+            f"round a fresh journal and a fresh peer process. Commits per {per}: ours "
+            f"{commits:.2f}, {label} {last['commits_per_effect']:.2f}"
         )
         return row
 
@@ -704,7 +864,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--pg-url",
         default=os.environ.get("INTENTLOG_BENCH_PG", DEFAULT_PG),
-        help="PostgreSQL server for row 6 [env INTENTLOG_BENCH_PG]",
+        help="PostgreSQL server for row 6 and the PostgreSQL peer rows [env INTENTLOG_BENCH_PG]",
     )
     parser.add_argument(
         "--markdown",
