@@ -59,3 +59,22 @@ def test_a_live_holder_in_another_pid_namespace_is_not_taken_for_dead() -> None:
         finally:
             child.stdin.close()
             child.wait(timeout=60)
+
+
+def test_a_forked_child_names_itself_not_its_parent() -> None:
+    # The process's own identity is made once per pid: a child forked after the parent made
+    # its own must not reuse it (its leases would read as the parent's, alive or dead).
+    parent = new_owner()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report its owner and leave at once
+        os.write(write, new_owner().encode())
+        os._exit(0)
+    os.close(write)
+    child = os.read(read, 4096).decode()
+    os.close(read)
+    os.waitpid(pid, 0)
+    assert parent.split(":")[-3] == str(os.getpid())
+    assert child.split(":")[-3] == str(pid)
+    assert not holder_is_dead(parent)
+    assert holder_is_dead(child)  # the child has exited: its lease may be taken at once
