@@ -80,6 +80,7 @@ from intentlog._errors import ApprovalRequired, Error, InvalidInput, Rejected
 from intentlog._journal import Journal
 from intentlog._service import Retention
 from intentlog._verbs import checked_actor
+from intentlog.integrations._face import present
 from intentlog.integrations.kernel import (
     KEY_ARG,
     TaskHandles,
@@ -500,11 +501,10 @@ def _without(fn: Callable[..., Any], param: str) -> Callable[..., Any]:
     def stand_in(*args: Any, **kwargs: Any) -> Any:  # pragma: no cover - never called
         raise AssertionError("schema stand-in")
 
-    stand_in.__signature__ = signature.replace(  # type: ignore[attr-defined]
-        parameters=[p for p in signature.parameters.values() if p.name != param]
-    )
+    kept = [p for p in signature.parameters.values() if p.name != param]
+    present(stand_in, signature=signature.replace(parameters=kept))
     stand_in.__annotations__ = {k: v for k, v in fn.__annotations__.items() if k != param}
-    stand_in.__wrapped__ = fn  # type: ignore[attr-defined]  # get_type_hints finds fn's globals
+    present(stand_in, wrapped=fn)  # get_type_hints finds fn's globals
     stand_in.__name__ = getattr(fn, "__name__", "tool")
     stand_in.__doc__ = fn.__doc__
     stand_in.__module__ = fn.__module__

@@ -69,6 +69,7 @@ from intentlog._effect import Effect, ReceiptSelector, Reconcile, Seconds
 from intentlog._errors import Error, InvalidInput
 from intentlog._journal import Journal
 from intentlog._service import Retention
+from intentlog.integrations._face import present
 from intentlog.integrations.kernel import (
     KEY_ARG,
     Attempt,
@@ -187,9 +188,9 @@ def durable_tool(
         # Agno shows the model str() of a result; a receipt is shown as the JSON it is.
         return answer if isinstance(answer, str) else json.dumps(answer)
 
-    entrypoint.__signature__ = visible.__signature__  # type: ignore[attr-defined]
+    present(entrypoint, signature=inspect.signature(visible))
     entrypoint.__annotations__ = visible.__annotations__
-    entrypoint.__wrapped__ = visible  # type: ignore[attr-defined]  # hints resolve in fn's module
+    present(entrypoint, wrapped=visible)  # hints resolve in fn's module
     entrypoint.__doc__ = visible.__doc__
     entrypoint.__module__ = visible.__module__
     entrypoint.__name__ = entrypoint.__qualname__ = tool_name
@@ -291,12 +292,11 @@ def _model_facing(fn: Callable[..., Any], hidden: str, tool_name: str) -> Callab
     def proxy(*args: Any, **kwargs: Any) -> Any:  # pragma: no cover - never called
         raise AssertionError("schema stand-in")
 
-    proxy.__signature__ = signature.replace(  # type: ignore[attr-defined]
-        parameters=[context, *params], return_annotation=Any
-    )
+    shown = signature.replace(parameters=[context, *params], return_annotation=Any)
+    present(proxy, signature=shown)
     hints = {k: v for k, v in getattr(fn, "__annotations__", {}).items() if k != hidden}
     proxy.__annotations__ = {_CONTEXT: RunContext, **hints, "return": Any}
-    proxy.__wrapped__ = fn  # type: ignore[attr-defined]  # get_type_hints finds fn's globals
+    present(proxy, wrapped=fn)  # get_type_hints finds fn's globals
     proxy.__doc__ = fn.__doc__
     proxy.__module__ = getattr(fn, "__module__", __name__)
     return proxy

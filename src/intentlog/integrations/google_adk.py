@@ -77,6 +77,7 @@ from intentlog._errors import ApprovalRequired, InvalidInput, Rejected
 from intentlog._journal import Journal
 from intentlog._service import Retention
 from intentlog._verbs import checked_actor
+from intentlog.integrations._face import present
 from intentlog.integrations.kernel import (
     KEY_ARG,
     ToolOptions,
@@ -236,7 +237,7 @@ def durable_tool(
     params = list(inspect.signature(visible).parameters.values())
     context = inspect.Parameter(CONTEXT_ARG, inspect.Parameter.KEYWORD_ONLY, annotation=ToolContext)
     keyword = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in params]
-    run.__signature__ = inspect.Signature([*keyword, context])  # type: ignore[attr-defined]
+    present(run, signature=inspect.Signature([*keyword, context]))
     run.__annotations__ = {**visible.__annotations__, CONTEXT_ARG: ToolContext}
     run.__doc__ = description if description is not None else visible.__doc__
     run.__name__ = run.__qualname__ = tool_name
@@ -337,7 +338,7 @@ def _visible(fn: Callable[..., Any], hidden: str, tool_name: str) -> Callable[..
     def proxy(*args: Any, **kwargs: Any) -> Any:  # pragma: no cover - never called
         raise AssertionError("schema stand-in")
 
-    proxy.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+    present(proxy, signature=signature.replace(parameters=params))
     proxy.__annotations__ = {p.name: hints[p.name] for p in params if p.name in hints}
     proxy.__doc__ = fn.__doc__
     return proxy

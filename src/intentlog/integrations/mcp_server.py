@@ -85,6 +85,7 @@ from intentlog._keys import canonical_json, derive_key
 from intentlog._model import JSON
 from intentlog._service import Retention
 from intentlog.integrations import _mcp_answers as answers
+from intentlog.integrations._face import present
 from intentlog.integrations._mcp_identity import client_key, key_task, meta_task, session_task
 from intentlog.integrations.kernel import (
     KEY_ARG,
@@ -269,7 +270,7 @@ class _Tool:
 
         # MCPServer derives the tool's schema from these (the key parameter left out, the
         # context parameter recognised by its annotation); type hints resolve in fn's module.
-        wrapper.__signature__ = shown  # type: ignore[attr-defined]
+        present(wrapper, signature=shown)
         wrapper.__annotations__ = annotations
         return wrapper
 

@@ -57,6 +57,7 @@ from intentlog._journal import Journal
 from intentlog._model import Operation, State
 from intentlog._service import Retention
 from intentlog._verbs import default_actor
+from intentlog.integrations._face import present
 from intentlog.integrations.kernel import (
     KEY_ARG,
     AlreadyDone,
@@ -463,9 +464,9 @@ def _without(fn: Callable[..., Any], param: str) -> Callable[..., Any]:
     def proxy(*args: Any, **kwargs: Any) -> Any:  # pragma: no cover - never called
         raise AssertionError("schema stand-in")
 
-    proxy.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+    present(proxy, signature=signature.replace(parameters=params))
     proxy.__annotations__ = {k: v for k, v in fn.__annotations__.items() if k != param}
-    proxy.__wrapped__ = fn  # type: ignore[attr-defined]  # get_type_hints finds fn's globals
+    present(proxy, wrapped=fn)  # get_type_hints finds fn's globals
     proxy.__name__ = getattr(fn, "__name__", "tool")
     proxy.__qualname__ = getattr(fn, "__qualname__", proxy.__name__)
     proxy.__doc__ = fn.__doc__

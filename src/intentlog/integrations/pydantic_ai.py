@@ -70,6 +70,7 @@ from intentlog._errors import InvalidInput
 from intentlog._journal import Journal
 from intentlog._keys import canonical_json, derive_key
 from intentlog._service import Retention
+from intentlog.integrations._face import present
 from intentlog.integrations.kernel import (
     KEY_ARG,
     UNRESOLVED_PREFIX,
@@ -206,9 +207,9 @@ def durable_tool(
             unresolved_to_model=unresolved_to_model,
         )
 
-    invoke.__signature__ = visible.__signature__  # type: ignore[attr-defined]
+    present(invoke, signature=inspect.signature(visible))
     invoke.__annotations__ = visible.__annotations__
-    invoke.__wrapped__ = visible  # type: ignore[attr-defined]  # type hints resolve in fn's module
+    present(invoke, wrapped=visible)  # type hints resolve in fn's module
     invoke.__doc__ = visible.__doc__
     invoke.__name__ = invoke.__qualname__ = tool_name
     the_tool: Tool[Any] = Tool(
@@ -286,12 +287,11 @@ def _without(fn: Callable[..., Any], param: str, tool_name: str) -> Callable[...
     def proxy(*args: Any, **kwargs: Any) -> Any:  # pragma: no cover - never called
         raise AssertionError("schema stand-in")
 
-    proxy.__signature__ = signature.replace(  # type: ignore[attr-defined]
-        parameters=[ctx, *params], return_annotation=Any
-    )
+    shown = signature.replace(parameters=[ctx, *params], return_annotation=Any)
+    present(proxy, signature=shown)
     hints = {k: v for k, v in getattr(fn, "__annotations__", {}).items() if k != param}
     proxy.__annotations__ = {"ctx": RunContext[Any], **hints, "return": Any}
-    proxy.__wrapped__ = fn  # type: ignore[attr-defined]  # get_type_hints finds fn's globals
+    present(proxy, wrapped=fn)  # get_type_hints finds fn's globals
     proxy.__doc__ = fn.__doc__
     proxy.__module__ = getattr(fn, "__module__", __name__)
     return proxy
