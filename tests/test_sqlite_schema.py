@@ -27,6 +27,8 @@ from intentlog._hygiene import (
 from intentlog._keys import canonical_json, derive_key, fingerprint
 from intentlog._model import Operation, OperationChanges, Policy, State
 from intentlog.stores._base import OP_COLUMNS, op_to_row, op_values
+from intentlog.stores._group_commit import PlanWrite
+from intentlog.stores._plan import Plan, Q
 from intentlog.stores.sqlite import SQLiteStore
 from intentlog.testing.store_contract import make_op
 
@@ -189,13 +191,13 @@ def test_a_failing_write_is_rolled_back_and_raises_its_own_error(store: SQLiteSt
     class Boom(Exception):
         pass
 
-    def body(conn: sqlite3.Connection) -> None:
-        conn.execute("UPDATE tasks SET next_step = 'x'")
+    def body() -> Plan[None]:
+        yield Q("UPDATE tasks SET next_step = 'x'")
         raise Boom
 
     commits = store.commits
     with pytest.raises(Boom):
-        store._commit(body)
+        store._commit(PlanWrite(body()))
     assert store.commits == commits
     task = store.get_task("t1")
     assert task is not None and task.next_step is None

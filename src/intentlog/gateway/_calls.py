@@ -15,12 +15,13 @@ UNRESOLVED, answered 409, never sent again until a person resolves it.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import time
 from typing import TYPE_CHECKING, Any
 
-from intentlog._async import AsyncJournal
+from intentlog._async import AsyncJournal, AsyncTask
 from intentlog._errors import (
     ApprovalRequired,
     Error,
@@ -75,114 +76,60 @@ class Calls:
         identity = _identity(route, headers)
         if isinstance(identity, Reply):
             return identity
-        task_id, what = identity
-        # A step is the task's own; a client's idempotency key names its request whatever the
-        # task (as the service itself would read it): the same key under another task is
-        # then refused (422), never sent as a new request.
-        owner = task_id if "step" in what else ""
-        base = derive_key(owner, route.effect, canonical_json(what))
-        request = {
-            "method": incoming.method,
-            "route": route.prefix,
-            "path": hashlib.sha256(incoming.path.encode()).hexdigest(),
-            "query": hashlib.sha256(incoming.query.encode()).hexdigest(),
-            "body": hashlib.sha256(incoming.body).hexdigest(),
-            # Who is asking (a digest of the credentials and the account they select, never
-            # their value): another account's request under the same identity is not this one.
-            "caller": _caller(headers),
-        }
-        prints = fingerprint(canonical_json({"request": request}))
-        upstream: Upstream | None = None
+        call = _call(route, incoming, headers, *identity)
         try:
-            async with self.handles.held(task_id) as task:
-                # The first attempt's key is run straight away, with no read before it: the
-                # journal answers a key it holds (a replay, a reconciliation, a resend of the
-                # same key) as it would anyway. Only when it refuses by itself, asking the
-                # service nothing, is the journal read to find the attempt to run, if any.
-                key, careful = base, False
-                while True:
-                    effect, upstream, spec = effect_for(
-                        route, incoming, self.client, first_send=self._first_send
-                    )
-                    try:
-                        spec.request(key, None)  # a body the service cannot take
-                    except Rejected as exc:
-                        return problem(400, "unsendable", str(exc), key=key, task=task_id)
-                    try:
-                        receipt = await task.run(effect, key=key, request=request)
-                    except NotSent as exc:
-                        return problem(
-                            502, "upstream",
-                            f"{exc}. The request is recorded FAILED (not applied); send it again "
-                            "once the service can be reached: it goes as a new attempt.",
-                            key=key, task=task_id, state="FAILED", retry_after=1,
-                        )  # fmt: skip
-                    except (Rejected, KeyConflict) as exc:
-                        if not careful and not upstream.asked:
-                            # The journal refused by itself, from what it holds (the key is
-                            # FAILED, or another request's): read it, attempt by attempt.
-                            careful = True
-                            attempt = await self._attempt_key(base, prints, task_id)
-                            if isinstance(attempt, Reply):
-                                return attempt
-                            key = attempt
-                            continue
-                        if isinstance(exc, KeyConflict):
-                            raise
-                        if upstream.answered:  # the service's own refusal, as it came
-                            return Reply(
-                                upstream.status,
-                                upstream.headers,
-                                upstream.body,
-                                {"Intentlog-State": "FAILED", "Intentlog-Key": key},
-                            )
-                        return problem(
-                            502 if exc.status is None else 400,
-                            "refused",
-                            str(exc),
-                            key=key,
-                            task=task_id,
-                            state="FAILED",
-                        )
-                    except AmbiguousResponse as exc:
-                        # It may have been applied: SUBMITTED. The same request again is settled
-                        # first (the same key resent where the service deduplicates, else looked
-                        # up, else UNRESOLVED), never sent as a new one.
-                        state = {
-                            "Intentlog-State": "SUBMITTED",
-                            "Intentlog-Key": key,
-                            "Retry-After": "1",
-                        }
-                        if upstream.answered:
-                            return Reply(upstream.status, upstream.headers, upstream.body, state)
-                        return problem(
-                            502,
-                            "in-doubt",
-                            f"{exc}. Send the same request again: the gateway settles this one "
-                            "(resends the same key where the service deduplicates, else asks the "
-                            "service) before anything is sent anew.",
-                            task=task_id,
-                            key=key,
-                            state="SUBMITTED",
-                            retry_after=1,
-                        )
-                    break
-                if upstream.answered and not upstream.truncated and not _reconciled(receipt):
-                    # This request's own answer, sent back as it came (a record a lookup
-                    # found after an answer that proved nothing is given as a replay).
-                    return Reply(
-                        upstream.status,
-                        upstream.headers,
-                        upstream.body,
-                        {"Intentlog-State": "CONFIRMED", "Intentlog-Key": key},
-                    )
-                return replay(receipt_answer(receipt), key, reconciled=_reconciled(receipt))
-        except TaskBusy as exc:
+            async with self.handles.held(call.task_id) as task:
+                return await self._run(call, task)
+        except Error as exc:
+            return self._stopped(call, exc)
+
+    async def _run(self, call: _Call, task: AsyncTask) -> Reply:
+        """Run the attempt the journal allows, and answer what came of it."""
+        # The first attempt's key is run straight away, with no read before it: the
+        # journal answers a key it holds (a replay, a reconciliation, a resend of the
+        # same key) as it would anyway. Only when it refuses by itself, asking the
+        # service nothing, is the journal read to find the attempt to run, if any.
+        key, careful = call.base, False
+        while True:
+            effect, upstream, spec = effect_for(
+                call.route, call.incoming, self.client, first_send=self._first_send
+            )
+            call.upstream = upstream
+            try:
+                spec.request(key, None)  # a body the service cannot take
+            except Rejected as exc:
+                return problem(400, "unsendable", str(exc), key=key, task=call.task_id)
+            try:
+                receipt = await task.run(effect, key=key, request=call.request)
+            except NotSent as exc:
+                return _not_sent(exc, key, call.task_id)
+            except (Rejected, KeyConflict) as exc:
+                if not careful and not upstream.asked:
+                    # The journal refused by itself, from what it holds (the key is
+                    # FAILED, or another request's): read it, attempt by attempt.
+                    careful = True
+                    attempt = await self._attempt_key(call.base, call.prints, call.task_id)
+                    if isinstance(attempt, Reply):
+                        return attempt
+                    key = attempt
+                    continue
+                if isinstance(exc, KeyConflict):
+                    raise
+                return _refused(exc, key, call.task_id, upstream)
+            except AmbiguousResponse as exc:
+                return _in_doubt(exc, key, call.task_id, upstream)
+            return _answered(receipt, key, upstream)
+
+    def _stopped(self, call: _Call, exc: Error) -> Reply:
+        """The answer to the error that stopped the call (from the task's lease, the journal
+        or the attempt), by its kind: the first of these checks that fits."""
+        task_id = call.task_id
+        if isinstance(exc, TaskBusy):
             return problem(409, "task-busy", str(exc), task=task_id, retry_after=1)
-        except LeaseLost as exc:
+        if isinstance(exc, LeaseLost):
             self.handles.drop(task_id)  # the next request takes a new lease
             return problem(409, "task-busy", str(exc), task=task_id, retry_after=1)
-        except StillInFlight as exc:
+        if isinstance(exc, StillInFlight):
             wait = 1 if exc.not_before is None else max(1, math.ceil(exc.not_before - time.time()))
             return problem(
                 409,
@@ -193,8 +140,8 @@ class Calls:
                 state=exc.state,
                 retry_after=wait,
             )
-        except OutcomeUnknown as exc:
-            key = exc.key or base
+        if isinstance(exc, OutcomeUnknown):
+            key = exc.key or call.base
             return problem(
                 409,
                 "unresolved",
@@ -206,19 +153,13 @@ class Calls:
                 resolve=cli_command(self.db, "resolve", key),
                 resolve_with=["--confirmed --receipt JSON", "--failed", "--retry"],
             )
-        except KeyConflict as exc:
+        if isinstance(exc, KeyConflict):
             return problem(422, "identity-reused", str(exc), task=task_id, key=exc.key)
-        except ApprovalRequired as exc:  # pragma: no cover - no route asks for approvals
+        if isinstance(exc, ApprovalRequired):  # pragma: no cover - no route asks for approvals
             return problem(409, "approval", str(exc), task=task_id, key=exc.key)
-        except InvalidInput as exc:
+        if isinstance(exc, InvalidInput):
             return problem(400, "invalid", str(exc), task=task_id)
-        except Error as exc:
-            if upstream is not None and upstream.answered and not upstream.truncated:
-                # The service answered; the journal could not record it yet. The answer is
-                # the client's; the operation stays SUBMITTED and its repeat settles it.
-                state = {"Intentlog-State": "SUBMITTED", "Intentlog-Key": exc.key or base}
-                return Reply(upstream.status, upstream.headers, upstream.body, state)
-            return problem(502, "journal", str(exc), task=task_id, key=exc.key, state=exc.state)
+        return _journal_failed(call, exc)
 
     async def _attempt_key(self, base: str, prints: str, task_id: str) -> str | Reply:
         """The key of the attempt to run (the first one not refused by the service). An
@@ -272,6 +213,117 @@ class Calls:
 
     async def aclose(self) -> None:
         await self.handles.aclose()
+
+
+@dataclasses.dataclass
+class _Call:
+    """One journaled request: what came in, its identity, and the last attempt's exchange
+    (``upstream``: None until an attempt is made ready)."""
+
+    route: Route
+    incoming: Incoming
+    task_id: str
+    base: str  # the first attempt's key; the next ones are <base>.2, <base>.3, ...
+    request: dict[str, str]  # what the operation is recorded as (digests, never values)
+    prints: str  # the fingerprint of ``request``, which every attempt is recorded with
+    upstream: Upstream | None = None
+
+
+def _call(
+    route: Route, incoming: Incoming, headers: dict[str, str], task_id: str, what: dict[str, str]
+) -> _Call:
+    """The call of a request whose identity within task ``task_id`` is ``what``."""
+    # A step is the task's own; a client's idempotency key names its request whatever the
+    # task (as the service itself would read it): the same key under another task is
+    # then refused (422), never sent as a new request.
+    owner = task_id if "step" in what else ""
+    base = derive_key(owner, route.effect, canonical_json(what))
+    request = {
+        "method": incoming.method,
+        "route": route.prefix,
+        "path": hashlib.sha256(incoming.path.encode()).hexdigest(),
+        "query": hashlib.sha256(incoming.query.encode()).hexdigest(),
+        "body": hashlib.sha256(incoming.body).hexdigest(),
+        # Who is asking (a digest of the credentials and the account they select, never
+        # their value): another account's request under the same identity is not this one.
+        "caller": _caller(headers),
+    }
+    prints = fingerprint(canonical_json({"request": request}))
+    return _Call(route, incoming, task_id, base, request, prints)
+
+
+def _not_sent(exc: NotSent, key: str, task_id: str) -> Reply:
+    return problem(
+        502, "upstream",
+        f"{exc}. The request is recorded FAILED (not applied); send it again "
+        "once the service can be reached: it goes as a new attempt.",
+        key=key, task=task_id, state="FAILED", retry_after=1,
+    )  # fmt: skip
+
+
+def _refused(exc: Rejected, key: str, task_id: str, upstream: Upstream) -> Reply:
+    if upstream.answered:  # the service's own refusal, as it came
+        return Reply(
+            upstream.status,
+            upstream.headers,
+            upstream.body,
+            {"Intentlog-State": "FAILED", "Intentlog-Key": key},
+        )
+    return problem(
+        502 if exc.status is None else 400,
+        "refused",
+        str(exc),
+        key=key,
+        task=task_id,
+        state="FAILED",
+    )
+
+
+def _in_doubt(exc: AmbiguousResponse, key: str, task_id: str, upstream: Upstream) -> Reply:
+    # It may have been applied: SUBMITTED. The same request again is settled
+    # first (the same key resent where the service deduplicates, else looked
+    # up, else UNRESOLVED), never sent as a new one.
+    state = {
+        "Intentlog-State": "SUBMITTED",
+        "Intentlog-Key": key,
+        "Retry-After": "1",
+    }
+    if upstream.answered:
+        return Reply(upstream.status, upstream.headers, upstream.body, state)
+    return problem(
+        502,
+        "in-doubt",
+        f"{exc}. Send the same request again: the gateway settles this one "
+        "(resends the same key where the service deduplicates, else asks the "
+        "service) before anything is sent anew.",
+        task=task_id,
+        key=key,
+        state="SUBMITTED",
+        retry_after=1,
+    )
+
+
+def _answered(receipt: Any, key: str, upstream: Upstream) -> Reply:
+    if upstream.answered and not upstream.truncated and not _reconciled(receipt):
+        # This request's own answer, sent back as it came (a record a lookup
+        # found after an answer that proved nothing is given as a replay).
+        return Reply(
+            upstream.status,
+            upstream.headers,
+            upstream.body,
+            {"Intentlog-State": "CONFIRMED", "Intentlog-Key": key},
+        )
+    return replay(receipt_answer(receipt), key, reconciled=_reconciled(receipt))
+
+
+def _journal_failed(call: _Call, exc: Error) -> Reply:
+    upstream = call.upstream
+    if upstream is not None and upstream.answered and not upstream.truncated:
+        # The service answered; the journal could not record it yet. The answer is
+        # the client's; the operation stays SUBMITTED and its repeat settles it.
+        state = {"Intentlog-State": "SUBMITTED", "Intentlog-Key": exc.key or call.base}
+        return Reply(upstream.status, upstream.headers, upstream.body, state)
+    return problem(502, "journal", str(exc), task=call.task_id, key=exc.key, state=exc.state)
 
 
 #: Headers that carry a credential or select the account a request acts for.

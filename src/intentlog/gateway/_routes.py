@@ -19,6 +19,7 @@ import dataclasses
 import re
 import tomllib
 import urllib.parse
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -200,16 +201,50 @@ def _entry_lines(text: str) -> list[int]:
 
 
 def _route(entry: Any, at: str) -> Route:
+    """One ``[[route]]`` entry as a Route, its fields checked in the order of the tables below
+    (``at`` is where the file has it: messages start with it)."""
     if not isinstance(entry, dict):
         raise InvalidInput(f"{at}: a route must be a table, got {entry!r}")
+    made: dict[str, Any] = {}
+    for check in _WHERE:
+        check(entry, made, at)
+    at = f"{at} ({made['name']!r})"  # from here on, messages name the route too
+    _passthrough(entry, made, at)
+    if made["passthrough"]:
+        return Route(**made)
+    made.update(service=None, options={})
+    for check in _CONTRACT:
+        check(entry, made, at)
+    return Route(**made)
+
+
+# -- a route's checks --------------------------------------------------------------------------
+#
+# A check reads the entry as the file gives it and writes what it found into ``made`` (the
+# Route's fields so far, under their names), or raises InvalidInput; ``at`` starts every
+# message (``"routes.toml:3: route 1 ('stripe')"``). A check may read what earlier ones made.
+
+_Check = Callable[[dict[str, Any], dict[str, Any], str], None]  # (entry, made, at)
+#: Reads one option's value; (value, at, field) -> the value http_effect takes.
+_Normaliser = Callable[[Any, str, str], Any]
+
+
+def _known(entry: dict[str, Any], made: dict[str, Any], at: str) -> None:
     unknown = sorted(set(entry) - _FIELDS)
     if unknown:
         raise InvalidInput(
             f"{at}: unknown field {unknown[0]!r}; known: {', '.join(sorted(_FIELDS))}"
         )
+
+
+def _prefix(entry: dict[str, Any], made: dict[str, Any], at: str) -> None:
     prefix = entry.get("prefix")
     if not isinstance(prefix, str) or not prefix.startswith("/") or "?" in prefix or "#" in prefix:
         raise InvalidInput(f"{at}: prefix must be a path starting with '/', got {prefix!r}")
+    made["prefix"] = prefix
+
+
+def _upstream(entry: dict[str, Any], made: dict[str, Any], at: str) -> None:
     upstream = entry.get("upstream")
     parts = urllib.parse.urlsplit(upstream) if isinstance(upstream, str) else None
     if (
@@ -224,125 +259,188 @@ def _route(entry: Any, at: str) -> Route:
             f"{at}: upstream must be a base URL without query, fragment or credentials "
             "(a client's credentials travel in its own headers, never in the routes file)"
         )
-    name = entry.get("name", prefix.strip("/").replace("/", "-") or "root")
+    made["upstream"] = upstream.rstrip("/")
+
+
+def _name(entry: dict[str, Any], made: dict[str, Any], at: str) -> None:
+    name = entry.get("name", made["prefix"].strip("/").replace("/", "-") or "root")
     if not isinstance(name, str) or not _NAME.match(name):
         raise InvalidInput(
             f"{at}: name must be 1-40 letters, digits, '_' or '-', got {name!r}"
             + ("" if "name" in entry else " (taken from the prefix; give name = ...)")
         )
-    at = f"{at} ({name!r})"
+    made["name"] = name
+
+
+def _passthrough(entry: dict[str, Any], made: dict[str, Any], at: str) -> None:
     passthrough = entry.get("passthrough", False)
     if not isinstance(passthrough, bool):
         raise InvalidInput(f"{at}: passthrough must be true or false, got {passthrough!r}")
     given = [k for k in (*_OPTIONS, "profile", "timeout") if k in entry]
-    if passthrough:
-        if given:
-            raise InvalidInput(
-                f"{at}: field {given[0]!r} means nothing on a passthrough route (its requests "
-                "are not journaled)"
-            )
-        return Route(name, prefix, upstream.rstrip("/"), passthrough=True)
-    service = None
+    if passthrough and given:
+        raise InvalidInput(
+            f"{at}: field {given[0]!r} means nothing on a passthrough route (its requests "
+            "are not journaled)"
+        )
+    made["passthrough"] = passthrough
+
+
+def _service(entry: dict[str, Any], made: dict[str, Any], at: str) -> None:
     if "profile" in entry:
-        service = _profile(entry["profile"], f"{at}, field 'profile'")
-        stated = [k for k in _OPTIONS if k in entry]
-        if stated:
-            raise InvalidInput(
-                f"{at}: field {stated[0]!r} is the profile's to state; with profile give "
-                "timeout only (or leave profile out and state every option)"
-            )
-        place = service.key
-        if service.name in _NOT_HTTP:
-            raise InvalidInput(
-                f"{at}, field 'profile': {entry['profile']!r} is not an HTTP service"
-            )
-        if place is not None and place.kind not in _HTTP_PLACES:
-            raise InvalidInput(
-                f"{at}: profile {entry['profile']!r} takes the key as {place.kind}, which a "
-                "forwarded HTTP request has no place for"
-            )
-        if place is not None and place.kind == "metadata" and service.reference is None:
-            raise InvalidInput(f"{at}: profile {entry['profile']!r} has no place for the key")
-    options: dict[str, Any] = {}
-    for field in ("idempotent", "locks_in_flight"):
+        made["service"] = _profile(entry["profile"], f"{at}, field 'profile'")
+
+
+def _profile_alone(entry: dict[str, Any], made: dict[str, Any], at: str) -> None:
+    stated = [k for k in _OPTIONS if k in entry]
+    if made["service"] is not None and stated:
+        raise InvalidInput(
+            f"{at}: field {stated[0]!r} is the profile's to state; with profile give "
+            "timeout only (or leave profile out and state every option)"
+        )
+
+
+def _http_service(entry: dict[str, Any], made: dict[str, Any], at: str) -> None:
+    service: Service | None = made["service"]
+    if service is None:
+        return
+    place = service.key
+    if service.name in _NOT_HTTP:
+        raise InvalidInput(f"{at}, field 'profile': {entry['profile']!r} is not an HTTP service")
+    if place is not None and place.kind not in _HTTP_PLACES:
+        raise InvalidInput(
+            f"{at}: profile {entry['profile']!r} takes the key as {place.kind}, which a "
+            "forwarded HTTP request has no place for"
+        )
+    if place is not None and place.kind == "metadata" and service.reference is None:
+        raise InvalidInput(f"{at}: profile {entry['profile']!r} has no place for the key")
+
+
+def _option(field: str, normalise: _Normaliser) -> _Check:
+    """An http_effect keyword, read where the entry states it."""
+
+    def check(entry: dict[str, Any], made: dict[str, Any], at: str) -> None:
         if field in entry:
-            if not isinstance(entry[field], bool):
-                raise InvalidInput(f"{at}, field {field!r}: must be true or false")
-            options[field] = entry[field]
+            made["options"][field] = normalise(entry[field], f"{at}, field {field!r}", field)
+
+    return check
+
+
+def _flag(value: Any, at: str, field: str) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidInput(f"{at}: must be true or false")
+    return value
+
+
+def _lag(value: Any, at: str, field: str) -> float | None:
+    return _duration(value, at, field, allow_zero=True)
+
+
+def _retention_stated(entry: dict[str, Any], made: dict[str, Any], at: str) -> None:
     if entry.get("idempotent") is True and "key_retention" not in entry:
         raise InvalidInput(
             f"{at}, field 'key_retention': idempotent = true needs how long the service keeps "
             'a key (key_retention = "24h", "7d", or "forever"): a resend after it forgot the '
             "key applies twice"
         )
-    if "key_retention" in entry:
-        options["key_retention"] = _retention(
-            entry["key_retention"], f"{at}, field 'key_retention'", "key_retention"
-        )
-    for field in ("timeout", "lookup_lag"):
-        if field in entry:
-            options[field] = _duration(
-                entry[field], f"{at}, field {field!r}", field, allow_zero=field == "lookup_lag"
-            )
+
+
+def _key_header(entry: dict[str, Any], made: dict[str, Any], at: str) -> None:
     key_header = entry.get("key_header")
     if key_header is not None and not isinstance(key_header, str):
         raise InvalidInput(f"{at}, field 'key_header': must be a header name, got {key_header!r}")
-    lookup = entry.get("lookup")
-    if lookup is not None:
-        if not isinstance(lookup, str) or "{key}" not in lookup:
-            raise InvalidInput(
-                f"{at}, field 'lookup': must be a URL or a path with {{key}} (GET it: 200 is "
-                f"found, 404 not), got {lookup!r}"
-            )
-        if lookup.startswith("/"):
-            lookup = upstream.rstrip("/") + lookup
-        elif not lookup.startswith(("http://", "https://")):
-            raise InvalidInput(f"{at}, field 'lookup': must start with '/' or http(s)://")
-        there = urllib.parse.urlsplit(lookup)
-        if (there.scheme, there.netloc) != (parts.scheme, parts.netloc):
-            # The lookup is sent with the client's own credentials: only to the upstream.
-            raise InvalidInput(
-                f"{at}, field 'lookup': must be on the upstream's origin "
-                f"({parts.scheme}://{parts.netloc}), since it carries the client's credentials"
-            )
-    if service is None and options.get("idempotent") is not True:
+    made["key_header"] = key_header
+
+
+def _lookup(entry: dict[str, Any], made: dict[str, Any], at: str) -> None:
+    lookup = made["lookup"] = entry.get("lookup")
+    if lookup is None:
+        return
+    if not isinstance(lookup, str) or "{key}" not in lookup:
+        raise InvalidInput(
+            f"{at}, field 'lookup': must be a URL or a path with {{key}} (GET it: 200 is "
+            f"found, 404 not), got {lookup!r}"
+        )
+    if lookup.startswith("/"):
+        lookup = made["upstream"] + lookup
+    elif not lookup.startswith(("http://", "https://")):
+        raise InvalidInput(f"{at}, field 'lookup': must start with '/' or http(s)://")
+    # The upstream as made is the file's less its path's trailing slashes: the same origin.
+    parts = urllib.parse.urlsplit(made["upstream"])
+    there = urllib.parse.urlsplit(lookup)
+    if (there.scheme, there.netloc) != (parts.scheme, parts.netloc):
+        # The lookup is sent with the client's own credentials: only to the upstream.
+        raise InvalidInput(
+            f"{at}, field 'lookup': must be on the upstream's origin "
+            f"({parts.scheme}://{parts.netloc}), since it carries the client's credentials"
+        )
+    made["lookup"] = lookup
+
+
+def _statuses_of(field: str) -> _Check:
+    """The statuses of ``field`` (not_applied, in_progress or key_reused), or the default
+    for what the service promises."""
+
+    def check(entry: dict[str, Any], made: dict[str, Any], at: str) -> None:
+        if field in entry:
+            made[field] = _statuses(entry[field], f"{at}, field {field!r}")
+        else:
+            made[field] = _default_statuses(made)[field]
+
+    return check
+
+
+def _default_statuses(made: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+    if made["service"] is None and made["options"].get("idempotent") is not True:
         # A service that takes no key cannot say a key is in flight or reused: its 409
         # (a conflict), 422 (validation) and 429 (rate limit) refuse the request.
         neither = (*NOT_APPLIED, 409, 422, 429)
-        defaults = {"not_applied": neither, "in_progress": (), "key_reused": ()}
-    else:
-        defaults = {"not_applied": (*NOT_APPLIED, 429), "in_progress": (409,), "key_reused": (422,)}
-    statuses = {
-        f: _statuses(entry[f], f"{at}, field {f!r}")
-        for f in ("not_applied", "in_progress", "key_reused")
-        if f in entry
-    }
-    route = Route(
-        name,
-        prefix,
-        upstream.rstrip("/"),
-        service,
-        False,
-        options,
-        lookup,
-        statuses.get("not_applied", defaults["not_applied"]),
-        statuses.get("in_progress", defaults["in_progress"]),
-        statuses.get("key_reused", defaults["key_reused"]),
-        key_header,
-    )
+        return {"not_applied": neither, "in_progress": (), "key_reused": ()}
+    return {"not_applied": (*NOT_APPLIED, 429), "in_progress": (409,), "key_reused": (422,)}
+
+
+def _keys_fit(entry: dict[str, Any], made: dict[str, Any], at: str) -> None:
+    service: Service | None = made["service"]
     limit = service.key_max_length if service is not None else None
-    longest = len(f"{_slug(route.effect)}-{'0' * 32}.99")  # a key with an attempt's suffix
+    longest = len(f"{_slug(Route(**made).effect)}-{'0' * 32}.99")  # a key with an attempt's suffix
     if limit is not None and longest > limit:
         raise InvalidInput(
             f"{at}, field 'name': the service takes keys of at most {limit} characters and "
             f"this route's would take {longest}; give the route a shorter name"
         )
+
+
+def _usable(entry: dict[str, Any], made: dict[str, Any], at: str) -> None:
+    route = Route(**made)
     try:
         route.contract(route.upstream)
     except InvalidInput as exc:
         field = f", field {exc.option!r}" if getattr(exc, "option", None) else ""
         raise InvalidInput(f"{at}{field}: {exc}") from None
-    return route
+
+
+#: Where requests go, checked first, in this order (the first fault found is the one
+#: reported): the messages of the checks after these name the route.
+_WHERE: tuple[_Check, ...] = (_known, _prefix, _upstream, _name)
+#: What the service promises, checked in this order on a route that is not a passthrough;
+#: the last two check the route made.
+_CONTRACT: tuple[_Check, ...] = (
+    _service,
+    _profile_alone,
+    _http_service,
+    _option("idempotent", _flag),
+    _option("locks_in_flight", _flag),
+    _retention_stated,
+    _option("key_retention", _retention),
+    _option("timeout", _duration),
+    _option("lookup_lag", _lag),
+    _key_header,
+    _lookup,
+    _statuses_of("not_applied"),
+    _statuses_of("in_progress"),
+    _statuses_of("key_reused"),
+    _keys_fit,
+    _usable,
+)
 
 
 def _statuses(value: Any, at: str) -> tuple[int, ...]:

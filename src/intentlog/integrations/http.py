@@ -25,7 +25,7 @@ import re
 import time
 import urllib.parse
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar, Unpack
+from typing import TYPE_CHECKING, Any, TypeVar, Unpack, cast
 
 from intentlog._effect import Effect
 from intentlog._effect_options import EffectOptions, effect_contract
@@ -202,7 +202,7 @@ class _Spec:
                 if self.lookup is not None:
                     found = yield from self.lookup_flow(key)
                     if isinstance(found, Found):
-                        return found.receipt  # type: ignore[no-any-return]
+                        return cast(Receipt, found.receipt)
                 if self.idempotent:
                     break  # resend the same key: the service deduplicates it
 

@@ -21,8 +21,7 @@ import contextlib
 import sqlite3
 import threading
 from collections.abc import Callable
-from types import GeneratorType
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from intentlog._errors import Error, JournalError
 from intentlog.stores._plan import Alone, Plan, PlanMethod, Q, Result, is_host_bound
@@ -47,15 +46,7 @@ def drive_on(conn: sqlite3.Connection, plan: Plan[_T], first: Q | None = None) -
             cur = execute(query.sql, query.params)
             query = plan.send(Result(cur.rowcount, cur.fetchall()))
     except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
-
-
-def _given(body: Body[_T]) -> Body[_T]:
-    return body
-
-
-#: A write: what runs its statements on the connection, or an Alone.
-Body = Callable[[sqlite3.Connection], _T] | Alone[_T]
+        return cast(_T, stop.value)
 
 
 class PlanWrite(Generic[_T]):
@@ -70,11 +61,15 @@ class PlanWrite(Generic[_T]):
         return drive_on(conn, self.plan)
 
 
+#: A write: a plan to run, or an Alone (its statement alone, else its plan).
+Body = PlanWrite[_T] | Alone[_T]
+
+
 def _apply(body: Body[_T], conn: sqlite3.Connection) -> _T:
     """Run one write's statements on ``conn`` (inside the caller's transaction)."""
-    if type(body) is Alone:
+    if isinstance(body, Alone):
         return drive_on(conn, body.plan())
-    return body(conn)  # type: ignore[operator]
+    return body(conn)
 
 
 # Why a lone Alone may be its statement autocommitted, without BEGIN IMMEDIATE and COMMIT (two
@@ -152,15 +147,16 @@ class GroupCommit:
         the queue (an ``Alone``'s statement in autocommit mode); a writer that queues meanwhile
         waits for the connection and leads its own batch, as it would behind any other batch.
         """
-        return self.write(_given, (body,))  # type: ignore[arg-type,no-any-return]
+        return self._commit(body, True)
 
     def write(self, method: PlanMethod[_T], args: tuple[Any, ...]) -> _T:
         """:meth:`commit` of what ``method(*args)`` makes: a plan (run as a
-        :class:`PlanWrite`), an Alone, or any other body. A store's executor calls this for
-        every write, so it is the one with no call between it and the commit."""
-        made: Any = method(*args)
-        body: Body[_T] = PlanWrite(made) if type(made) is GeneratorType else made
-        synced = not is_host_bound(method)
+        :class:`PlanWrite`) or an Alone. A store's executor calls this for every write."""
+        made = method(*args)
+        body: Body[_T] = made if isinstance(made, Alone) else PlanWrite(made)
+        return self._commit(body, not is_host_bound(method))
+
+    def _commit(self, body: Body[_T], synced: bool) -> _T:
         if not self._queue and self.lock.acquire(blocking=False):
             try:
                 return self._run_alone(body, synced)
@@ -179,7 +175,7 @@ class GroupCommit:
                 self._run_batch(batch)
         if request.error is not None:
             raise request.error
-        return request.result  # type: ignore[no-any-return]
+        return cast(_T, request.result)
 
     def _run_alone(self, body: Body[_T], synced: bool = True) -> _T:
         """One body in its own transaction; the same outcomes as a batch of one: the body's

@@ -119,7 +119,7 @@ PlanMethod = Callable[..., Plan[_T] | Alone[_T]]
 
 def plan_of(work: Plan[_T] | Alone[_T]) -> Plan[_T]:
     """What a plan method made, as a plan (an :class:`Alone`'s plan)."""
-    return work.plan() if type(work) is Alone else work  # type: ignore[return-value]
+    return work.plan() if isinstance(work, Alone) else work
 
 
 class Mode(enum.Enum):

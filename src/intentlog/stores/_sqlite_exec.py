@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from intentlog._errors import Error, JournalCorrupt, JournalError, SchemaTooNew
 from intentlog.stores._group_commit import GroupCommit, PlanWrite, drive_on
@@ -170,7 +170,7 @@ class SQLiteExecutor:
         try:
             plan.send(Result(-1, rows))
         except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
+            return cast(_T, stop.value)
         raise JournalError("a POINT plan asked for a second statement")
 
     def _prepare(self, busy_timeout: float) -> None:

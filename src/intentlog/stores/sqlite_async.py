@@ -96,7 +96,7 @@ class AsyncSQLiteExecutor:
 
     async def write(self, method: PlanMethod[_T], args: tuple[Any, ...]) -> _T:
         work = method(*args)
-        body: Body[_T] = work if type(work) is Alone else PlanWrite(work)  # type: ignore[arg-type]
+        body: Body[_T] = work if isinstance(work, Alone) else PlanWrite(work)
         return await self._write(body, not is_host_bound(method))
 
     async def _write(self, body: Body[_T], synced: bool = True) -> _T:
