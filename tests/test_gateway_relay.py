@@ -356,7 +356,6 @@ def test_chunked_answer_with_extensions_and_trailers_is_reassembled_and_reused()
     "head",
     [
         pytest.param(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n", id="no-framing"),
-        pytest.param(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: identity\r\n\r\n", id="te-identity"),
     ],
 )
 def test_answer_delimited_by_the_close_is_read_to_eof_and_not_reused(head: bytes) -> None:
@@ -677,10 +676,22 @@ MANY_LINES = (
         pytest.param(BIG_LINE, False, "head", id="head-line-over-100KiB"),
         pytest.param(MANY_LINES, False, "head", id="head-over-100KiB"),
         pytest.param(
-            b"HTTP/1.1 200 OK\r\nX-A: one\nX-Injected: two\r\nContent-Length: 2\r\n\r\nok",
+            b"HTTP/1.1 200 OK\r\nX-A: one\rtwo\r\nContent-Length: 2\r\n\r\nok",
             False,
             "head",
-            id="bare-lf-in-value",
+            id="bare-cr-in-value",
+        ),
+        pytest.param(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: identity\r\n\r\nok",
+            False,
+            "head",
+            id="te-identity",
+        ),
+        pytest.param(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+            False,
+            "head",
+            id="te-gzip-chunked",
         ),
         pytest.param(
             b"HTTP/1.1 200 OK\r\nX-A: one\x00two\r\nContent-Length: 2\r\n\r\nok",
@@ -708,6 +719,41 @@ def test_an_answer_the_wire_cannot_frame_is_a_protocol_error_and_its_connection_
             _, body = await fetch(relay, server.url + "/")
             assert body == b"next"
             assert [len(p.requests) for p in server.peers] == [1, 1]
+
+    run(main())
+
+
+def test_lines_ended_by_a_bare_lf_are_read_as_lines() -> None:
+    # RFC 9112 section 2.2: a recipient may take a bare LF for a line's end (h11 and httpx
+    # do); a head so written must not be waited on until the timeout.
+    head = b"HTTP/1.1 201 Created\nX-A: one\nX-B: two\nContent-Length: 7\n\ncreated"
+    chunked = b"HTTP/1.1 200 OK\nTransfer-Encoding: chunked\n\n2\nok\n0\n\n"
+
+    async def main() -> None:
+        async with serving(head, chunked, ok(b"next")) as (server, relay):
+            response, body = await fetch(relay, server.url + "/")
+            assert (response.status_code, body) == (201, b"created")
+            assert response.headers.multi_items() == [
+                ("X-A", "one"),
+                ("X-B", "two"),
+                ("Content-Length", "7"),
+            ]
+            _, body = await fetch(relay, server.url + "/")
+            assert body == b"ok"
+            _, body = await fetch(relay, server.url + "/")
+            assert body == b"next"
+            assert len(server.peers) == 1  # each ended cleanly: one connection for all
+
+    run(main())
+
+
+def test_a_repeated_content_length_of_one_value_is_that_value() -> None:
+    answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2, 2\r\nContent-Length: 2\r\n\r\nok"
+
+    async def main() -> None:
+        async with serving(answer) as (server, relay):
+            _, body = await fetch(relay, server.url + "/")
+            assert body == b"ok"
 
     run(main())
 
@@ -1323,6 +1369,33 @@ def test_a_send_beyond_max_per_origin_waits_for_a_slot(
     run(main())
 
 
+def test_a_bounded_send_waits_no_longer_than_its_timeout_and_an_unbounded_one_not_at_all(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The gateway's journaled requests go through an unbounded relay: one must leave when
+    its intent says it does, never after a wait for a slot taken by slow pass-through
+    reads; a bounded send that finds no slot in its timeout is httpx's PoolTimeout (nothing
+    of it was sent)."""
+    monkeypatch.setattr(_relay, "MAX_PER_ORIGIN", 1)
+
+    async def main() -> None:
+        async with serving(ok(b"one"), ok(b"two"), ok(b"three")) as (server, bounded):
+            first = await bounded.send(bounded.build_request("GET", server.url + "/"))
+            with pytest.raises(httpx.PoolTimeout):
+                await bounded.send(bounded.build_request("GET", server.url + "/", timeout=0.05))
+            assert len(server.requests) == 1  # the one that timed out was never written
+            unbounded = Relay(bounded=False)
+            try:
+                answer = await unbounded.send(unbounded.build_request("POST", server.url + "/"))
+                assert await read(answer) == b"two"  # sent at once, beside the held slot
+                assert pool_of(unbounded, server).slots is None
+            finally:
+                await unbounded.aclose()
+            assert await read(first) == b"one"
+
+    run(main())
+
+
 # --- https ----------------------------------------------------------------------------------
 
 
@@ -1426,12 +1499,14 @@ def test_wire_request_bytes_parse_head_framing_and_chunk_size() -> None:
     ok_head = parse_head(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n")
     assert framing(ok_head, "GET") == Framing(5, False, True)
     assert framing(ok_head, "HEAD") == Framing(0, False, True)
-    both = parse_head(
-        b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: gzip, Chunked\r\n\r\n"
-    )
+    both = parse_head(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: Chunked\r\n\r\n")
     assert framing(both, "GET") == Framing(None, True, False)  # chunked, and not reused
-    not_chunked = parse_head(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, gzip\r\n\r\n")
-    assert framing(not_chunked, "GET") == Framing(None, False, False)
+    for codings in (b"gzip, chunked", b"chunked, gzip", b"identity"):
+        coded = parse_head(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: " + codings + b"\r\n\r\n")
+        with pytest.raises(WireError, match="transfer coding"):
+            framing(coded, "GET")
+    lf = parse_head(b"HTTP/1.1 204 No Content\nA: 1\n\n")
+    assert lf == Head(204, 1, [("A", "1")])
     assert chunk_size(b"1f;ext=1\r\n") == 31
     assert chunk_size(b"FFFFFFFFFFFFFFFF\r\n") == 2**64 - 1
     for line in [b"\r\n", b"-1\r\n", b"1 2\r\n", b"1" * 17 + b"\r\n", b"\xef\xbc\x91\r\n"]:

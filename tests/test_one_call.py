@@ -23,6 +23,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -279,3 +280,32 @@ def test_on_postgres_the_receipt_and_the_completion_are_one_statement(pg_url: st
         assert record.completed and record.owner is None
         assert journal.operation(journal.operations(task_id)[0].key).receipt == receipt
         assert len(sent) == 1
+
+
+def test_an_operation_resolved_while_in_flight_is_not_returned_as_done(tmp_path: Path) -> None:
+    # The receipt rides in the completion's write, whose compare-and-set leaves a newer
+    # state standing: a person's FAILED, written while the send was in flight, stands, and
+    # journal.run answers as task.run does (OutcomeUnknown), the task not completed.
+    path = tmp_path / "journal.db"
+    with intentlog.open(path) as journal, intentlog.open(path) as person:
+
+        def charge(key: str, amount: int) -> dict[str, Any]:
+            for _ in range(400):  # until the in-flight window is over and the person may
+                try:
+                    person.resolve(key, "failed", note="not at the service", accept_risk=True)
+                    break
+                except intentlog.Error:
+                    time.sleep(0.025)
+            else:  # pragma: no cover - reported as the failure it is
+                raise AssertionError("the operation could never be resolved")
+            return {"id": "ch_1", "amount": amount}
+
+        effect = intentlog.Effect(
+            "charge", charge, idempotent=True, key_retention=3600, timeout=0.1
+        )
+        with pytest.raises(intentlog.OutcomeUnknown, match="resolved as FAILED while in flight"):
+            journal.run("order-1", effect, amount=500)
+        (op,) = journal.operations("order-1")
+        assert op.state is State.FAILED and op.receipt is None
+        record = journal.task_info("order-1").record
+        assert not record.completed and record.owner is None  # released, not completed

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from intentlog._owner import _host, holder_is_dead, new_owner, same_process
+from intentlog._owner import _boot_id, _host, holder_is_dead, new_owner, same_process
 
 
 def _gone_pid() -> int:
@@ -78,3 +78,14 @@ def test_a_forked_child_names_itself_not_its_parent() -> None:
     assert child.split(":")[-3] == str(pid)
     assert not holder_is_dead(parent)
     assert holder_is_dead(child)  # the child has exited: its lease may be taken at once
+
+
+def test_a_holder_on_another_machine_of_the_same_name_is_not_taken_for_dead() -> None:
+    # Two machines may share a host name, and the initial pid namespace has the same number
+    # on every Linux machine: only the boot id tells them apart (as it tells this boot from
+    # the last). A pid read here says nothing of a process there.
+    if not _boot_id():
+        pytest.skip("no boot id on this system")
+    same_name = _host().removesuffix(_boot_id())
+    assert holder_is_dead(f"{same_name}{_boot_id()}:{_gone_pid()}:1:abcd")  # here: dead
+    assert not holder_is_dead(f"{same_name}/000000000000:{_gone_pid()}:1:abcd")

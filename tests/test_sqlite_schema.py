@@ -702,3 +702,43 @@ def test_a_receipt_write_names_only_what_it_changes(tmp_path: Path) -> None:
         assert [a.split(" = ")[0] for a in assigned.split(", ")] == [
             "state", "version", "updated_at", "receipt"
         ]  # fmt: skip
+
+
+class _InterruptedAt:
+    """A connection that raises KeyboardInterrupt once, as the signal would, when ``sql``
+    is about to run (the leader of a group commit interrupted at that statement)."""
+
+    def __init__(self, conn: sqlite3.Connection, sql: str) -> None:
+        self._conn, self._sql = conn, sql
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._conn.in_transaction
+
+    def execute(self, sql: str, params: Any = ()) -> sqlite3.Cursor:
+        if sql == self._sql:
+            self._sql = ""
+            raise KeyboardInterrupt
+        return self._conn.execute(sql, params)
+
+
+def test_a_batch_interrupted_before_its_commit_tells_no_writer_it_is_durable(
+    tmp_path: Path,
+) -> None:
+    from intentlog.stores._group_commit import GroupCommit, WriteRequest
+
+    conn = sqlite3.connect(tmp_path / "t.db", isolation_level=None, check_same_thread=False)
+    conn.execute("CREATE TABLE t (x INTEGER)")
+
+    def insert(x: int) -> Plan[None]:
+        yield Q("INSERT INTO t VALUES (?)", (x,))
+
+    writer = GroupCommit(_InterruptedAt(conn, "COMMIT"))  # type: ignore[arg-type]
+    batch = [WriteRequest(PlanWrite(insert(1))), WriteRequest(PlanWrite(insert(2)))]
+    with pytest.raises(KeyboardInterrupt):
+        writer.run_batch(batch)
+    assert all(r.done and isinstance(r.error, JournalError) for r in batch)
+    assert "interrupted" in str(batch[1].error)
+    assert not conn.in_transaction
+    assert conn.execute("SELECT count(*) FROM t").fetchone()[0] == 0  # rolled back
+    assert writer.commits == 0

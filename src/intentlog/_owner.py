@@ -3,10 +3,13 @@
 The start time makes a reused pid distinguishable from the process that took the lease, so a
 restarted worker can take over its dead predecessor's lease at once instead of waiting it out.
 
-The host is the host name and, on Linux, the process's pid namespace: containers on one
-machine often share its host name (host networking) while each numbers its processes
-itself, so a pid read in one means nothing in another. A holder in another namespace is
-judged as one on another host: unknown, so alive.
+The host is the host name and, on Linux, the process's pid namespace and the machine's boot
+id: containers on one machine often share its host name (host networking) while each numbers
+its processes itself, so a pid read in one means nothing in another; and two machines may
+share a host name, while the initial pid namespace has the same number on every Linux
+machine, so only the boot id tells them apart. A holder in another namespace, on another
+machine, or from before this machine's last boot is judged as one on another host: unknown,
+so alive (its lease is waited out, never taken at once).
 """
 
 from __future__ import annotations
@@ -42,8 +45,19 @@ def _pid_namespace() -> str:
     return f"/{digits}" if digits else ""
 
 
+@functools.cache  # a process never outlives its machine's boot
+def _boot_id() -> str:
+    """``/<12 hex digits>`` of this machine's boot id (Linux), else empty."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as fh:
+            digits = fh.read().strip().replace("-", "")
+    except OSError:
+        return ""
+    return f"/{digits[:12]}" if digits else ""
+
+
 def _host() -> str:
-    return socket.gethostname() + _pid_namespace()
+    return socket.gethostname() + _pid_namespace() + _boot_id()
 
 
 #: This process's identity (host, pid, start time), made once per pid: a forked child makes

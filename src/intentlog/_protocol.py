@@ -225,11 +225,40 @@ class TaskCore:
         once, so the call makes the effect's two commits and no more; the receipt is durable
         when this returns, as ``task.run``'s is. Exactly as safe as a receipt's own write:
         the window between the service's answer and the durable receipt is the same one
-        write long. A replay of a task already completed writes nothing."""
+        write long. A replay of a task already completed writes nothing. An observer sees
+        the run and the completion as one run."""
+        hooks = _observe.hooks
+        flow = self._one_call(effect, args, kwargs, key)
+        return flow if hooks is None else hooks.run(self, effect, flow)
+
+    def _one_call(
+        self, effect: Effect, args: tuple[Any, ...], kwargs: dict[str, Any], key: str | None
+    ) -> Flow[JSON]:
         completed = self.record.completed
-        receipt = yield from self.run_flow(effect, args, kwargs, key, then_complete=True)
-        if not (completed and self.record.completed and not self.unwritten):
-            yield from self.complete_flow(...)
+        waiting = set(self.unwritten)
+        receipt = yield from self._run_flow(effect, args, kwargs, key, True)
+        if completed and self.record.completed and not self.unwritten:
+            return receipt
+        carried = [k for k in self.unwritten if k not in waiting]
+        yield from self.complete_flow(...)
+        for carried_key in carried:
+            # A carried receipt is written by a compare-and-set that leaves a newer state
+            # standing: if an operator resolved the operation while it was in flight, the
+            # receipt did not land. Answered as task.run answers it, and the task left as
+            # task.run leaves it: released, not completed. A point read, no commit.
+            stored = yield from call(Store.get_op, carried_key)
+            if stored is not None and stored.state is State.CONFIRMED:
+                continue
+            with contextlib.suppress(LeaseLost):
+                reopen = TaskUpdate(completed=False, release=True)
+                yield from call(Store.write_task, self.id, self.record.epoch, self.ttl, reopen)
+            state = "missing" if stored is None else stored.state.value
+            raise OutcomeUnknown(
+                f"operation {carried_key!r} was resolved as {state} while in flight",
+                key=carried_key,
+                task_id=self.id,
+                state=state,
+            )
         return receipt
 
     def _run_flow(

@@ -147,17 +147,35 @@ class _Connection:
 class _Pool:
     __slots__ = ("idle", "slots")
 
-    def __init__(self) -> None:
+    def __init__(self, bounded: bool) -> None:
         self.idle: list[_Connection] = []
-        self.slots = asyncio.Semaphore(MAX_PER_ORIGIN)
+        self.slots = asyncio.Semaphore(MAX_PER_ORIGIN) if bounded else None
+
+    async def take(self, timeout: float | None) -> None:
+        """A slot for a request, waiting at most ``timeout`` (httpx's PoolTimeout)."""
+        if self.slots is None:
+            return
+        try:
+            await _within(timeout, self.slots.acquire())
+        except TimeoutError:
+            raise httpx.PoolTimeout("no connection to the upstream was free in time") from None
+
+    def give(self) -> None:
+        if self.slots is not None:
+            self.slots.release()
 
 
 class Relay:
     """See the module's docstring. One per gateway; closed with :meth:`aclose`."""
 
-    def __init__(self, *, ssl_context: ssl.SSLContext | None = None) -> None:
+    def __init__(self, *, ssl_context: ssl.SSLContext | None = None, bounded: bool = True) -> None:
+        """``bounded``: at most :data:`MAX_PER_ORIGIN` requests in flight per origin, the
+        others waiting (up to their timeout) for one to end. The gateway's journaled requests
+        use an unbounded relay: a journaled request must leave when its intent says it does
+        (the in-flight window is counted from there), never after a wait for a slot."""
         self._pools: dict[Origin, _Pool] = {}
         self._ssl = ssl_context
+        self._bounded = bounded
         self._closed = False
 
     def build_request(
@@ -212,8 +230,8 @@ class Relay:
             raise httpx.LocalProtocolError(str(exc)) from exc
         pool = self._pools.get(request.origin)
         if pool is None:
-            pool = self._pools[request.origin] = _Pool()
-        await pool.slots.acquire()
+            pool = self._pools[request.origin] = _Pool(self._bounded)
+        await pool.take(request.timeout)
         try:
             conn = self._idle(pool) or await self._connect(request)
             try:
@@ -223,7 +241,7 @@ class Relay:
                 conn.close()
                 raise
         except BaseException:
-            pool.slots.release()
+            pool.give()
             raise
 
     async def aclose(self) -> None:
@@ -244,7 +262,7 @@ class Relay:
         return None
 
     def _release(self, pool: _Pool, conn: _Connection, *, keep: bool) -> None:
-        pool.slots.release()
+        pool.give()
         if keep and not self._closed and len(pool.idle) < MAX_IDLE:
             conn.idle_since = time.monotonic()
             pool.idle.append(conn)
@@ -294,7 +312,7 @@ class Relay:
                 else asyncio.timeout(request.timeout)
             ):
                 while True:
-                    raw = await _read(conn, None, b"\r\n\r\n", head=True)
+                    raw = await _head(conn)
                     try:
                         head = parse_head(raw)
                     except WireError as exc:
@@ -345,17 +363,17 @@ class RelayResponse:
         conn, timeout, frame = self._conn, self._request.timeout, self._framing
         if frame.chunked:
             while True:
-                line = await _read(conn, timeout, b"\r\n")
+                line = await _read(conn, timeout, b"\n")
                 try:
                     size = chunk_size(line)
                 except WireError as exc:
                     raise httpx.RemoteProtocolError(str(exc)) from exc
                 if size == 0:
-                    while await _read(conn, timeout, b"\r\n") != b"\r\n":
+                    while await _read(conn, timeout, b"\n") not in _BLANK:
                         pass  # trailer fields: not given back
                     break
                 yield await _exactly(conn, timeout, size)
-                if await _exactly(conn, timeout, 2) != b"\r\n":
+                if await _read(conn, timeout, b"\n") not in _BLANK:
                     raise httpx.RemoteProtocolError("a chunk did not end with CRLF")
         elif frame.length is not None:
             left = frame.length
@@ -396,6 +414,27 @@ async def _read(
         raise httpx.RemoteProtocolError(f"the server closed the connection {what}") from None
     except OSError as exc:
         raise httpx.ReadError(str(exc) or type(exc).__name__) from exc
+
+
+#: A line that ends a head, a trailer section or a chunk: CRLF, or a bare LF (RFC 9112 2.2).
+_BLANK = (b"\r\n", b"\n")
+
+
+async def _head(conn: _Connection) -> bytes:
+    """An answer's head, line by line up to its blank line (a line may end with a bare LF);
+    over :data:`_MAX_HEAD` bytes in all is a RemoteProtocolError."""
+    lines: list[bytes] = []
+    size = 0
+    while True:
+        line = await _read(conn, None, b"\n", head=not lines)
+        size += len(line)
+        if size > _MAX_HEAD:
+            raise httpx.RemoteProtocolError(f"an answer head over {_MAX_HEAD} bytes")
+        if line in _BLANK:
+            if lines:
+                return b"".join(lines)
+            continue  # blank lines before the status line are passed over (RFC 9112 2.2)
+        lines.append(line)
 
 
 async def _exactly(conn: _Connection, timeout: float | None, size: int) -> bytes:

@@ -78,8 +78,9 @@ async def serve(config: GatewayConfig) -> None:
     # each request carries its route's.
     from intentlog.gateway._relay import Relay
 
-    client = Relay()
-    calls = Calls(journal, client, idle=config.idle)
+    client = Relay()  # pass-through: bounded per origin
+    journaled = Relay(bounded=False)  # sent when its intent says, never after a wait
+    calls = Calls(journal, journaled, idle=config.idle)
     try:
         app = GatewayApp(config.routes, calls, client, token=config.token, max_body=config.max_body)
         sock = _bound(config.listen)
@@ -107,6 +108,7 @@ async def serve(config: GatewayConfig) -> None:
     finally:
         await calls.aclose()
         await client.aclose()
+        await journaled.aclose()
         await journal.aclose()
         observing.close()
 

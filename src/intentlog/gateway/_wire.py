@@ -67,8 +67,10 @@ def request_bytes(method: str, target: str, headers: list[tuple[str, str]], body
 
 
 def parse_head(raw: bytes) -> Head:
-    """An answer's head (its status line and fields, up to and with the blank line)."""
-    lines = raw.split(b"\r\n")
+    """An answer's head (its status line and fields, up to and with the blank line). A line
+    ends with CRLF, or with a bare LF, which RFC 9112 section 2.2 lets a recipient take for
+    one (h11 and httpx do)."""
+    lines = [line[:-1] if line.endswith(b"\r") else line for line in raw.split(b"\n")]
     match = _STATUS.fullmatch(lines[0])
     if match is None:
         raise WireError(f"not an HTTP/1.x status line: {lines[0][:80]!r}")
@@ -97,12 +99,15 @@ def framing(head: Head, method: str) -> Framing:
         return Framing(0, False, keep)
     codings = [t.strip().lower() for v in head.values("transfer-encoding") for t in v.split(",")]
     if codings:
-        if codings[-1] == "chunked":
-            # Transfer-Encoding beside a Content-Length: the chunks frame it, and the
-            # connection is not reused (RFC 9112 section 6.1: a sign of response splitting).
-            return Framing(None, True, keep and not head.values("content-length"))
-        return Framing(None, False, False)  # read up to the close
-    lengths = {v.strip() for v in head.values("content-length")}
+        if codings != ["chunked"]:
+            # Another coding (gzip, say) would be given back still coded as if it were the
+            # body, and recorded so: refused, as httpx refuses it.
+            raise WireError(f"a transfer coding other than chunked: {codings!r}")
+        # Transfer-Encoding beside a Content-Length: the chunks frame it, and the connection
+        # is not reused (RFC 9112 section 6.1: a sign of response splitting).
+        return Framing(None, True, keep and not head.values("content-length"))
+    # One length, however often repeated (RFC 9110 section 8.6: "11, 11" is 11).
+    lengths = {t.strip() for v in head.values("content-length") for t in v.split(",")}
     if lengths:
         (only,) = lengths if len(lengths) == 1 else (None,)
         if only is None or not only.isdigit() or not only.isascii():

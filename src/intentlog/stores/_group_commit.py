@@ -205,6 +205,8 @@ class GroupCommit:
         refuses the change inside a transaction, so it is made around it."""
         if full and not self._normal:
             return
+        if not full:
+            self._normal = True  # first: an interrupt after the PRAGMA must not hide it
         self.conn.execute(f"PRAGMA synchronous = {'FULL' if full else 'NORMAL'}")
         self._normal = not full
 
@@ -296,6 +298,19 @@ class GroupCommit:
             error = self._abort(exc)
             for request in batch:
                 request.error = error
+        except BaseException:
+            # Interrupted (KeyboardInterrupt in the leading thread) before the COMMIT was
+            # known to be done: the whole batch is rolled back, and no writer of it may be
+            # told its write is durable.
+            if self.conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    self.conn.execute("ROLLBACK")
+            interrupted = JournalError(
+                "the journal write was interrupted before its commit; nothing of it was written"
+            )
+            for request in batch:
+                request.error = interrupted
+            raise
         finally:
             if not synced:
                 self._back_to_full()
