@@ -42,6 +42,8 @@ __all__ = [
     "confirm_phrase",
     "decide",
     "in_flight_until",
+    "key_expires_at",
+    "resolution_outcomes",
     "resolve_risk",
     "send_slack",
     "strictest",
@@ -479,10 +481,11 @@ def _decide_without_lookup(
 
 
 def _inside_retention(op: Operation, policy: Policy, now: float) -> bool:
-    if policy.key_retention is None:
-        return True
-    first = op.first_submitted_at if op.first_submitted_at is not None else op.created_at
-    return now < first + policy.key_retention - retention_margin(policy)
+    """Whether ``op``'s key may be resent at ``now`` for its retention: before
+    :func:`key_expires_at`, less :func:`retention_margin`. Asked only where ``policy``
+    deduplicates (for one that does not, no key is held, and this says True)."""
+    expires = key_expires_at(op, policy)
+    return expires is None or now < expires - retention_margin(policy)
 
 
 def task_action(
@@ -675,6 +678,10 @@ class Outlook:
         return self.doer.automatic
 
 
+#: A task's open operations as :func:`task_outlook` takes them.
+_OpenOps = Sequence[tuple[str, State, Action, bool]]
+
+
 def task_outlook(
     record: TaskRecord,
     open_ops: Sequence[tuple[str, State, Action, bool]],
@@ -698,8 +705,27 @@ def task_outlook(
     """
     if record.completed:
         return None
-    task = record.task_id
-    ended = f"complete or cancel it (intentlog complete {task} / intentlog cancel {task})"
+    waiting = _person_first(open_ops)
+    if waiting is not None:
+        return waiting
+    if holder_alive:
+        return _held(record)
+    if record.kind == GATEWAY_TASK_KIND:
+        return _gateway_outlook(record.task_id, open_ops)
+    if record.kind == PROXY_TASK_KIND:
+        return _proxy_outlook(record.task_id, open_ops)
+    if record.kind is not None:
+        return _worker_outlook(record, record.kind, now, unclaimed_after)
+    return _program_outlook(record.task_id, open_ops)
+
+
+def _ended(task: str) -> str:
+    return f"complete or cancel it (intentlog complete {task} / intentlog cancel {task})"
+
+
+def _person_first(open_ops: _OpenOps) -> Outlook | None:
+    """A person's, whoever else might go on with the task: an operation the decision
+    escalates, else one waiting for a person's approval; None when there is neither."""
     escalated = [(key, state) for key, state, action, _ in open_ops if action is Action.ESCALATE]
     if escalated:
         # Named by its state: a SUBMITTED operation the decision escalates is not (yet)
@@ -723,57 +749,78 @@ def task_outlook(
             "intentlog approve KEY, or intentlog deny KEY; then the task's next run sends "
             "what was approved",
         )
-    proxy = record.kind == PROXY_TASK_KIND
-    gateway = record.kind == GATEWAY_TASK_KIND
-    if holder_alive:
-        who = "the MCP proxy session" if proxy else "the gateway" if gateway else "a live process"
-        return Outlook(Doer.HOLDER, f"held by {who} ({record.owner}), which goes on with it")
-    if gateway:
-        if open_ops:
-            return Outlook(
-                Doer.PERSON,
-                f"the gateway let it go with {_keys([k for k, *_ in open_ops])} open: the "
-                "gateway settles a request only when the agent sends it again; else resolve "
-                "it, then " + ended,
-            )
+    return None
+
+
+def _held(record: TaskRecord) -> Outlook:
+    """A task whose lease a live process holds: that process goes on with it."""
+    who = (
+        "the MCP proxy session"
+        if record.kind == PROXY_TASK_KIND
+        else "the gateway"
+        if record.kind == GATEWAY_TASK_KIND
+        else "a live process"
+    )
+    return Outlook(Doer.HOLDER, f"held by {who} ({record.owner}), which goes on with it")
+
+
+def _gateway_outlook(task: str, open_ops: _OpenOps) -> Outlook:
+    """A task ``intentlog gateway`` opened and let go of: a person's."""
+    if open_ops:
         return Outlook(
             Doer.PERSON,
-            "the gateway let it go before every request was settled, or was stopped (it "
-            "completes a task idle with every request settled); its requests are settled "
-            "now: when the agent's work is done, " + ended,
+            f"the gateway let it go with {_keys([k for k, *_ in open_ops])} open: the "
+            "gateway settles a request only when the agent sends it again; else resolve "
+            "it, then " + _ended(task),
         )
-    if proxy:
-        if open_ops:
-            return Outlook(
-                Doer.PERSON,
-                f"its MCP proxy session ended with {_keys([k for k, *_ in open_ops])} "
-                "open: the proxy settles a call only when the agent makes it again; else "
-                "resolve it, then " + ended,
-            )
+    return Outlook(
+        Doer.PERSON,
+        "the gateway let it go before every request was settled, or was stopped (it "
+        "completes a task idle with every request settled); its requests are settled "
+        "now: when the agent's work is done, " + _ended(task),
+    )
+
+
+def _proxy_outlook(task: str, open_ops: _OpenOps) -> Outlook:
+    """A task the MCP proxy opened whose session ended: a person's."""
+    if open_ops:
         return Outlook(
             Doer.PERSON,
-            "its MCP proxy session ended before every call was settled, or was stopped (the "
-            "proxy completes a task when its last session ends with every call settled); "
-            "its calls are settled now: when the agent's work is done, " + ended,
+            f"its MCP proxy session ended with {_keys([k for k, *_ in open_ops])} "
+            "open: the proxy settles a call only when the agent makes it again; else "
+            "resolve it, then " + _ended(task),
         )
-    if record.kind is not None:
-        kind = record.kind
-        if record.not_before > now:
-            failed = f" (failed runs: {record.runs})" if record.runs else ""
-            return Outlook(
-                Doer.WORKER,
-                f"a worker of kind {kind!r} runs it again in "
-                f"{duration(record.not_before - now)}{failed}",
-            )
-        due = max(record.not_before, record.lease_expires, record.updated_at)
-        if now - due > unclaimed_after:
-            return Outlook(
-                Doer.PERSON,
-                f"no worker has claimed it for {duration(now - due)}: no running worker "
-                f"registers kind {kind!r}; start one (intentlog worker --app ...) or cancel "
-                f"it (intentlog cancel {task})",
-            )
-        return Outlook(Doer.WORKER, f"a worker of kind {kind!r} claims it at its next poll")
+    return Outlook(
+        Doer.PERSON,
+        "its MCP proxy session ended before every call was settled, or was stopped (the "
+        "proxy completes a task when its last session ends with every call settled); "
+        "its calls are settled now: when the agent's work is done, " + _ended(task),
+    )
+
+
+def _worker_outlook(record: TaskRecord, kind: str, now: float, unclaimed_after: float) -> Outlook:
+    """A task of ``kind``: a worker's, unless none has claimed it for ``unclaimed_after``."""
+    if record.not_before > now:
+        failed = f" (failed runs: {record.runs})" if record.runs else ""
+        return Outlook(
+            Doer.WORKER,
+            f"a worker of kind {kind!r} runs it again in "
+            f"{duration(record.not_before - now)}{failed}",
+        )
+    due = max(record.not_before, record.lease_expires, record.updated_at)
+    if now - due > unclaimed_after:
+        return Outlook(
+            Doer.PERSON,
+            f"no worker has claimed it for {duration(now - due)}: no running worker "
+            f"registers kind {kind!r}; start one (intentlog worker --app ...) or cancel "
+            f"it (intentlog cancel {record.task_id})",
+        )
+    return Outlook(Doer.WORKER, f"a worker of kind {kind!r} claims it at its next poll")
+
+
+def _program_outlook(task: str, open_ops: _OpenOps) -> Outlook:
+    """A task without a kind, run only by the program that opened it: what a lookup or time
+    settles is ``recover``'s, anything else a person's."""
     settled = [
         key
         for key, _, action, can_reconcile in open_ops
@@ -790,11 +837,11 @@ def task_outlook(
             Doer.PERSON,
             f"no worker runs it (it has no kind) and {_keys([k for k, *_ in open_ops])} "
             "open: its program sends it when it runs this task again; if it will not, "
-            "resolve it, then " + ended,
+            "resolve it, then " + _ended(task),
         )
     return Outlook(
         Doer.PERSON,
-        "its code never completed it and no worker runs it (it has no kind): " + ended,
+        "its code never completed it and no worker runs it (it has no kind): " + _ended(task),
     )
 
 
