@@ -201,19 +201,12 @@ class TaskCore:
         return op.key
 
     def run_flow(
-        self,
-        effect: Effect,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        key: str | None,
-        *,
-        then_complete: bool = False,
+        self, effect: Effect, args: tuple[Any, ...], kwargs: dict[str, Any], key: str | None
     ) -> Flow[JSON]:
         """The protocol of ``task.run``. Called where ``run`` is called (not a generator
-        itself), so that an observer sees the caller's context (a trace's parent span).
-        ``then_complete``: see :meth:`one_call_flow`."""
+        itself), so that an observer sees the caller's context (a trace's parent span)."""
         hooks = _observe.hooks
-        flow = self._run_flow(effect, args, kwargs, key, then_complete)
+        flow = self._run_flow(effect, args, kwargs, key, then_complete=False)
         return flow if hooks is None else hooks.run(self, effect, flow)
 
     def one_call_flow(
@@ -236,7 +229,7 @@ class TaskCore:
     ) -> Flow[JSON]:
         completed = self.record.completed
         waiting = set(self.unwritten)
-        receipt = yield from self._run_flow(effect, args, kwargs, key, True)
+        receipt = yield from self._run_flow(effect, args, kwargs, key, then_complete=True)
         if completed and self.record.completed and not self.unwritten:
             return receipt
         carried = [k for k in self.unwritten if k not in waiting]
