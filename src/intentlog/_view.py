@@ -72,20 +72,12 @@ PERSON_ACTIONS = (Action.ESCALATE, Action.APPROVE)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class PendingView:
-    """An operation not yet CONFIRMED or FAILED with its next action, as ``journal.pending()``
-    decides it; ``wait``: seconds from the view's ``now`` until a WAIT can be decided again
-    (None unless the action is WAIT)."""
+class PendingView(Pending):
+    """A :class:`Pending` (an operation not yet CONFIRMED or FAILED with its next action, as
+    ``journal.pending()`` decides it) with ``wait``: seconds from the view's ``now`` until a
+    WAIT can be decided again (None unless the action is WAIT)."""
 
-    key: str
-    task_id: str
-    effect: str
-    state: State
-    next_action: Action
-    reason: str
-    not_before: float | None
     wait: float | None
-    operation: Operation
 
     @property
     def needs_person(self) -> bool:
@@ -166,17 +158,8 @@ def status(journal: Journal, unclaimed_after: float | None = None) -> Status:
 
 def _pending_view(p: Pending, now: float) -> PendingView:
     wait = _wait(p.not_before, now) if p.next_action is Action.WAIT else None
-    return PendingView(
-        key=p.key,
-        task_id=p.task_id,
-        effect=p.effect,
-        state=p.state,
-        next_action=p.next_action,
-        reason=p.reason,
-        not_before=p.not_before,
-        wait=wait,
-        operation=p.operation,
-    )
+    fields = {f.name: getattr(p, f.name) for f in dataclasses.fields(p)}
+    return PendingView(**fields, wait=wait)
 
 
 # -- the console's overview: what is in flight -----------------------------------------------
