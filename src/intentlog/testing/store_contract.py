@@ -429,7 +429,9 @@ class StoreContract:
         # Several workers: each its own store object (its own connections) on one journal, two
         # threads on each, racing to claim every task.
         stores = [open_store() for _ in range(4)]
-        wanted = {f"a-{i}" for i in range(40)}
+        # Enough tasks that the race outlasts a thread switch (5 ms): a claim on SQLite does
+        # not wait for the disk, and one thread could otherwise claim forty alone.
+        wanted = {f"a-{i}" for i in range(400)}
         for task_id in sorted(wanted):
             stores[0].create_task(task_id, "a", "null")
         claims: list[tuple[str, str]] = []
