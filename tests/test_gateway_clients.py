@@ -33,7 +33,7 @@ import httpx
 import pytest
 
 if os.environ.get("CI") != "true":  # where CI=true these tests must run, not skip
-    pytest.importorskip("uvicorn", reason="the gateway is not installed (intentlog[gateway])")
+    pytest.importorskip("httpx", reason="the gateway is not installed (intentlog[gateway])")
     pytest.importorskip("stripe", reason="stripe-python is not installed (the dev extra)")
     if shutil.which("curl") is None:
         pytest.skip("no curl on PATH", allow_module_level=True)

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 if os.environ.get("CI") != "true":  # where CI=true these tests must run, not skip
-    pytest.importorskip("uvicorn", reason="the gateway is not installed (intentlog[gateway])")
+    pytest.importorskip("httpx", reason="the gateway is not installed (intentlog[gateway])")
 
 from tests.gateway_support import (
     DEADLINE,

@@ -50,7 +50,7 @@ _HOP = frozenset(
     }
 )
 #: Answer headers not passed back: the body is given decoded and with its own length.
-_ANSWER_DROP = _HOP | {"content-encoding", "date"}  # uvicorn writes its own date
+_ANSWER_DROP = _HOP | {"content-encoding", "date"}  # the server writes its own date
 #: Request headers not forwarded besides: the gateway's client asks for the encodings it
 #: decodes itself, and gives the answer back decoded.
 _REQUEST_DROP = _HOP | {"accept-encoding"}

@@ -109,7 +109,7 @@ def gateway_command(
     logging.basicConfig(
         stream=sys.stderr, level=logging.WARNING, format="intentlog gateway: %(message)s"
     )
-    for module in ("httpx", "uvicorn"):
+    for module in ("httpx",):
         try:
             __import__(module)
         except ImportError:

@@ -9,14 +9,13 @@ import ipaddress
 import signal
 import socket
 import sys
-from collections.abc import Iterator
-from typing import Any
 
 from intentlog._async import open_async
 from intentlog._errors import InvalidInput
 from intentlog.gateway._app import GatewayApp
 from intentlog.gateway._calls import Calls
 from intentlog.gateway._routes import RouteFile
+from intentlog.gateway._server import Server
 from intentlog.integrations import _require
 
 __all__ = ["DEFAULT_LISTEN", "GatewayConfig", "is_loopback", "serve"]
@@ -71,7 +70,6 @@ async def serve(config: GatewayConfig) -> None:
     """Serve until SIGTERM or SIGINT: requests in flight finish (their answers are
     recorded and given), then every task held is settled and the journal closed."""
     _require("httpx", "gateway")  # its errors are the relay's
-    uvicorn = _require("uvicorn", "gateway")
     journal = open_async(config.db)
     observing = _observing(config)
     # One pool for every request: connections to an upstream are reused; no timeout here,
@@ -86,25 +84,15 @@ async def serve(config: GatewayConfig) -> None:
         sock = _bound(config.listen)
         host, port = sock.getsockname()[:2]
         shown = f"[{host}]" if ":" in host else host
-        server = _server_class(uvicorn)(
-            uvicorn.Config(
-                app,
-                lifespan="on",
-                log_level="warning",
-                server_header=False,
-                access_log=False,
-                # h11 whatever else is installed: httptools (uvicorn's "auto" choice where it
-                # is) answers some requests the gateway refuses with a problem of its own
-                # (a bad header, say) by a plain-text 400 before the gateway sees them.
-                http="h11",
-                # Requests in flight are answered (and recorded) before it stops: as long as
-                # the slowest route's deadline, and a margin.
-                timeout_graceful_shutdown=_grace(config.routes),
-            )
-        )
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
         # The socket already accepts connections (they wait in its backlog): say so once.
         print(f"listening on http://{shown}:{port}", flush=True)
-        await server.serve(sockets=[sock])
+        # Requests in flight are answered (and recorded) before it stops: as long as the
+        # slowest route's deadline, and a margin.
+        await Server(app).serve(sock, stop, grace=_grace(config.routes))
     finally:
         await calls.aclose()
         await client.aclose()
@@ -117,7 +105,7 @@ def _bound(listen: tuple[str, int]) -> socket.socket:
     host, port = listen
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # IPPROTO_TCP named: asyncio sets TCP_NODELAY only on a socket whose proto says TCP, and
-    # uvicorn writes an answer's head and body apart (the body waited ~40 ms for a delayed ACK).
+    # an answer streamed in pieces would wait for the client's delayed ACK (~40 ms) without it.
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
@@ -149,26 +137,6 @@ def _observing(config: GatewayConfig) -> contextlib.ExitStack:
         server = stack.enter_context(intentlog.metrics.serve(reader, *config.metrics))
         print(f"intentlog gateway: metrics at {server.url}", file=sys.stderr, flush=True)
     return stack
-
-
-def _server_class(uvicorn: Any) -> Any:
-    """uvicorn's Server, stopping on SIGTERM and SIGINT without raising the signal again
-    once it has shut down (as uvicorn does, which would kill the process before the tasks
-    held are settled and the journal closed): serving ends, then :func:`serve` finishes."""
-
-    class Server(uvicorn.Server):  # type: ignore[misc]
-        @contextlib.contextmanager
-        def capture_signals(self) -> Iterator[None]:
-            loop = asyncio.get_running_loop()
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.add_signal_handler(sig, self.handle_exit, sig, None)
-            try:
-                yield
-            finally:
-                for sig in (signal.SIGINT, signal.SIGTERM):
-                    loop.remove_signal_handler(sig)
-
-    return Server
 
 
 def _grace(routes: RouteFile) -> int:
