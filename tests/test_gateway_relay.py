@@ -747,6 +747,41 @@ def test_lines_ended_by_a_bare_lf_are_read_as_lines() -> None:
     run(main())
 
 
+@pytest.mark.parametrize(
+    ("answer", "fields", "body"),
+    [
+        # the head ends at the bare-LF blank line, not at the CRLF CRLF in its body
+        (
+            b"HTTP/1.1 200 OK\r\nContent-Length: 8\n\nab\r\n\r\ncd",
+            [("Content-Length", "8")],
+            b"ab\r\n\r\ncd",
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\nab\r\n\r\ncd",
+            [("Content-Length", "8")],
+            b"ab\r\n\r\ncd",
+        ),
+        # a status line and no field
+        (b"HTTP/1.1 204 No Content\r\n\r\n", [], b""),
+        (b"HTTP/1.1 204 No Content\r\n\n", [], b""),
+        (
+            b"HTTP/1.1 200 OK\r\nX-A: 1\r\nContent-Length: 2\r\n\r\nok",
+            [("X-A", "1"), ("Content-Length", "2")],
+            b"ok",
+        ),
+    ],
+)
+def test_a_head_read_in_one_piece_ends_at_its_own_blank_line(
+    answer: bytes, fields: list[tuple[str, str]], body: bytes
+) -> None:
+    async def main() -> None:
+        async with serving(answer) as (server, relay):
+            response, got = await fetch(relay, server.url + "/")
+            assert (response.headers.multi_items(), got) == (fields, body)
+
+    run(main())
+
+
 def test_a_repeated_content_length_of_one_value_is_that_value() -> None:
     answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2, 2\r\nContent-Length: 2\r\n\r\nok"
 

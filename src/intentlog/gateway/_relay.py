@@ -426,6 +426,10 @@ async def _head(conn: _Connection) -> bytes:
     lines: list[bytes] = []
     size = 0
     while True:
+        if lines and (whole := _rest_of_head(conn, size)) is not None:
+            # Already read: no wait, and no timer to arm.
+            rest = await conn.reader.readexactly(whole[0])
+            return b"".join(lines) + rest[: whole[1]]
         line = await _read(conn, None, b"\n", head=not lines)
         size += len(line)
         if size > _MAX_HEAD:
@@ -435,6 +439,25 @@ async def _head(conn: _Connection) -> bytes:
                 return b"".join(lines)
             continue  # blank lines before the status line are passed over (RFC 9112 2.2)
         lines.append(line)
+
+
+def _rest_of_head(conn: _Connection, size: int) -> tuple[int, int] | None:
+    """How many bytes of the stream's buffer are the rest of a head whose end is already
+    read (its fields and the blank line), to be taken in one piece, and how many of them are
+    its fields; None to go on line by line: the end is not here yet, a line ends with a bare
+    LF, or the head would be over :data:`_MAX_HEAD`."""
+    buffered = getattr(conn.reader, "_buffer", None)
+    if not isinstance(buffered, bytearray) or not buffered:
+        return None
+    for blank in _BLANK:  # no more fields: the blank line comes next
+        if buffered.startswith(blank):
+            return len(blank), 0
+    end = buffered.find(b"\r\n\r\n", 0, _MAX_HEAD)
+    if end < 0 or size + end + 4 > _MAX_HEAD or b"\n\n" in buffered[:end]:
+        return None
+    if buffered.find(b"\n\r\n", 0, end + 4) != end + 1:
+        return None  # a blank line (after a bare LF) before it: that one ends the head
+    return end + 4, end + 2
 
 
 async def _exactly(conn: _Connection, timeout: float | None, size: int) -> bytes:

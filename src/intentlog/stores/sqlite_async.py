@@ -20,6 +20,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import os
+import queue
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -62,8 +63,10 @@ class AsyncSQLiteExecutor:
             path, busy_timeout=busy_timeout, create=create, migrations=_MIGRATIONS
         )
         self.url = self.sync.url
-        self._pending: list[_Pending] = []
-        self._wake = threading.Condition()
+        # A C queue, not a Condition: a hand-over is one put and one wake-up of the writer,
+        # with no Python-level waiter bookkeeping on the event loop's thread.
+        self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()  # orders a write's put against the stop's sentinel
         self._stopping = False
         self._writer: threading.Thread | None = None
         self._reader = concurrent.futures.ThreadPoolExecutor(1, "intentlog-sqlite-read")
@@ -79,9 +82,10 @@ class AsyncSQLiteExecutor:
         return SQLiteStore(self.sync.path, create=self.sync.create)
 
     async def aclose(self) -> None:
-        with self._wake:
-            self._stopping = True
-            self._wake.notify()
+        with self._lock:
+            if not self._stopping:
+                self._stopping = True
+                self._queue.put(None)  # after every write put before it
         writer, self._writer = self._writer, None
         loop = asyncio.get_running_loop()
         if writer is not None:
@@ -102,40 +106,50 @@ class AsyncSQLiteExecutor:
     async def _write(self, body: Body[_T], synced: bool = True) -> _T:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[_T] = loop.create_future()
-        with self._wake:
+        with self._lock:
             if self._stopping:
                 raise JournalError(f"the journal at {self.url} is closed")
-            self._pending.append((WriteRequest(body, synced), future, loop))
             if self._writer is None or not self._writer.is_alive():
                 self._writer = threading.Thread(
                     target=self._write_loop, name="intentlog-sqlite-write", daemon=True
                 )
                 self._writer.start()
-            self._wake.notify()
+            self._queue.put((WriteRequest(body, synced), future, loop))
         return await future
 
     def _write_loop(self) -> None:
-        while True:
-            with self._wake:
-                while not self._pending and not self._stopping:
-                    self._wake.wait()
-                batch, self._pending = self._pending, []
-                if not batch and self._stopping:
-                    return
-            try:
-                self.sync.writer.run_batch([request for request, _, _ in batch])
-            except BaseException as exc:  # run_batch sets errors itself; this is a last resort
-                error = self.sync.error(exc) if isinstance(exc, DRIVER_ERRORS) else exc
-                for request, _, _ in batch:
-                    request.error = request.error or error
-            by_loop: dict[asyncio.AbstractEventLoop, list[_Pending]] = {}
-            for item in batch:
-                by_loop.setdefault(item[2], []).append(item)
-            for loop, items in by_loop.items():
-                # One wake-up of each loop settles all of its writes in this commit. A loop
-                # that has closed meanwhile has nobody left to await them.
-                with contextlib.suppress(RuntimeError):
-                    loop.call_soon_threadsafe(_settle, items)
+        stopping = False
+        while not stopping:
+            batch: list[_Pending] = []
+            item = self._queue.get()
+            while True:  # everything queued since the last commit goes in this one
+                if item is None:
+                    stopping = True  # nothing can be queued after the stop's sentinel
+                else:
+                    batch.append(item)
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+            if batch:
+                self._commit(batch)
+
+    def _commit(self, batch: list[_Pending]) -> None:
+        """Run one batch in one commit, then settle its futures, one wake-up per loop."""
+        try:
+            self.sync.writer.run_batch([request for request, _, _ in batch])
+        except BaseException as exc:  # run_batch sets errors itself; this is a last resort
+            error = self.sync.error(exc) if isinstance(exc, DRIVER_ERRORS) else exc
+            for request, _, _ in batch:
+                request.error = request.error or error
+        by_loop: dict[asyncio.AbstractEventLoop, list[_Pending]] = {}
+        for item in batch:
+            by_loop.setdefault(item[2], []).append(item)
+        for loop, items in by_loop.items():
+            # One wake-up of each loop settles all of its writes in this commit. A loop
+            # that has closed meanwhile has nobody left to await them.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_settle, items)
 
     async def _read(self, fn: Callable[..., _T], *args: Any) -> _T:
         if self._stopping:
