@@ -7,16 +7,18 @@ spoken to over raw sockets so that the bytes are exactly the test's."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 from tests.gateway_support import Children, Gateway, route, run_cli, write_routes
 
+from intentlog.gateway import _server
 from intentlog.gateway._http1 import BadRequest, ChunkedReader, parse_request_head
 
 # -- the parser -------------------------------------------------------------------------------
@@ -74,9 +76,33 @@ def test_a_head_that_is_not_read_unambiguously_is_refused_naming_why(
     assert raised.value.status == status
 
 
-def test_the_same_length_repeated_is_one_length() -> None:
-    head = parse_request_head(b"POST /a HTTP/1.1\r\nHost: h\r\nContent-Length: 4, 4")
+def test_the_same_length_repeated_is_one_length_given_on_as_one_field() -> None:
+    head = parse_request_head(
+        b"POST /a HTTP/1.1\r\nHost: h\r\nContent-Length: 4, 4\r\nContent-Length: 4"
+    )
     assert head.length == 4
+    assert [v for n, v in head.headers if n == b"content-length"] == [b"4"]
+
+
+def test_an_empty_transfer_encoding_beside_a_length_is_refused() -> None:
+    with pytest.raises(BadRequest, match="beside Content-Length"):
+        parse_request_head(
+            b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: \r\nContent-Length: 5"
+        )
+
+
+def test_a_long_run_of_white_space_before_a_control_character_is_refused() -> None:
+    # Linear whatever the line holds: a backtracking pattern took minutes on 60 KB, with
+    # every connection of the gateway waiting (the suite's timeout is the bound here).
+    head = b"GET / HTTP/1.1\r\nHost: h\r\nX:" + b" " * 60_000 + b"\x01"
+    with pytest.raises(BadRequest, match="control character"):
+        parse_request_head(head)
+
+
+def test_the_absolute_form_is_read_as_its_path() -> None:
+    head = parse_request_head(b"POST http://127.0.0.1:8787/pay/c?x=1 HTTP/1.1\r\nHost: h")
+    assert (head.raw_path, head.query) == (b"/pay/c", b"x=1")
+    assert parse_request_head(b"GET http://h HTTP/1.1\r\nHost: h").raw_path == b"/"
 
 
 CHUNKED = b"4;ext=1\r\nWiki\r\n5\r\npedia\r\nE\r\n in\r\n\r\nchunks.\r\n0\r\nX-T: 1\r\n\r\nNEXT"
@@ -103,6 +129,21 @@ def test_a_chunked_body_is_decoded_however_its_bytes_are_cut(step: int) -> None:
         (b"2\r\nabXY", "not followed by CRLF"),
         (b"1" * 5000, "over 4096 bytes"),
         (b"11111111111111111\r\n", "not a chunk size"),  # 17 hex digits: no such size
+        (b" 5\r\nhello\r\n", "not a chunk size"),  # white space before the size
+        (b"5 \r\nhello\r\n", "not a chunk size"),  # after it, with no extension
+        # a bare LF or a control character in an extension: a proxy ending lines at LF
+        # would read other chunks than this server
+        (b"5;a\nb\r\nhello\r\n", "not a chunk size"),
+        (b"5;\x00\x7f\r\nhello\r\n", "not a chunk size"),
+        (b"5\r\nhello\r\n0\r\nnot a field\nGET /x HTTP/1.1\r\n\r\n", "trailer field"),
+        (
+            b"0\r\n"
+            + b"X-T: "
+            + b"y" * 1000
+            + b"\r\n" * 1
+            + (b"X-T: " + b"y" * 1000 + b"\r\n") * 20,
+            "trailer fields over",
+        ),
     ],
 )
 def test_a_malformed_chunk_is_refused(raw: bytes, says: str) -> None:
@@ -400,3 +441,200 @@ def test_an_idle_connection_is_closed_and_the_gateway_serves_on(gateway: Gateway
         assert fresh.closed()
     finally:
         fresh.close()
+
+
+def test_a_path_routed_is_the_path_forwarded(gateway: Gateway, upstream: Upstream) -> None:
+    # "/p%61y/c" decodes to "/pay/c", but its rest after "/pay" as sent would be "/y/c"
+    before = upstream.count()
+    wire = Wire(gateway.port)
+    try:
+        wire.send(post("/p%61y/c", "encoded-1", b"{}", "Connection: close"))
+        status, _, body = wire.answer()
+    finally:
+        wire.close()
+    assert status == 404, body
+    assert upstream.count() == before
+
+
+def test_a_client_that_half_closes_after_its_request_gets_its_answer(
+    gateway: Gateway, upstream: Upstream
+) -> None:
+    wire = Wire(gateway.port)
+    try:
+        wire.send(post("/pay/c", "half-1", b'{"amount":1}'))
+        wire.sock.shutdown(socket.SHUT_WR)  # sent: only reads from now on
+        status, headers, body = wire.answer()
+        assert wire.closed()
+    finally:
+        wire.close()
+    assert status == 200 and headers["intentlog-state"] == "CONFIRMED", body
+
+
+def test_empty_lines_before_a_request_line_are_passed_over(gateway: Gateway) -> None:
+    wire = Wire(gateway.port)
+    try:
+        wire.send(b"\r\n\r\nGET /read/x HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        assert wire.answer()[0] == 200
+    finally:
+        wire.close()
+
+
+# -- the server alone, in this process, with an application of the test's own -----------------
+
+App = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
+
+
+def serving(app: App, client: Callable[[int, _server.Server], Awaitable[Any]], **kw: Any) -> Any:
+    """Run ``_server.Server(app)`` on 127.0.0.1, port 0, and ``client(port, server)``."""
+
+    async def main() -> Any:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(16)
+        server = _server.Server(app, **kw)
+        stop = asyncio.Event()
+        served = asyncio.create_task(server.serve(sock, stop, grace=5))
+        try:
+            return await asyncio.wait_for(client(sock.getsockname()[1], server), 60)
+        finally:
+            stop.set()
+            await served
+
+    return asyncio.run(main())
+
+
+async def until(what: str, check: Callable[[], bool]) -> None:
+    """Turn the event loop until ``check()`` holds (observed, not timed; bounded)."""
+    for _ in range(20_000):
+        if check():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"never: {what}")
+
+
+async def answer_with(send: Any, status: int, body: bytes) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": []})
+    await send({"type": "http.response.body", "body": body})
+
+
+def test_answers_to_pipelined_requests_wait_for_a_client_that_does_not_read() -> None:
+    big = b"x" * 65536
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await answer_with(send, 200, big)
+
+    async def client(port: int, server: _server.Server) -> None:
+        _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n" * 20_000)  # never reads an answer
+        await until("the server connected", lambda: len(server.connections) == 1)
+        (conn,) = server.connections
+        await until("writing paused", lambda: conn.writable is not None)
+        assert conn.transport is not None
+        # the socket's buffers and one answer at most: not 20,000 answers
+        assert conn.transport.get_write_buffer_size() < 4 << 20
+        writer.close()
+
+    serving(app, client)
+
+
+def test_receive_after_the_answer_is_a_disconnect() -> None:
+    got: list[dict[str, Any]] = []
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        got.append(await receive())
+        await answer_with(send, 200, b"ok")
+        got.append(await receive())
+
+    async def client(port: int, server: _server.Server) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n")
+        await reader.readuntil(b"\r\n\r\n")
+        await until("the application ended", lambda: len(got) == 2)
+        writer.close()
+
+    serving(app, client)
+    assert got == [
+        {"type": "http.request", "body": b"", "more_body": False},
+        {"type": "http.disconnect"},
+    ]
+
+
+def test_a_body_that_stops_coming_is_cut_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_server, "BODY_TIMEOUT", 0.3)
+    got: list[dict[str, Any]] = []
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        while True:
+            got.append(await receive())
+            if got[-1]["type"] == "http.disconnect":
+                return await answer_with(send, 400, b"incomplete")
+
+    async def client(port: int, server: _server.Server) -> bytes:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 10\r\n\r\n{")
+        answer = await reader.read()  # to the close
+        writer.close()
+        return answer
+
+    answer = serving(app, client)
+    assert answer.startswith(b"HTTP/1.1 400 ") and b"connection: close" in answer
+    assert got[0]["body"] == b"{" and got[-1] == {"type": "http.disconnect"}
+
+
+def test_a_client_that_reads_nothing_of_its_answer_is_cut_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_server, "WRITE_TIMEOUT", 0.3)
+    ended: list[bool] = []
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        for _ in range(1024):  # 64 MiB, streamed
+            await send({"type": "http.response.body", "body": b"x" * 65536, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+        ended.append(True)
+
+    async def client(port: int, server: _server.Server) -> None:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect(("127.0.0.1", port))
+        sock.setblocking(False)
+        _reader, writer = await asyncio.open_connection(sock=sock)
+        writer.write(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n")  # then never reads
+        await until("the application ended", lambda: bool(ended))
+        await until("the connection closed", lambda: not server.connections)
+        writer.close()
+
+    serving(app, client)
+
+
+def test_an_answer_given_before_the_body_is_read_survives_the_close() -> None:
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await answer_with(send, 413, b"too large")  # the body is never read
+
+    async def client(port: int, server: _server.Server) -> bytes:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 4194304\r\n\r\n")
+        writer.write(b"x" * (1 << 20))  # still sending as the answer comes
+        answer = await reader.read()  # a reset would lose it: the server lingers instead
+        writer.close()
+        return answer
+
+    answer = serving(app, client)
+    assert answer.startswith(b"HTTP/1.1 413 ") and answer.endswith(b"too large")
+
+
+def test_connections_over_the_limit_are_closed_at_once() -> None:
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await answer_with(send, 200, b"ok")
+
+    async def client(port: int, server: _server.Server) -> bytes:
+        kept = [await asyncio.open_connection("127.0.0.1", port) for _ in range(2)]
+        await until("two connections", lambda: len(server.connections) == 2)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        refused = await reader.read()
+        for _, w in [*kept, (reader, writer)]:
+            w.close()
+        return refused
+
+    assert serving(app, client, max_connections=2) == b""

@@ -128,7 +128,9 @@ class GatewayApp:
                 f"the path {shown!r} has a '.' or '..' segment or an encoded '/' (%2F): "
                 "the upstream would not get the path that was routed; nothing was forwarded",
             )
-        route = self.routes.match(scope["path"])
+        # Routed by the path as sent, the one whose rest is forwarded: "/p%61y/x" is not
+        # under "/pay" (decoded, it would be routed there and forwarded as "/y/x").
+        route = self.routes.match(path)
         if route is None:
             shown = scrub_text(scope["path"], limit=200)
             return problem(

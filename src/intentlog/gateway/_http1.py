@@ -23,12 +23,20 @@ __all__ = ["BadRequest", "ChunkedReader", "RequestHead", "parse_request_head"]
 #: The request line: a method token, a target of visible ASCII, HTTP/1.0 or HTTP/1.1.
 _REQUEST_LINE = re.compile(rb"([!#$%&'*+\-.^_`|~0-9A-Za-z]+) ([\x21-\x7e]+) HTTP/1\.([01])")
 _ANY_VERSION = re.compile(rb"[!-~]+ [!-~]+ HTTP/[0-9]\.[0-9]")
-#: A field line (RFC 9112 section 5): a token, a colon, optional white space, a value of
-#: visible characters, spaces, tabs and obs-text, optional white space.
-_FIELD = re.compile(
-    rb"([!#$%&'*+\-.^_`|~0-9A-Za-z]+):[ \t]*((?:[^\x00-\x08\x0a-\x1f\x7f]*[^\x00-\x20\x7f])?)[ \t]*"
+#: A field line (RFC 9112 section 5): a token, a colon, a value of visible characters,
+#: spaces, tabs and obs-text (its white space around stripped after). One character class
+#: for the value: no backtracking, linear in the line's length whatever it holds.
+_FIELD = re.compile(rb"([!#$%&'*+\-.^_`|~0-9A-Za-z]+):([^\x00-\x08\x0a-\x1f\x7f]*)")
+_TCHAR = rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]"
+#: A chunk's size line (RFC 9112 section 7.1.1): hex digits, then extensions, each a token
+#: with an optional token or quoted value, white space only around ";" and "=".
+_CHUNK_SIZE = re.compile(
+    rb"([0-9A-Fa-f]{1,16})(?:[ \t]*;[ \t]*"
+    + _TCHAR
+    + rb"+(?:[ \t]*=[ \t]*(?:"
+    + _TCHAR
+    + rb'+|"(?:[\t !#-\[\]-~\x80-\xff]|\\[\t -~\x80-\xff])*"))?)*'
 )
-_HEX = re.compile(rb"[0-9A-Fa-f]{1,16}")
 MAX_HEADERS = 100
 MAX_CHUNK_LINE = 4096  # a chunk's size line, extensions included
 MAX_TRAILERS = 16 << 10
@@ -64,6 +72,12 @@ def parse_request_head(head: bytes) -> RequestHead:
     """The request whose head is ``head`` (up to, not with, the blank line's CRLF CRLF)."""
     lines = head.split(b"\r\n")
     first = lines[0]
+    if first.startswith(b"http://", first.find(b" ") + 1):
+        # The absolute form (RFC 9112 section 3.2.2), which a server must take: its path.
+        method, _, rest = first.partition(b" http://")
+        slash = rest.find(b"/")
+        space = rest.find(b" ")
+        first = method + b" " + (rest[slash:] if -1 < slash < space else b"/" + rest[space:])
     match = _REQUEST_LINE.fullmatch(first)
     if match is None:
         if _ANY_VERSION.fullmatch(first):
@@ -76,11 +90,20 @@ def parse_request_head(head: bytes) -> RequestHead:
         field = _FIELD.fullmatch(line)
         if field is None:
             raise BadRequest(400, _why_not_a_field(line))
-        headers.append((field.group(1).lower(), field.group(2)))
+        headers.append((field.group(1).lower(), field.group(2).strip(b" \t")))
     minor = int(match.group(3))
     target = match.group(2)
     raw_path, _, query = target.partition(b"?")
     length, chunked = _framing(headers, minor)
+    if (
+        not chunked
+        and sum(n == b"content-length" for n, _ in headers)
+        + sum(b"," in v for n, v in headers if n == b"content-length")
+        > 1
+    ):
+        # One length however often repeated (RFC 9110 section 8.6): given on as one field.
+        headers = [(n, v) for n, v in headers if n != b"content-length"]
+        headers.append((b"content-length", b"%d" % length))
     connection = _tokens(headers, b"connection")
     hosts = [v for n, v in headers if n == b"host"]
     if minor == 1 and len(hosts) != 1:
@@ -104,7 +127,7 @@ def _framing(headers: list[tuple[bytes, bytes]], minor: int) -> tuple[int, bool]
     """(length, chunked) of the body (RFC 9112 section 6.3)."""
     codings = _tokens(headers, b"transfer-encoding")
     lengths = {t.strip() for n, v in headers if n == b"content-length" for t in v.split(b",")}
-    if codings:
+    if codings or any(n == b"transfer-encoding" for n, _ in headers):
         if lengths:
             # Both: the framing two readers could disagree on (RFC 9112 section 6.1).
             raise BadRequest(400, "Transfer-Encoding beside Content-Length")
@@ -155,6 +178,7 @@ class ChunkedReader:
         self._raw = bytearray()
         self._left = 0  # data bytes of the current chunk not yet read
         self._stage = "size"  # size | data | crlf | trailers
+        self._trailers = 0  # bytes of trailer fields so far
         self.done = False
         self.leftover = b""
 
@@ -195,11 +219,16 @@ class ChunkedReader:
         line = bytes(self._raw[:end])
         del self._raw[: end + 2]
         if self._stage == "trailers":
+            self._trailers += len(line) + 2
+            if self._trailers > MAX_TRAILERS:
+                raise BadRequest(431, f"trailer fields over {MAX_TRAILERS} bytes")
+            if line and _FIELD.fullmatch(line) is None:
+                raise BadRequest(400, f"a trailer field: {_why_not_a_field(line)}")
             self.done = not line
             return True
-        size = line.split(b";", 1)[0].strip(b" \t")
-        if not _HEX.fullmatch(size):
+        size = _CHUNK_SIZE.fullmatch(line)
+        if size is None:
             raise BadRequest(400, f"not a chunk size: {_shown(line)}")
-        self._left = int(size, 16)
+        self._left = int(size.group(1), 16)
         self._stage = "data" if self._left else "trailers"
         return True

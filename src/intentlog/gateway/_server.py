@@ -16,14 +16,25 @@ Guarantees:
 - The application runs to its end even when the client goes away: a journaled request's
   answer is recorded whoever is left to read it (its ``receive`` then says
   ``http.disconnect``, and what it sends is dropped).
+- Memory and time are bounded per connection: a head by 64 KiB, pipelined requests by as
+  much (reading pauses), a body by what the application has not yet received (256 KiB, then
+  reading pauses), an answer by what the socket takes (the application's ``send`` waits). A
+  client that sends no byte of a body it announced for 30 s, or reads nothing of its answer
+  for 30 s, is cut off; an idle connection is closed after ``keep_alive`` seconds; beyond
+  ``max_connections`` a new connection is closed at once.
+- A connection closed with bytes of a request unread (a refusal, an answer given before the
+  body was read) is half-closed first and its remaining bytes read and dropped for up to
+  2 s, so that the answer is not lost to a reset.
+- A client that half-closes once its request is sent still gets its answer.
 - :meth:`Server.serve` stops accepting on its ``stop`` event, closes idle connections, lets
-  the requests in flight finish and answer for up to ``grace`` seconds, and only then
-  cancels what is left.
+  the requests in flight finish and answer for up to ``grace`` seconds, cancels what is
+  left, and waits (up to 5 s) for the answers written to reach their sockets.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import email.utils
 import http
@@ -41,8 +52,12 @@ __all__ = ["Server"]
 log = logging.getLogger("intentlog.gateway")
 
 App = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
-MAX_HEAD = 64 << 10  # a request's line and fields
+MAX_HEAD = 64 << 10  # a request's line and fields; also pipelined bytes read ahead
 HIGH_WATER = 256 << 10  # body bytes read ahead of the application before reading pauses
+BODY_TIMEOUT = 30.0  # seconds a body announced may go without a byte
+WRITE_TIMEOUT = 30.0  # seconds an answer may wait for the client to read
+LINGER = 2.0  # seconds a closing connection's unread request bytes are read and dropped
+FLUSH = 5.0  # seconds a stop waits for the answers written to reach their sockets
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _NO_BODY = frozenset({204, 304})
 _REASONS = {s.value: s.phrase.encode() for s in http.HTTPStatus}
@@ -50,14 +65,16 @@ _REASONS = {s.value: s.phrase.encode() for s in http.HTTPStatus}
 
 class Server:
     """Serves ``app`` on a listening socket. ``keep_alive``: seconds an idle connection is
-    kept open, waiting for its next request's head."""
+    kept open, waiting for its next request's head; ``max_connections``: open at once."""
 
-    def __init__(self, app: App, *, keep_alive: float = 5.0) -> None:
+    def __init__(self, app: App, *, keep_alive: float = 5.0, max_connections: int = 2048) -> None:
         self.app = app
         self.keep_alive = keep_alive
+        self.max_connections = max_connections
         self.connections: set[_Connection] = set()
         self.tasks: set[asyncio.Task[None]] = set()
         self.stopping = False
+        self.flushed = asyncio.Event()  # set once stopping and every connection is gone
         self._date = (0, b"")
 
     async def serve(self, sock: socket.socket, stop: asyncio.Event, grace: float) -> None:
@@ -79,7 +96,17 @@ class Server:
                 await asyncio.wait(set(self.tasks))
             for connection in list(self.connections):
                 connection.close()
+            self.gone(None)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.flushed.wait(), FLUSH)
             await server.wait_closed()
+
+    def gone(self, connection: _Connection | None) -> None:
+        """``connection`` closed (None: a check only); once stopping, whether all are."""
+        if connection is not None:
+            self.connections.discard(connection)
+        if self.stopping and not self.connections:
+            self.flushed.set()
 
     def date(self) -> bytes:
         """The Date header's value, made once a second."""
@@ -94,14 +121,15 @@ class _Connection(asyncio.Protocol):
 
     def __init__(self, server: Server) -> None:
         self.server = server
+        self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
         self.buffer = bytearray()  # bytes not yet taken by a request (a head, pipelined ones)
         self.request: _Request | None = None
-        self.idle: asyncio.TimerHandle | None = None
+        self.timer: asyncio.TimerHandle | None = None  # the idle or the linger deadline
         self.writable: asyncio.Future[None] | None = None  # set while writing is paused
+        self.lingering = False  # half-closed: what comes is dropped until the close
         self.peer: tuple[str, int] | None = None
         self.local: tuple[str, int] | None = None
-        self.loop = asyncio.get_running_loop()
 
     # -- asyncio.Protocol
 
@@ -111,33 +139,42 @@ class _Connection(asyncio.Protocol):
         self.peer = _address(transport.get_extra_info("peername"))
         self.local = _address(transport.get_extra_info("sockname"))
         self.server.connections.add(self)
-        if self.server.stopping:
+        if self.server.stopping or len(self.server.connections) > self.server.max_connections:
             self.close()
             return
         self._wait_idle()
 
     def data_received(self, data: bytes) -> None:
-        if self.request is not None and not self.request.body_done:
-            self.request.feed(data)  # a malformed chunk: the request ends; this is dropped
+        if self.lingering:
+            return
+        request = self.request
+        if request is not None and not request.body_done and request.broken is None:
+            request.feed(data)
             return
         self.buffer += data
-        if self.request is None:
+        if request is None:
             self._next()
         elif len(self.buffer) > MAX_HEAD and self.transport is not None:
             self.transport.pause_reading()  # pipelined requests wait their turn
 
     def eof_received(self) -> bool | None:
-        return None  # close: a half-closed client sends no further request
+        request = self.request
+        if request is not None and request.body_done and not self.lingering:
+            # Half-closed once the request was sent (as some clients do): it is answered,
+            # then the connection is closed.
+            request.head = dataclasses.replace(request.head, keep=False)
+            return True
+        return None  # else the connection is closed: a request cut off is a disconnect
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.server.connections.discard(self)
-        if self.idle is not None:
-            self.idle.cancel()
+        if self.timer is not None:
+            self.timer.cancel()
         if self.request is not None:
             self.request.disconnected()
         if self.writable is not None and not self.writable.done():
             self.writable.set_result(None)
         self.transport = None
+        self.server.gone(self)
 
     def pause_writing(self) -> None:
         self.writable = self.loop.create_future()
@@ -151,18 +188,23 @@ class _Connection(asyncio.Protocol):
 
     def _next(self) -> None:
         """Start the request whose head is in the buffer, once a whole one is."""
-        end = self.buffer.find(b"\r\n\r\n", 0, MAX_HEAD + 4)
+        buffer = self.buffer
+        while buffer.startswith(b"\r\n"):
+            del buffer[:2]  # empty lines before a request line (RFC 9112 section 2.2)
+        if not buffer:
+            return
+        end = buffer.find(b"\r\n\r\n", 0, MAX_HEAD + 4)
         if end < 0:
-            if len(self.buffer) > MAX_HEAD:
+            if len(buffer) > MAX_HEAD:
                 self._refuse(BadRequest(431, f"the request's head is over {MAX_HEAD} bytes"))
-            elif b"\n\n" in self.buffer or b"\n\r\n" in self.buffer:
+            elif b"\n\n" in buffer or b"\n\r\n" in buffer:
                 self._refuse(BadRequest(400, "a line of the request's head is not ended by CRLF"))
             return
-        if self.idle is not None:
-            self.idle.cancel()
-            self.idle = None
-        raw = bytes(self.buffer[:end])
-        del self.buffer[: end + 4]
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        raw = bytes(buffer[:end])
+        del buffer[: end + 4]
         try:
             head = parse_request_head(raw)
         except BadRequest as exc:
@@ -170,13 +212,15 @@ class _Connection(asyncio.Protocol):
             return
         request = _Request(self, head)
         self.request = request
-        rest = bytes(self.buffer)
-        self.buffer.clear()
+        rest = bytes(buffer)
+        buffer.clear()
         request.feed(rest)
         if request.broken is not None:  # a chunked body malformed already: nothing is called
             self.request = None
             self._refuse(request.broken)
             return
+        if not request.body_done:
+            request.watch_body()
         task = self.loop.create_task(request.run())
         self.server.tasks.add(task)
         task.add_done_callback(self.server.tasks.discard)
@@ -187,12 +231,12 @@ class _Connection(asyncio.Protocol):
             return
         self.request = None
         if not reuse or self.server.stopping or self.transport is None:
-            self.close()
+            self.close(linger=not request.body_done or bool(self.buffer))
             return
         self.transport.resume_reading()
         if self.buffer:
             self._next()
-        if self.request is None and self.transport is not None:
+        if self.request is None and self.transport is not None and not self.lingering:
             self._wait_idle()
 
     def _refuse(self, exc: BadRequest) -> None:
@@ -207,19 +251,19 @@ class _Connection(asyncio.Protocol):
             separators=(",", ":"),
         ).encode()
         head = [
-            b"HTTP/1.1 %d %s\r\n" % (exc.status, _REASONS.get(exc.status, b"Error")),
+            b"HTTP/1.1 %d %s\r\n" % (exc.status, _REASONS.get(exc.status, b"")),
             b"content-type: application/problem+json\r\n",
             b"content-length: %d\r\n" % len(body),
             b"connection: close\r\n",
             b"date: " + self.server.date() + b"\r\n\r\n",
         ]
         self.write(b"".join(head) + body)
-        self.close()
+        self.close(linger=True)
 
     def _wait_idle(self) -> None:
-        if self.idle is not None:
-            self.idle.cancel()
-        self.idle = self.loop.call_later(self.server.keep_alive, self.close)
+        if self.timer is not None:
+            self.timer.cancel()
+        self.timer = self.loop.call_later(self.server.keep_alive, self.close)
 
     def stop_when_idle(self) -> None:
         if self.request is None:
@@ -230,15 +274,36 @@ class _Connection(asyncio.Protocol):
             self.transport.write(data)
 
     async def drain(self) -> None:
-        if self.writable is not None:
-            await self.writable
+        """Wait while the socket takes no more; cut a client off that reads nothing of its
+        answer for :data:`WRITE_TIMEOUT` seconds (it would hold a task and an upstream
+        connection for as long as it likes)."""
+        writable = self.writable
+        if writable is None:
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(writable), WRITE_TIMEOUT)
+        except TimeoutError:
+            if self.transport is not None:
+                self.transport.abort()
 
-    def close(self) -> None:
-        if self.idle is not None:
-            self.idle.cancel()
-            self.idle = None
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.close()
+    def close(self, *, linger: bool = False) -> None:
+        """Close; with ``linger``, half-close first and drop what still comes for up to
+        :data:`LINGER` seconds (a close with bytes unread is a reset, which can destroy the
+        answer in the client's buffers before it reads it)."""
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        transport = self.transport
+        if transport is None or transport.is_closing() or self.lingering:
+            return
+        if linger and transport.can_write_eof():
+            self.lingering = True
+            self.buffer.clear()
+            transport.write_eof()
+            transport.resume_reading()
+            self.timer = self.loop.call_later(LINGER, transport.close)
+            return
+        transport.close()
 
 
 class _Request:
@@ -253,11 +318,14 @@ class _Request:
         self.body_done = head.length == 0
         self.delivered = False  # the application received the whole body
         self.gone = False  # the client went away
-        self.broken: BadRequest | None = None  # a malformed chunk cut the body off
+        self.broken: BadRequest | None = None  # a malformed or stalled body cut off
         self.waiter: asyncio.Future[None] | None = None
+        self.watch: asyncio.TimerHandle | None = None  # the body's deadline
+        self.last_byte = 0.0
         self.continued = False
         self.started: tuple[int, list[tuple[bytes, bytes]]] | None = None
         self.head_written = False
+        self.said_keep = False  # the answer's head did not say "connection: close"
         self.chunked_answer = False
         self.framed = False  # the answer's end is known to the client (not the close)
         self.answered = False
@@ -285,9 +353,27 @@ class _Request:
             self.body_done = self.left == 0
             if len(taken) < len(data):
                 self.connection.buffer += data[len(taken) :]
+        if self.watch is not None:
+            self.last_byte = self.connection.loop.time()
         transport = self.connection.transport
         if len(self.body) > HIGH_WATER and transport is not None:
             transport.pause_reading()  # resumed as the application receives
+        self._wake()
+
+    def watch_body(self) -> None:
+        """Cut the body off once no byte of it came for :data:`BODY_TIMEOUT` seconds."""
+        self.last_byte = self.connection.loop.time()
+        self.watch = self.connection.loop.call_later(BODY_TIMEOUT, self._check_body)
+
+    def _check_body(self) -> None:
+        self.watch = None
+        if self.body_done or self.broken is not None or self.gone:
+            return
+        quiet = self.connection.loop.time() - self.last_byte
+        if quiet < BODY_TIMEOUT:
+            self.watch = self.connection.loop.call_later(BODY_TIMEOUT - quiet, self._check_body)
+            return
+        self.broken = BadRequest(408, f"no byte of the body came for {BODY_TIMEOUT:.0f} s")
         self._wake()
 
     def disconnected(self) -> None:
@@ -318,8 +404,8 @@ class _Request:
         }
 
     async def receive(self) -> dict[str, Any]:
-        """The body as it came since the last call; once it was given whole, or the client
-        went away (or sent a malformed chunk), ``http.disconnect`` when that happens."""
+        """The body as it came since the last call; once it was given whole, the answer
+        sent, or the client gone (or its body broken off), ``http.disconnect``."""
         while True:
             if not self.delivered and (self.body or self.body_done):
                 data = bytes(self.body)
@@ -329,7 +415,7 @@ class _Request:
                     transport.resume_reading()
                 self.delivered = self.body_done
                 return {"type": "http.request", "body": data, "more_body": not self.body_done}
-            if self.gone or self.broken is not None:
+            if self.gone or self.broken is not None or self.answered:
                 return {"type": "http.disconnect"}
             if self.head.expect_continue and not self.continued and not self.head_written:
                 self.continued = True  # the client waits for this before it sends the body
@@ -363,8 +449,8 @@ class _Request:
         if self.gone:
             return  # nobody to read it: the application goes on to its end regardless
         self.connection.write(out)
-        if more:
-            await self.connection.drain()
+        if self.connection.writable is not None:
+            await self.connection.drain()  # pipelined answers wait as a streamed one does
 
     def _head(self, more: bool, size: int) -> bytes:
         """The answer's status line and fields, with its framing and the connection's."""
@@ -384,7 +470,8 @@ class _Request:
                 lines.append(b"content-length: %d\r\n" % size)
                 has_length = True
         self.framed = has_length or bodiless or self.chunked_answer
-        if not self.keeps():
+        self.said_keep = self.keeps()
+        if not self.said_keep:
             lines.append(b"connection: close\r\n")
         lines.append(b"date: " + self.connection.server.date() + b"\r\n\r\n")
         return b"".join(lines)
@@ -408,9 +495,11 @@ class _Request:
         except Exception:
             log.exception("the request %s %r failed", self.head.method, self.head.path)
         finally:
+            if self.watch is not None:
+                self.watch.cancel()
             if not self.answered:
                 self._failed()
-            self.connection.finished(self, reuse=self.keeps())
+            self.connection.finished(self, reuse=self.said_keep and self.keeps())
 
     def _failed(self) -> None:
         self.framed = False
