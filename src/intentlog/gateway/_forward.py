@@ -255,7 +255,8 @@ def effect_for(
     spec = dataclasses.replace(template, url=url, incoming=incoming)
     upstream = Upstream(first_send=first_send)
 
-    async def submit(key: str, /, **_: Any) -> Receipt:
+    # Its one argument named plainly: the effect binds it without inspect's general binding.
+    async def submit(key: str, /, request: Any = None) -> Receipt:
         upstream.key, upstream.asked = key, True
         receipt = await drive_async(
             spec.submit_flow(key, None), functools.partial(_exchange, client, spec, upstream)
