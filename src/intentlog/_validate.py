@@ -6,14 +6,25 @@ never end, a negative one would end at once, and ``True`` is not a number of sec
 
 from __future__ import annotations
 
+import ipaddress
 import math
+import tomllib
 from collections.abc import Iterable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from intentlog._errors import InvalidInput
 
-__all__ = ["MAX_SECONDS", "count", "seconds", "task_kinds"]
+__all__ = [
+    "MAX_SECONDS",
+    "count",
+    "is_loopback",
+    "parse_toml",
+    "read_config",
+    "seconds",
+    "task_kinds",
+]
 
 #: The longest wait or lease an option may ask for: a year. Longer is a mistake (a unit taken
 #: for another), and far beyond it the clocks' timers overflow.
@@ -72,3 +83,31 @@ def task_kinds(kinds: Iterable[str]) -> tuple[str, ...]:
         if not isinstance(kind, str):
             raise InvalidInput(f"a task kind must be a string, got {kind!r}")
     return wanted
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine's loopback interface only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to anything
+
+
+def read_config(path: str | Path, what: str) -> tuple[str, str]:
+    """The text of the configuration file at ``path`` and the name it is shown by; an
+    InvalidInput names the file and says it is ``what`` ("the routes file")."""
+    source = Path(path)
+    try:
+        return source.read_text(encoding="utf-8"), str(source)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidInput(f"{source}: cannot read {what}: {exc}") from exc
+
+
+def parse_toml(text: str, name: str) -> dict[str, Any]:
+    """A configuration file's TOML; an InvalidInput names the file, the line and the fault."""
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InvalidInput(f"{name}: not valid TOML: {exc}") from exc

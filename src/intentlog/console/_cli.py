@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import secrets
 
@@ -10,21 +9,12 @@ import click
 
 from intentlog._cli_load import open_existing
 from intentlog._errors import install_hint
+from intentlog._validate import is_loopback
 
 __all__ = ["check_token", "console_command", "is_loopback"]
 
 DEFAULT_TOKEN_ENV = "INTENTLOG_CONSOLE_TOKEN"  # noqa: S105 (a variable name)
 MIN_TOKEN_LENGTH = 16
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` names this machine's loopback interface only."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False  # a host name: it may resolve to anything
 
 
 def check_token(token: str) -> str | None:

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import functools
 import hmac
-import ipaddress
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from intentlog._hygiene import scrub_text
+from intentlog._validate import is_loopback
 from intentlog.gateway._answers import Reply, problem
 from intentlog.gateway._calls import Calls
 from intentlog.gateway._forward import Incoming
@@ -213,12 +213,7 @@ def _loopback_host(host: str | None) -> bool:
         name = host[1 : host.find("]")] if "]" in host else ""
     else:
         name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
-    if name.rstrip(".") == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
+    return is_loopback(name.rstrip("."))
 
 
 def _dot_segments(path: str) -> bool:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import tomllib
 import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Any
 from intentlog._errors import InvalidInput
 from intentlog._keys import _slug
 from intentlog._service import Service
+from intentlog._validate import parse_toml, read_config
 from intentlog.integrations.http import NOT_APPLIED, Lookup, _Contract, _contract
 from intentlog.proxy._policy import _duration, _profile, _retention
 
@@ -147,20 +147,12 @@ class RouteFile:
 
 def load_routes(path: str | Path) -> RouteFile:
     """Read a routes file; InvalidInput names the file, the line, the route and the field."""
-    source = Path(path)
-    try:
-        text = source.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidInput(f"{source}: cannot read the routes file: {exc}") from exc
-    return parse_routes(text, str(source))
+    return parse_routes(*read_config(path, "the routes file"))
 
 
 def parse_routes(text: str, name: str = "routes.toml") -> RouteFile:
     """Parse the text of a routes file (see :func:`load_routes`)."""
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise InvalidInput(f"{name}: not valid TOML: {exc}") from exc
+    data = parse_toml(text, name)
     unknown = sorted(set(data) - {"route"})
     if unknown:
         raise InvalidInput(f"{name}: unknown table or key {unknown[0]!r} (use [[route]] entries)")

@@ -5,13 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import ipaddress
 import signal
 import socket
 import sys
 
 from intentlog._async import open_async
 from intentlog._errors import InvalidInput
+from intentlog._validate import is_loopback
 from intentlog.gateway._app import GatewayApp
 from intentlog.gateway._calls import Calls
 from intentlog.gateway._routes import RouteFile
@@ -55,15 +55,6 @@ class GatewayConfig:
             raise InvalidInput(f"--idle must be seconds in (0, 3600), got {self.idle!r}")
         if not 0 < self.max_body <= 1 << 30:
             raise InvalidInput(f"--max-body must be 1 byte to 1 GiB, got {self.max_body!r}")
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 async def serve(config: GatewayConfig) -> None:

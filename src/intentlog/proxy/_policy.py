@@ -21,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-import tomllib
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -30,6 +29,7 @@ from intentlog import profiles
 from intentlog._effect_options import EffectOptions, Spelling, effect_contract, unstated_retention
 from intentlog._errors import InvalidInput
 from intentlog._service import FOREVER, PROCESS, Retention, Service
+from intentlog._validate import parse_toml, read_config
 from intentlog.proxy._lookups import PLACEHOLDER as _PLACEHOLDER
 from intentlog.proxy._lookups import Lookup, key_refusals, lookup_refusals
 
@@ -170,20 +170,12 @@ def default_policy(tool: str, annotations: Any, *, timeout: float = DEFAULT_TIME
 
 def load_tools(path: str | Path) -> ProxyFile:
     """Read ``tools.toml``; InvalidInput names the file, the line and what was wrong."""
-    source = Path(path)
-    try:
-        text = source.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidInput(f"{source}: cannot read the tools file: {exc}") from exc
-    return parse_tools(text, str(source))
+    return parse_tools(*read_config(path, "the tools file"))
 
 
 def parse_tools(text: str, name: str = "tools.toml") -> ProxyFile:
     """Parse the text of a tools file (see :func:`load_tools`)."""
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise InvalidInput(f"{name}: not valid TOML: {exc}") from exc
+    data = parse_toml(text, name)
     where = _Locator(text, name, data)
     unknown = set(data) - {"proxy", "tools"}
     if unknown:
