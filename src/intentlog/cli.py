@@ -835,44 +835,20 @@ def _serving_metrics(
         yield
 
 
-def _add_mcp() -> None:
-    # Its own module: the proxy's code is imported only when the command runs.
+def _add_commands() -> None:
+    # Commands in modules of their own, each importing what it needs only when it runs: the
+    # MCP proxy's code; the gateway's httpx; the console's Starlette, Jinja2 and uvicorn; the
+    # SQLite copy, which needs none of the verbs above.
+    from intentlog._backup import backup_command
+    from intentlog.console._cli import console_command
+    from intentlog.gateway._cli import gateway_command
     from intentlog.proxy._cli import mcp_command
 
-    cli.add_command(mcp_command)
+    for command in (mcp_command, gateway_command, console_command, backup_command):
+        cli.add_command(command)
 
 
-_add_mcp()
-
-
-def _add_gateway() -> None:
-    # Its own module too: httpx and uvicorn are imported only when it runs.
-    from intentlog.gateway._cli import gateway_command
-
-    cli.add_command(gateway_command)
-
-
-_add_gateway()
-
-
-def _add_console() -> None:
-    # Its own module too: Starlette, Jinja2 and uvicorn are imported only when it runs.
-    from intentlog.console._cli import console_command
-
-    cli.add_command(console_command)
-
-
-_add_console()
-
-
-def _add_backup() -> None:
-    # Its own module (intentlog._backup): a SQLite copy that needs none of the verbs above.
-    from intentlog._backup import backup_command
-
-    cli.add_command(backup_command)
-
-
-_add_backup()
+_add_commands()
 
 
 def _add_approvals() -> None:
