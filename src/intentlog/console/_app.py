@@ -173,8 +173,19 @@ class Console:
         """POST /resolve: settle one operation; 303 to its task page, which shows the new
         audit line. Refused (403) without this session's CSRF token; any input the journal
         refuses is shown back on the task page (400) and nothing is written."""
-        async with request.form(max_files=0, max_fields=len(_FIELDS) * 2) as form:
-            fields = {name: _field(form, name) for name in _FIELDS}
+        return await self._posted(request, _FIELDS, self._resolve)
+
+    async def _posted(
+        self,
+        request: Request,
+        names: tuple[str, ...],
+        handle: Callable[[Request, dict[str, str]], Response],
+    ) -> Response:
+        """Read a form's ``names`` (no files, a bounded number of fields), refuse it (403)
+        without this session's CSRF token, else ``handle`` it off the event loop (it reads
+        and writes the journal)."""
+        async with request.form(max_files=0, max_fields=len(names) * 2) as form:
+            fields = {name: _field(form, name) for name in names}
         if not fields["csrf"] or not self.gate.csrf_ok(identity(request), fields["csrf"]):
             return self.render(
                 request,
@@ -183,7 +194,7 @@ class Console:
                 title="Refused",
                 message="The form's CSRF token is missing or wrong: reload the page and try again.",
             )
-        return await run_in_threadpool(self._resolve, request, fields)
+        return await run_in_threadpool(handle, request, fields)
 
     def _resolve(self, request: Request, fields: dict[str, str]) -> Response:
         key = fields["key"]
@@ -230,13 +241,7 @@ class Console:
         rules as resolving: refused (403) without this session's CSRF token, and what the
         journal refuses (a send begun, a missing name) is shown, nothing written."""
         names = ("csrf", "key", "seen", "verdict", "reason", "actor")
-        async with request.form(max_files=0, max_fields=len(names) * 2) as form:
-            fields = {name: _field(form, name) for name in names}
-        if not fields["csrf"] or not self.gate.csrf_ok(identity(request), fields["csrf"]):
-            return self.render(request, "error.html", 403, title="Refused",
-                               message="The form's CSRF token is missing or wrong: reload the "
-                               "page and try again.")  # fmt: skip
-        return await run_in_threadpool(self._approve, request, fields)
+        return await self._posted(request, names, self._approve)
 
     def _approve(self, request: Request, fields: dict[str, str]) -> Response:
         key, verdict = fields["key"], fields["verdict"]
@@ -277,13 +282,7 @@ class Console:
         its page. Refused (403) without this session's CSRF token; what the journal refuses
         (open operations, a live holder, a bad actor or note) is shown, nothing written."""
         names = ("csrf", "task", "verb", "note", "actor")
-        async with request.form(max_files=0, max_fields=len(names) * 2) as form:
-            fields = {name: _field(form, name) for name in names}
-        if not fields["csrf"] or not self.gate.csrf_ok(identity(request), fields["csrf"]):
-            return self.render(request, "error.html", 403, title="Refused",
-                               message="The form's CSRF token is missing or wrong: reload the "
-                               "page and try again.")  # fmt: skip
-        return await run_in_threadpool(self._end_task, request, fields)
+        return await self._posted(request, names, self._end_task)
 
     def _end_task(self, request: Request, fields: dict[str, str]) -> Response:
         task_id, verb = fields["task"], fields["verb"]
