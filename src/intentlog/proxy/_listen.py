@@ -40,7 +40,6 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.requests import Request
 
 from intentlog.proxy._http import HttpAgent
-from intentlog.proxy._serve import DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_SESSIONS
 from intentlog.proxy._stateless import MAX_BODY, SharedAgent, StatelessFace, read_body
 from intentlog.proxy._wire import INTERNAL_ERROR, INVALID_REQUEST
 
@@ -65,8 +64,8 @@ class Listener:
         run_session: SessionRunner,
         *,
         host: str,
-        idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
-        max_sessions: int = DEFAULT_MAX_SESSIONS,
+        idle_timeout: float,
+        max_sessions: int,
     ) -> None:
         self._run_session = run_session
         self.idle_timeout = idle_timeout
