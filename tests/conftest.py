@@ -14,7 +14,9 @@ import intentlog
 from intentlog.stores import Store
 from intentlog.testing.store_contract import BlockingStore as BlockingAsyncStore
 
-sys.path.insert(0, str(Path(__file__).parent))  # tests/remote.py for the child processes too
+# The support modules (tests/support/README.md) by their bare names, here and in the child
+# processes that are given this sys.path as their PYTHONPATH.
+sys.path.insert(0, str(Path(__file__).parent / "support"))
 
 
 @pytest.hookimpl(trylast=True)

@@ -2,8 +2,8 @@
 from their checkpoint.
 
 The framework runs in an env of its own (tests/envs/agent_framework.txt): one child process
-(tests/agent_framework_app.py) runs several workflows at once, each an ``AgentExecutor`` with a
-scripted chat client and the framework's ``FileCheckpointStorage``, each refunding at a
+(tests/support/agent_framework_app.py) runs several workflows at once, each an ``AgentExecutor``
+with a scripted chat client and the framework's ``FileCheckpointStorage``, each refunding at a
 ReferenceService of its own. It is killed once every refund was applied and answered, before any
 tool returned and before the superstep's checkpoint. A new process resumes each workflow from its
 latest checkpoint, as the framework documents, which runs the agent's turn again (agent-framework
@@ -36,11 +36,11 @@ from typing import Any
 import pytest
 
 import intentlog
-from framework_envs import python_for  # tests/ is on sys.path (conftest.py)
+from framework_envs import python_for  # tests/support is on sys.path (conftest.py)
 from intentlog.testing import ReferenceService
 
-HERE = Path(__file__).parent
-APP = HERE / "agent_framework_app.py"
+SUPPORT = Path(__file__).parent / "support"
+APP = SUPPORT / "agent_framework_app.py"
 MODES = ("dedupe", "lookup", "neither")
 #: name -> (variant, mode) of each workflow of one process
 RUNS = {
@@ -186,8 +186,8 @@ def test_a_resumed_workflow_refunds_once_with_intentlog(refunds: Refunds) -> Non
 
 
 def test_which_refund_a_call_is(tmp_path: Path) -> None:
-    """Agents without a workflow (tests/agent_framework_checks.py): the session is the task, each
-    agent run a turn, a retried turn a new attempt of it. Counted at each check's service."""
+    """Agents without a workflow (tests/support/agent_framework_checks.py): the session is the task,
+    each agent run a turn, a retried turn a new attempt of it. Counted at each check's service."""
     checks = ["no_session", "no_turns", "turns", "repeat_in_turn", "retry_middleware", "rejected",
               "other_tools"]  # fmt: skip
     with ExitStack() as stack:
@@ -196,7 +196,7 @@ def test_which_refund_a_call_is(tmp_path: Path) -> None:
             for name in checks
         }
         done = subprocess.run(
-            [str(python_for("agent_framework")), str(HERE / "agent_framework_checks.py"),
+            [str(python_for("agent_framework")), str(SUPPORT / "agent_framework_checks.py"),
              str(tmp_path), json.dumps({name: svc.url for name, svc in services.items()})],
             capture_output=True, text=True, timeout=120,
         )  # fmt: skip

@@ -1,9 +1,9 @@
 """Agno: the real framework, a scripted model, the payment counted at the service's own record.
 
 Agno is not installed in the dev environment: every agent runs as a child process
-(tests/agno_app.py) in the framework's own env (tests/envs/agno.txt, made once by
-tests/framework_envs.py), against the ReferenceService on 127.0.0.1. The "plain" runs are the
-same agent without intentlog and show the duplicates Agno alone produces: its retry loop
+(tests/support/agno_app.py) in the framework's own env (tests/envs/agno.txt, made once by
+tests/support/framework_envs.py), against the ReferenceService on 127.0.0.1. The "plain" runs are
+the same agent without intentlog and show the duplicates Agno alone produces: its retry loop
 (``Agent(retries=N)``, agno issue #10366) and its resume of a killed run (``continue_run``).
 """
 
@@ -22,11 +22,11 @@ from typing import Any
 import pytest
 
 import intentlog
-from framework_envs import python_for  # tests/ is on sys.path (conftest.py)
+from framework_envs import python_for  # tests/support is on sys.path (conftest.py)
 from intentlog.testing import ReferenceService
 
-HERE = Path(__file__).parent
-APP = HERE / "agno_app.py"
+SUPPORT = Path(__file__).parent / "support"
+APP = SUPPORT / "agno_app.py"
 TASK = "order-42-run"  # the run id the app gives Agno, and so the task id
 
 
@@ -180,7 +180,7 @@ def test_agno_resume_counts_the_calls_its_checkpoint_holds_and_errors_stop_the_r
 ) -> None:
     with ReferenceService("lookup", db_path=tmp_path / "service.db") as service:
         done = subprocess.run(
-            [str(python_for("agno")), str(HERE / "agno_checks.py"), str(tmp_path), service.url],
+            [str(python_for("agno")), str(SUPPORT / "agno_checks.py"), str(tmp_path), service.url],
             capture_output=True, text=True, timeout=120,
         )  # fmt: skip
         out = answer(done)

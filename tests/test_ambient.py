@@ -1,9 +1,9 @@
 """The ambient task and ``@intentlog.journaled``: a function called like the plain function it
 is, journaled under the task a ``with journal.task(...)`` block made current.
 
-What each effect applied is counted at the service's own record (tests/remote.py, a SQLite
+What each effect applied is counted at the service's own record (tests/support/remote.py, a SQLite
 database of its own), not by what the caller believes; the crash tests kill a real child
-process (tests/ambient_child.py) with SIGKILL.
+process (tests/support/ambient_child.py) with SIGKILL.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from intentlog import State
 from intentlog._cli_load import load_effects
 from remote import Remote
 
-HERE = Path(__file__).parent
+SUPPORT = Path(__file__).parent / "support"
 
 
 @pytest.fixture
@@ -499,13 +499,13 @@ def run_child(
     url: str, remote: Remote, kind: str, mode: str, crash: str | None = None
 ) -> subprocess.CompletedProcess[str]:
     # tests/ for remote.py, before whatever the caller's path already held.
-    path = os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p)
+    path = os.pathsep.join(p for p in (str(SUPPORT), os.environ.get("PYTHONPATH")) if p)
     env = {**os.environ, "PYTHONPATH": path}
     env.pop("INTENTLOG_CRASH", None)
     if crash:
         env["INTENTLOG_CRASH"] = crash
     return subprocess.run(
-        [sys.executable, str(HERE / "ambient_child.py"), url, remote.path, kind, mode],
+        [sys.executable, str(SUPPORT / "ambient_child.py"), url, remote.path, kind, mode],
         env=env,
         capture_output=True,
         text=True,

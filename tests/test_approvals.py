@@ -3,7 +3,7 @@ before a person approves exactly its arguments, one approval sends once, a denia
 given after an approval, before the send) ends it FAILED, and nothing around an approval
 (crashes, races, other arguments) sends twice or sends unapproved.
 
-Every send is counted at the service's own record (tests/remote.py: a SQLite file of what it
+Every send is counted at the service's own record (tests/support/remote.py: a SQLite file of what it
 applied), on SQLite and PostgreSQL journals (``journal_url``).
 """
 
@@ -30,8 +30,8 @@ from console_support import csrf_of, running_console, task_path
 from intentlog.cli import cli
 from remote import Remote
 
-HERE = Path(__file__).parent
-CHILD = HERE / "approval_child.py"
+SUPPORT = Path(__file__).parent / "support"
+CHILD = SUPPORT / "approval_child.py"
 EXIT_SENT, EXIT_UNRESOLVED, EXIT_APPROVAL, EXIT_REJECTED = 0, 3, 7, 8
 
 
@@ -316,7 +316,7 @@ def test_two_workers_racing_on_one_approved_operation_send_it_once(
 
 def child(url: str, remote: Remote, kind: str, amount: int = 500, crash: str | None = None,
           *, popen: bool = False) -> Any:  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(HERE)}
+    env = {**os.environ, "PYTHONPATH": str(SUPPORT)}
     env.pop("INTENTLOG_CRASH", None)
     if crash:
         env["INTENTLOG_CRASH"] = crash

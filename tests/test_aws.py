@@ -23,7 +23,7 @@ import intentlog
 from intentlog import profiles
 from intentlog._decide import decide
 
-HERE = Path(__file__).parent
+SUPPORT = Path(__file__).parent / "support"
 
 
 def _need(module: str) -> None:
@@ -121,12 +121,13 @@ def received(url: str, queue: str) -> list[dict[str, Any]]:
 def worker(
     kind: str, journal: Path, config: dict[str, Any], crash: str | None = None
 ) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(HERE)}
+    env = {**os.environ, "PYTHONPATH": str(SUPPORT)}
     env.pop("INTENTLOG_CRASH", None)
     if crash:
         env["INTENTLOG_CRASH"] = crash
+    script = str(SUPPORT / "service_workers.py")
     return subprocess.run(
-        [sys.executable, str(HERE / "service_workers.py"), kind, str(journal), json.dumps(config)],
+        [sys.executable, script, kind, str(journal), json.dumps(config)],
         env=env,
         capture_output=True,
         text=True,

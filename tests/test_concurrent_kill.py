@@ -13,7 +13,7 @@ from pathlib import Path
 import intentlog
 from intentlog.testing import ReferenceService, ServiceInfo
 
-HERE = Path(__file__).parent
+SUPPORT = Path(__file__).parent / "support"
 
 
 def test_concurrent_async_tasks_and_threads_survive_sigkill(
@@ -22,7 +22,7 @@ def test_concurrent_async_tasks_and_threads_survive_sigkill(
     # On PostgreSQL the asyncio tasks use psycopg's async connections, the threads its
     # blocking ones: both kinds of store are killed mid-write.
     journal_path = journal_url
-    env = {**os.environ, "PYTHONPATH": str(HERE)}
+    env = {**os.environ, "PYTHONPATH": str(SUPPORT)}
     env.pop("INTENTLOG_CRASH", None)
     with ReferenceService("both", db_path=tmp_path / "service.db") as service:
         info = ServiceInfo(service.url, "both", timeout=1.0)

@@ -26,6 +26,7 @@ from console_support import SCRIPT_TEXT, make_unresolved, running_console, task_
 from intentlog.testing import ReferenceService
 
 HERE = Path(__file__).parent
+SUPPORT = HERE / "support"
 ROOT = HERE.parent
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -155,7 +156,7 @@ def test_a_person_settles_in_the_browser_what_a_killed_worker_left(
         with intentlog.open(url) as journal:
             journal.start("order", "order-6", {"amount": 600})
             journal.start("order", "order-7", {"amount": 700})
-        env = {**os.environ, "PYTHONPATH": str(HERE), "INTENTLOG_URL": url,
+        env = {**os.environ, "PYTHONPATH": str(SUPPORT), "INTENTLOG_URL": url,
                "INTENTLOG_TEST_SERVICE": service.url, "INTENTLOG_TEST_MODE": "neither",
                "INTENTLOG_TEST_MARKER": str(tmp_path / "marker")}  # fmt: skip
         # The first worker finishes order-6, then kills itself with SIGKILL right after its

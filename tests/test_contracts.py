@@ -2,7 +2,7 @@
 and the value declared now, the same way by a restarted worker, ``pending()`` and the CLI; a
 resend never loosens the recorded values; an older journal's operations read as not locking.
 
-The service here applies every request it gets (tests/remote.py), so its own record shows
+The service here applies every request it gets (tests/support/remote.py), so its own record shows
 any resend that the contract did not allow.
 """
 
@@ -23,17 +23,17 @@ import pytest
 import intentlog
 from remote import Remote
 
-HERE = Path(__file__).parent
+SUPPORT = Path(__file__).parent / "support"
 SHORT, LONG = 1.0, 3600.0  # retentions: SHORT is past its margin about 0.65 s after the send
 
 
 def child(tmp_path: Path, retention: float, crash: str | None = None) -> subprocess.Popen[str]:
-    env = {**os.environ, "PYTHONPATH": str(HERE)}
+    env = {**os.environ, "PYTHONPATH": str(SUPPORT)}
     env.pop("INTENTLOG_CRASH", None)
     if crash:
         env["INTENTLOG_CRASH"] = crash
     return subprocess.Popen(
-        [sys.executable, str(HERE / "contract_child.py"), str(tmp_path / "journal.db"),
+        [sys.executable, str(SUPPORT / "contract_child.py"), str(tmp_path / "journal.db"),
          str(tmp_path / "remote.db"), str(retention)],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip

@@ -1,6 +1,6 @@
 """Real child processes killed with SIGKILL at the durability boundaries, then restarted.
 
-The "service" is a separate SQLite database (tests/remote.py) that records every effect it
+The "service" is a separate SQLite database (tests/support/remote.py) that records every effect it
 applied: the counts below come from its own record, not from the journal.
 """
 
@@ -19,14 +19,14 @@ import pytest
 import intentlog
 from remote import Remote
 
-HERE = Path(__file__).parent
-CHILD = HERE / "crash_child.py"
+SUPPORT = Path(__file__).parent / "support"
+CHILD = SUPPORT / "crash_child.py"
 
 
 def run_child(
     tmp_path: Path, kind: str, crash: str | None = None, *extra: str
 ) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(HERE)}
+    env = {**os.environ, "PYTHONPATH": str(SUPPORT)}
     env.pop("INTENTLOG_CRASH", None)
     if crash:
         env["INTENTLOG_CRASH"] = crash
@@ -164,7 +164,7 @@ def holding_child(tmp_path: Path) -> subprocess.Popen[str]:
     args = [str(tmp_path / "journal.db"), str(tmp_path / "remote.db"), "neither", "hold"]
     return subprocess.Popen(
         [sys.executable, str(CHILD), *args],
-        env={**os.environ, "PYTHONPATH": str(HERE)},
+        env={**os.environ, "PYTHONPATH": str(SUPPORT)},
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,

@@ -1,7 +1,7 @@
 """CrewAI (the real framework, in an env of its own) running tools that pay, with a scripted model.
 
 crewAI issue #5802: a tool runs again when CrewAI runs its task again. Two ways are tested, each
-with the same crew with and without intentlog (tests/crewai_app.py, run by the crewai env's
+with the same crew with and without intentlog (tests/support/crewai_app.py, run by the crewai env's
 Python): a crew killed with SIGKILL once its payments were applied and resumed from CrewAI's own
 checkpoint (``Crew.from_checkpoint``), which runs the task again; and a guardrail's retry, which
 runs the task again with the rejection in its context, so that the model asks for the payment
@@ -24,11 +24,11 @@ from typing import Any
 import pytest
 
 import intentlog
-from framework_envs import python_for  # tests/ is on sys.path (conftest.py)
+from framework_envs import python_for  # tests/support is on sys.path (conftest.py)
 from intentlog.testing import ReferenceService
 
-HERE = Path(__file__).parent
-APP = HERE / "crewai_app.py"
+SUPPORT = Path(__file__).parent / "support"
+APP = SUPPORT / "crewai_app.py"
 MODES = ("dedupe", "lookup", "neither")
 
 

@@ -21,7 +21,7 @@ What each kind of block does:
 - ```python blocks run in this process (``exec``), in the unit's namespace. A block that imports
   a framework with an environment of its own (tests/envs/NAME.txt; it imports NAME, or
   ``google.adk`` for google_adk) runs instead as a script of its own in that environment's
-  Python (tests/framework_envs.py), in the unit's folder: it shares no namespace with other
+  Python (tests/support/framework_envs.py), in the unit's folder: it shares no namespace with other
   blocks, and what it prints is its standard output.
 - ```bash (``sh``, ``shell``) blocks run in a subprocess of ``bash`` with ``set -eo pipefail``,
   in the unit's folder. The project's venv ``bin`` is first on ``PATH`` (so ``intentlog`` and
@@ -54,8 +54,8 @@ What a unit needs, it gets (and without it the unit is skipped, with the reason,
 - A unit whose blocks read ``TEMPORAL_ADDRESS``: the session's Temporal dev server (the
   ``temporal_server`` fixture), on the xdist worker of the other Temporal tests.
 - A unit whose shell or console blocks run ``node``: the Node 22 and the npm packages of
-  tests/node (tests/node_tools.py; ``npm ci`` there): its ``node`` first on ``PATH``, and its
-  ``node_modules`` linked into the unit's folder, so that ``import Stripe from "stripe"`` in a
+  tests/node (tests/support/node_tools.py; ``npm ci`` there): its ``node`` first on ``PATH``, and
+  its ``node_modules`` linked into the unit's folder, so that ``import Stripe from "stripe"`` in a
   ``// file:`` block resolves as in the reader's project.
 
 First-line markers:
@@ -430,7 +430,7 @@ class Runner:
         if block.language in PYTHON and block.file.endswith(".py"):
             module = block.file[: -len(".py")].replace("/", ".")
             parts = module.split(".")
-            # Import ours, not a same-named module imported earlier (tests/workflows.py).
+            # Import ours, not a same-named module imported earlier (tests/support/workflows.py).
             for depth in range(1, len(parts) + 1):
                 name = ".".join(parts[:depth])
                 sys.modules.pop(name, None)

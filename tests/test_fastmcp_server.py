@@ -1,5 +1,6 @@
-"""Your own MCP server's tools, journaled: a real MCPServer process (tests/mcp_journaled_server.py)
-driven by the MCP SDK's own client over stdio and streamable HTTP, on SQLite and PostgreSQL.
+"""Your own MCP server's tools, journaled: a real MCPServer process
+(tests/support/mcp_journaled_server.py) driven by the MCP SDK's own client over stdio and streamable
+HTTP, on SQLite and PostgreSQL.
 
 What a tool applied is counted in the server's ledger (the tools' own record), never from what
 the client was told. A crash is a real SIGKILL of the server at the journal's crash point
@@ -23,7 +24,7 @@ if os.environ.get("CI") != "true":  # where CI=true these tests must run, not sk
     pytest.importorskip("mcp", reason="the MCP SDK is not installed (pip install 'intentlog[mcp]')")
 
 from mcp.types import InputRequiredResult
-from tests.mcp_clients import (
+from tests.support.mcp_clients import (
     CancelledCall,
     MCPError,
     call,
@@ -35,12 +36,12 @@ from tests.mcp_clients import (
     stdio_session,
     until,
 )
-from tests.mcp_journaled_server import ledger_rows
+from tests.support.mcp_journaled_server import ledger_rows
 
 import intentlog
 from intentlog.integrations.mcp_server import durable_tool
 
-SERVER = str(Path(__file__).resolve().parent / "mcp_journaled_server.py")
+SERVER = str(Path(__file__).resolve().parent / "support" / "mcp_journaled_server.py")
 
 
 def server_env(journal_url: str, **extra: str) -> dict[str, str]:

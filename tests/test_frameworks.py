@@ -1,9 +1,9 @@
 """Agent frameworks and a durable-execution engine, killed with SIGKILL after a side effect.
 
 Real framework code (LangGraph with its SQLite checkpointer, the OpenAI Agents SDK, DBOS on a
-SQLite system database) runs in child processes (tests/framework_agents.py) with scripted models,
-against the real ReferenceService on 127.0.0.1. Every count below comes from the service's own
-record of what it applied, never from the journal. The "-plain" controls run the same agent
+SQLite system database) runs in child processes (tests/support/framework_agents.py) with scripted
+models, against the real ReferenceService on 127.0.0.1. Every count below comes from the service's
+own record of what it applied, never from the journal. The "-plain" controls run the same agent
 without intentlog and show the duplicate that the framework alone produces.
 """
 
@@ -24,15 +24,16 @@ from typing import Annotated, Any
 import pytest
 from langchain_core.tools import InjectedToolArg, tool
 
-import framework_agents  # tests/ is on sys.path (conftest.py)
+import framework_agents  # tests/support is on sys.path (conftest.py)
 import intentlog
 from intentlog.integrations.kernel import Attempt
 from intentlog.integrations.langgraph import graph_step
 from intentlog.testing import ReferenceService
 
 HERE = Path(__file__).parent
+SUPPORT = HERE / "support"
 ROOT = HERE.parent
-AGENTS = HERE / "framework_agents.py"
+AGENTS = SUPPORT / "framework_agents.py"
 # The key of task order-1, effect pay, arguments {"amount": 500, "to": "bob"} where it is derived
 # from the task id, the effect name and the arguments (run_effect in a step, a tool outside a graph
 # step). A tool call in a framework's step is keyed by its position in the step instead.
@@ -42,7 +43,7 @@ KEY = "pay-c7841d6843fe21cc4e51a89e2e06414b"
 def run_agent(
     kind: str, tmp_path: Path, service: ReferenceService, *, crash: str | None = None
 ) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(HERE)}
+    env = {**os.environ, "PYTHONPATH": str(SUPPORT)}
     env.pop("INTENTLOG_CRASH", None)
     env.pop("FRAMEWORK_KILL", None)
     if crash == "plain":

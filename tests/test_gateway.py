@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from tests.gateway_support import Children, Gateway, route, run_cli, send, write_routes
+from tests.support.gateway_support import Children, Gateway, route, run_cli, send, write_routes
 
 from intentlog import InvalidInput
 from intentlog.gateway import parse_routes

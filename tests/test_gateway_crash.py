@@ -36,7 +36,7 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.gateway_support import (
+from tests.support.gateway_support import (
     GITHUB_AUTH,
     STRIPE_AUTH,
     Children,

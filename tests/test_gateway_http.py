@@ -2,7 +2,7 @@
 HEAD/204/304 framing, streamed pass-through answers, the Host of a gateway without a token.
 
 The upstream is a small recording HTTP server in this process (its answer is the test's to
-choose); the gateway is a real process (tests/gateway_support.py), spoken to with httpx or a
+choose); the gateway is a real process (tests/support/gateway_support.py), spoken to with httpx or a
 raw socket where a client library would correct the request first."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.gateway_support import Children, Gateway, route, run_cli, send, write_routes
+from tests.support.gateway_support import Children, Gateway, route, run_cli, send, write_routes
 
 BIG = 50 << 20  # the size of /big's answer
 CHUNK = 1 << 20

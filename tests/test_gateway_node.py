@@ -11,7 +11,7 @@ restarted agent's model, and once a person resolved it, the same request gets th
 answer; the service applied it once.
 
 The clients are tests/node/gateway_*.mjs on the packages pinned in tests/node (see
-tests/node_tools.py). Every wait is on a line on a pipe, a request held at the fake or a row
+tests/support/node_tools.py). Every wait is on a line on a pipe, a request held at the fake or a row
 in its record, never on the clock.
 """
 
@@ -28,7 +28,7 @@ import pytest
 if os.environ.get("CI") != "true":  # where CI=true these tests must run, not skip
     pytest.importorskip("httpx", reason="the gateway is not installed (intentlog[gateway])")
 
-from tests.gateway_support import (
+from tests.support.gateway_support import (
     DEADLINE,
     Child,
     Children,
@@ -40,7 +40,7 @@ from tests.gateway_support import (
     wait_until,
     write_routes,
 )
-from tests.node_tools import GATEWAY_CLIENTS, NODE_DIR, need_node_packages, node_command
+from tests.support.node_tools import GATEWAY_CLIENTS, NODE_DIR, need_node_packages, node_command
 
 from intentlog.testing.fakes import StripeFake
 

@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-from tests.gateway_support import Children, Gateway, route, run_cli, write_routes
+from tests.support.gateway_support import Children, Gateway, route, run_cli, write_routes
 
 from intentlog.gateway import _server
 from intentlog.gateway._http1 import BadRequest, ChunkedReader, parse_request_head

@@ -1,13 +1,13 @@
 """Google ADK agents killed with SIGKILL after a tool's payment landed, resumed by ADK's Resume.
 
 ADK runs in an env of its own (tests/envs/google_adk.txt, google-adk 2.13): one child process
-(tests/google_adk_app.py) runs six resumable apps at once (``ResumabilityConfig(is_resumable=
-True)``, sessions in ADK's ``SqliteSessionService``), each with a scripted model asking for one
-payment at a ReferenceService of its own. It is killed once every payment was applied and
-answered, before any tool returned. A new process resumes each stopped invocation with
-``runner.run_async(..., invocation_id=...)``, as ADK documents, and ADK runs the unanswered tool
-call again (adk-python discussion #8039). Every count is the service's own record of what it
-applied:
+(tests/support/google_adk_app.py) runs six resumable apps at once
+(``ResumabilityConfig(is_resumable=True)``, sessions in ADK's ``SqliteSessionService``), each with
+a scripted model asking for one payment at a ReferenceService of its own. It is killed once every
+payment was applied and answered, before any tool returned. A new process resumes each stopped
+invocation with ``runner.run_async(..., invocation_id=...)``, as ADK documents, and ADK runs the
+unanswered tool call again (adk-python discussion #8039). Every count is the service's own record
+of what it applied:
 
 - ``plain`` (an ADK function tool without intentlog, as a control): paid twice, whatever the
   service can do;
@@ -35,12 +35,12 @@ from typing import Any
 import pytest
 
 import intentlog
-from framework_envs import python_for  # tests/ is on sys.path (conftest.py)
+from framework_envs import python_for  # tests/support is on sys.path (conftest.py)
 from intentlog.integrations.kernel import DENIED_PREFIX, UNRESOLVED_PREFIX
 from intentlog.testing import ReferenceService
 
-HERE = Path(__file__).parent
-APP = HERE / "google_adk_app.py"
+SUPPORT = Path(__file__).parent / "support"
+APP = SUPPORT / "google_adk_app.py"
 MODES = ("dedupe", "lookup", "neither")
 RETRY_RESPONSE = "ERROR_HANDLED_BY_REFLECT_AND_RETRY_PLUGIN"  # ReflectAndRetryToolPlugin's mark
 

@@ -16,14 +16,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from tests import terminal
+from tests.support import terminal
 
 import intentlog
 from intentlog.testing import CRASH_POINTS, MODES, MatrixReport, ReferenceService, ServiceInfo
 from intentlog.testing._harness import Cell, _Runner, _Watch, resolve_from_record
 from intentlog.testing._progress import PlainLines, TerminalLine
 
-HERE = Path(__file__).parent
+SUPPORT = Path(__file__).parent / "support"
 IN_FLIGHT = {"after_submit_mark", "after_send", "after_remote_commit"}
 
 
@@ -82,7 +82,7 @@ def test_crash_matrix_reports_a_broken_workflow_readably(
 def run_child(
     tmp_path: Path, info: ServiceInfo, crash: str | None = None
 ) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(HERE)}
+    env = {**os.environ, "PYTHONPATH": str(SUPPORT)}
     env.pop("INTENTLOG_CRASH", None)
     if crash:
         env["INTENTLOG_CRASH"] = crash
@@ -217,12 +217,12 @@ CELL = re.compile(r"^crash matrix: (\d+)/(\d+) cells, ")
 def _env() -> dict[str, str]:
     """The environment of a child that runs a matrix (or pytest) of its own."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "INTENTLOG_"))}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SUPPORT), env.get("PYTHONPATH")]))
     return env
 
 
 def on_a_terminal(argv: list[str], cwd: Path, *, columns: int, both: bool = False) -> str:
-    """What ``argv`` wrote to a terminal of ``columns`` columns (see tests/terminal.py)."""
+    """What ``argv`` wrote to a terminal of ``columns`` columns (see tests/support/terminal.py)."""
     status, out = terminal.on_a_terminal(argv, cwd, _env(), columns=columns, both=both)
     assert status == 0, out
     return out

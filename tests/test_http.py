@@ -30,7 +30,7 @@ from intentlog.integrations.http import (
 )
 from intentlog.testing import CRASH_POINTS, MODES, MatrixReport, ReferenceService, ServiceInfo
 
-HERE = Path(__file__).parent
+SUPPORT = Path(__file__).parent / "support"
 FAULTS = ("drop_after_commit", "error_before_commit", "error_after_commit", "delay")
 
 
@@ -499,7 +499,7 @@ def test_after_send_fires_once_written_before_the_answer(tmp_path: Path, workflo
     with ReferenceService("both", db_path=tmp_path / "svc.db") as service:
         service.set_faults(delay=20.0)
         info = ServiceInfo(service.url, "both", timeout=2.0)  # shorter than the delay
-        env = {**os.environ, "PYTHONPATH": str(HERE), "INTENTLOG_CRASH": "after_send:charge"}
+        env = {**os.environ, "PYTHONPATH": str(SUPPORT), "INTENTLOG_CRASH": "after_send:charge"}
         command = [sys.executable, "-m", "intentlog.testing._child",
                    f"integration_workflows:{workflow}", str(tmp_path / "j.db"),
                    json.dumps(dataclasses.asdict(info))]  # fmt: skip

@@ -34,11 +34,11 @@ from intentlog import profiles
 from intentlog._keys import canonical_json
 from intentlog.integrations.http import async_http_effect, http_effect
 
-HERE = Path(__file__).parent
-sys.path.insert(0, str(HERE))
+SUPPORT = Path(__file__).parent / "support"
+sys.path.insert(0, str(SUPPORT))
 from idem_service import RECEIPT_FIELDS, Record  # noqa: E402
 
-SCRIPT = str(HERE / "idem_service.py")
+SCRIPT = str(SUPPORT / "idem_service.py")
 CRASH = "after_send:charge"
 
 

@@ -12,7 +12,7 @@ the agent, for a tool that declares an ``outputSchema``, as the tool's own resul
   applied, and what is known of it.
 
 Real processes: the proxy killed with SIGKILL after the server applied the call and before
-the receipt (``after_remote_commit``), the hand-written ``tests/mcp_shapes_server.py`` and
+the receipt (``after_remote_commit``), the hand-written ``tests/support/mcp_shapes_server.py`` and
 the official server-memory (npm) as upstreams.
 """
 
@@ -31,7 +31,7 @@ if os.environ.get("CI") != "true":  # where CI=true these tests must run, not sk
     pytest.importorskip("mcp", reason="the MCP SDK is not installed (pip install 'intentlog[mcp]')")
 
 import jsonschema
-from tests.mcp_clients import (
+from tests.support.mcp_clients import (
     INIT,
     RawStdio,
     dump,
@@ -40,14 +40,14 @@ from tests.mcp_clients import (
     proxy_command,
     stdio_session,
 )
-from tests.mcp_ledger_server import ledger_count
-from tests.mcp_shapes_server import LABELS, TAG
-from tests.node_tools import NODE, NODE_DIR, need_node
+from tests.support.mcp_ledger_server import ledger_count
+from tests.support.mcp_shapes_server import LABELS, TAG
+from tests.support.node_tools import NODE, NODE_DIR, need_node
 
 import intentlog
 
 ROOT = Path(__file__).resolve().parent.parent
-SHAPES = [sys.executable, str(ROOT / "tests" / "mcp_shapes_server.py")]
+SHAPES = [sys.executable, str(ROOT / "tests" / "support" / "mcp_shapes_server.py")]
 # A short deadline and no lag: the lookup's answer is trusted soon after the restart.
 TOOLS = """
 [tools.tag]

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.mcp_clients import dump, operation, stdio_session
+from tests.support.mcp_clients import dump, operation, stdio_session
 
 ROOT = Path(__file__).resolve().parent.parent
-TINY = [sys.executable, str(ROOT / "tests" / "mcp_tiny_server.py")]
+TINY = [sys.executable, str(ROOT / "tests" / "support" / "mcp_tiny_server.py")]
 PROXY = [sys.executable, "-m", "intentlog.cli", "mcp"]
 HELLO = {"protocolVersion": "2025-11-25", "capabilities": {},
          "clientInfo": {"name": "file-agent", "version": "1"}}  # fmt: skip

@@ -7,7 +7,7 @@ scenarios) against a reference server, bare and through both faces of ``intentlo
 Every scenario the bare server passes must pass through the proxy too, for the protocol
 revisions 2025-11-25 (initialize sessions) and 2026-07-28 (stateless: per-request ``_meta``,
 ``server/discover``, ``input_required`` rounds). The reference server is
-``tests/mcp_everything_server.py`` (the Python SDK); its tools carry no annotations, so the
+``tests/support/mcp_everything_server.py`` (the Python SDK); its tools carry no annotations, so the
 proxy journals every call of them, and the conformance checks see the proxy's own answers
 (the live result with the journal's ``_meta``, or a replay from the journal when a scenario
 makes a call another scenario made before).
@@ -39,8 +39,8 @@ import pytest
 if os.environ.get("CI") != "true":  # where CI=true these tests must run, not skip
     pytest.importorskip("mcp", reason="the MCP SDK is not installed (pip install 'intentlog[mcp]')")
 
-from tests.node_tools import CONFORMANCE, NODE, need_node
-from tests.session_cache import once, shared_directory
+from tests.support.node_tools import CONFORMANCE, NODE, need_node
+from tests.support.session_cache import once, shared_directory
 
 import intentlog
 
@@ -48,8 +48,8 @@ import intentlog
 # so that pytest-xdist starts them early (tests/conftest.py).
 pytestmark = pytest.mark.slow
 
-HERE = Path(__file__).resolve().parent
-SERVER = HERE / "mcp_everything_server.py"
+SUPPORT = Path(__file__).resolve().parent / "support"
+SERVER = SUPPORT / "mcp_everything_server.py"
 DEADLINE_S = 120.0
 
 #: Scenarios a server written with the Python SDK must pass bare, so a comparison through the
@@ -152,7 +152,7 @@ def everything(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def bare(everything: str, tmp_path_factory: pytest.TempPathFactory) -> Any:
     """The bare server's results for a revision, run once per revision for the whole session
-    (tests/session_cache.py): the first pytest-xdist worker that needs them runs the suite,
+    (tests/support/session_cache.py): the first pytest-xdist worker that needs them runs the suite,
     and any other waits for them instead of running the same suite beside it."""
     shared = shared_directory(tmp_path_factory)
 

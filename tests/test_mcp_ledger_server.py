@@ -1,5 +1,5 @@
 """The ledger MCP server and the client helpers, with no proxy between them: over stdio and
-over streamable HTTP, each tool does to the ledger what tests/mcp_ledger_server.py says."""
+over streamable HTTP, each tool does to the ledger what tests/support/mcp_ledger_server.py says."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ if os.environ.get("CI") != "true":  # where CI=true these tests must run, not sk
     pytest.importorskip("mcp", reason="the MCP SDK is not installed (pip install 'intentlog[mcp]')")
 
 import mcp_types
-from tests.mcp_clients import (
+from tests.support.mcp_clients import (
     INIT,
     MCPError,
     RawStdio,
@@ -33,7 +33,7 @@ from tests.mcp_clients import (
     stdio_session,
     until,
 )
-from tests.mcp_ledger_server import INSTRUCTIONS, VERSION, ledger_count, ledger_rows
+from tests.support.mcp_ledger_server import INSTRUCTIONS, VERSION, ledger_count, ledger_rows
 
 TRANSPORTS = ["stdio", "http"]
 #: Write tools the held servers let through at once; the others wait for their release file.

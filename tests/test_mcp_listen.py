@@ -22,13 +22,13 @@ import httpx
 import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
-from tests.mcp_clients import dump, http_session, operation, server_command
-from tests.mcp_ledger_server import ledger_count
+from tests.support.mcp_clients import dump, http_session, operation, server_command
+from tests.support.mcp_ledger_server import ledger_count
 
 import intentlog
 
 ROOT = Path(__file__).resolve().parent.parent
-TINY = [sys.executable, str(ROOT / "tests" / "mcp_tiny_server.py")]
+TINY = [sys.executable, str(ROOT / "tests" / "support" / "mcp_tiny_server.py")]
 ACCEPT = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 INIT = {
     "jsonrpc": "2.0",

@@ -23,9 +23,16 @@ import pytest
 if os.environ.get("CI") != "true":  # where CI=true these tests must run, not skip
     pytest.importorskip("mcp", reason="the MCP SDK is not installed (pip install 'intentlog[mcp]')")
 
-from tests.mcp_clients import call_with_id, dump, killed_at, operation, proxy_command, stdio_session
-from tests.mcp_entities_server import entity_rows
-from tests.node_tools import NODE, NODE_DIR, need_node
+from tests.support.mcp_clients import (
+    call_with_id,
+    dump,
+    killed_at,
+    operation,
+    proxy_command,
+    stdio_session,
+)
+from tests.support.mcp_entities_server import entity_rows
+from tests.support.node_tools import NODE, NODE_DIR, need_node
 
 import intentlog
 
@@ -51,7 +58,7 @@ LOOKUPS = {
 
 
 def entities_server(ledger: Path, root: Path) -> list[str]:
-    return [sys.executable, str(ROOT / "tests" / "mcp_entities_server.py"),
+    return [sys.executable, str(ROOT / "tests" / "support" / "mcp_entities_server.py"),
             "--ledger", str(ledger), "--root", str(root)]  # fmt: skip
 
 

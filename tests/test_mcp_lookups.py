@@ -1,6 +1,6 @@
 """Lookups of ``intentlog mcp``: placeholders that index into lists, and lookup tools that
 must only read (refused at load otherwise), against a real server that takes arrays and
-writes files (tests/mcp_entities_server.py)."""
+writes files (tests/support/mcp_entities_server.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 if os.environ.get("CI") != "true":  # where CI=true these tests must run, not skip
     pytest.importorskip("mcp", reason="the MCP SDK is not installed (pip install 'intentlog[mcp]')")
 
-from tests.mcp_clients import (
+from tests.support.mcp_clients import (
     call_with_id,
     dump,
     killed_at,
@@ -23,7 +23,7 @@ from tests.mcp_clients import (
     proxy_command,
     stdio_session,
 )
-from tests.mcp_entities_server import entity_rows
+from tests.support.mcp_entities_server import entity_rows
 
 import intentlog
 
@@ -51,7 +51,7 @@ def files(tmp_path: Path) -> dict[str, Path]:
 
 
 def server(files: dict[str, Path]) -> list[str]:
-    return [sys.executable, str(ROOT / "tests" / "mcp_entities_server.py"),
+    return [sys.executable, str(ROOT / "tests" / "support" / "mcp_entities_server.py"),
             "--ledger", str(files["ledger"]), "--root", str(files["root"])]  # fmt: skip
 
 

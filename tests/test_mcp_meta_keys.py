@@ -24,7 +24,7 @@ if os.environ.get("CI") != "true":  # where CI=true these tests must run, not sk
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ToolAnnotations
-from tests.mcp_clients import (
+from tests.support.mcp_clients import (
     MCPError,
     RawStdio,
     dump,
@@ -128,7 +128,7 @@ def build(ledger: str) -> MCPServer[Any]:
 
 def main() -> int:
     """Serve :func:`build` with the test servers' command line (``--ledger FILE``)."""
-    from tests.mcp_ledger_server import main as serve
+    from tests.support.mcp_ledger_server import main as serve
 
     return serve(build=build, description=__doc__)
 

@@ -19,8 +19,8 @@ import pytest
 if os.environ.get("CI") != "true":  # where CI=true these tests must run, not skip
     pytest.importorskip("mcp", reason="the MCP SDK is not installed (pip install 'intentlog[mcp]')")
 
-from tests.mcp_clients import DEADLINE_S, INIT, RawStdio, proxy_command, server_command
-from tests.mcp_ledger_server import ledger_count
+from tests.support.mcp_clients import DEADLINE_S, INIT, RawStdio, proxy_command, server_command
+from tests.support.mcp_ledger_server import ledger_count
 
 #: A server command that fails before it says anything, as a missing module would.
 DIES = [sys.executable, "-c", "import sys; sys.stderr.write('no module payments\\n'); sys.exit(3)"]

@@ -1,4 +1,4 @@
-"""`intentlog mcp` in front of a real MCP server (tests/mcp_ledger_server.py), driven by the
+"""`intentlog mcp` in front of a real MCP server (tests/support/mcp_ledger_server.py), driven by the
 SDK's ClientSession and by a raw JSON-RPC client, with counts from the server's own ledger."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 if os.environ.get("CI") != "true":  # where CI=true these tests must run, not skip
     pytest.importorskip("mcp", reason="the MCP SDK is not installed (pip install 'intentlog[mcp]')")
 
-from tests.mcp_clients import (
+from tests.support.mcp_clients import (
     RawStdio,
     dump,
     operation,
@@ -24,7 +24,7 @@ from tests.mcp_clients import (
     server_command,
     stdio_session,
 )
-from tests.mcp_ledger_server import ledger_count, ledger_rows
+from tests.support.mcp_ledger_server import ledger_count, ledger_rows
 
 import intentlog
 

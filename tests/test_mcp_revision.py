@@ -1,9 +1,9 @@
 """The proxy speaking MCP 2026-07-28: its headers, refusals, results, rounds and tasks.
 
 The agents are the MCP SDK's 2026-07-28 client (``server/discover``, no handshake) or a raw
-one; the upstreams are real servers: ``tests/mcp_revision_server.py`` (the SDK's server,
-over stdio or streamable HTTP), ``tests/mcp_ledger_server.py``, and the hand-written
-2025-11-25 server with tasks ``tests/mcp_task_server.py``. What was applied is counted in
+one; the upstreams are real servers: ``tests/support/mcp_revision_server.py`` (the SDK's server,
+over stdio or streamable HTTP), ``tests/support/mcp_ledger_server.py``, and the hand-written
+2025-11-25 server with tasks ``tests/support/mcp_task_server.py``. What was applied is counted in
 the servers' own ledger. Proxies are SIGKILLed where a case is about a crash.
 """
 
@@ -28,7 +28,7 @@ import jsonschema
 import mcp_types
 from mcp import StdioServerParameters
 from mcp.client.stdio import stdio_client
-from tests.mcp_clients import (
+from tests.support.mcp_clients import (
     DEADLINE_S,
     MCPError,
     RawStdio,
@@ -38,14 +38,14 @@ from tests.mcp_clients import (
     proxy_command,
     server_command,
 )
-from tests.mcp_ledger_server import ledger_count, ledger_rows
+from tests.support.mcp_ledger_server import ledger_count, ledger_rows
 
 import intentlog
 from intentlog.proxy._results import in_flight_result, unresolved_result
 
 ROOT = Path(__file__).resolve().parent.parent
-REVISION = [sys.executable, str(ROOT / "tests" / "mcp_revision_server.py")]
-TASKS = [sys.executable, str(ROOT / "tests" / "mcp_task_server.py")]
+REVISION = [sys.executable, str(ROOT / "tests" / "support" / "mcp_revision_server.py")]
+TASKS = [sys.executable, str(ROOT / "tests" / "support" / "mcp_task_server.py")]
 MODERN = "2026-07-28"
 FAILED, CONFIRMED = intentlog.State.FAILED, intentlog.State.CONFIRMED
 UNRESOLVED, SUBMITTED = intentlog.State.UNRESOLVED, intentlog.State.SUBMITTED

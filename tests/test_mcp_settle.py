@@ -23,7 +23,7 @@ import pytest
 if os.environ.get("CI") != "true":  # where CI=true these tests must run, not skip
     pytest.importorskip("mcp", reason="the MCP SDK is not installed (pip install 'intentlog[mcp]')")
 
-from tests.mcp_clients import (
+from tests.support.mcp_clients import (
     DEADLINE_S,
     dump,
     killed_at,
@@ -32,7 +32,7 @@ from tests.mcp_clients import (
     server_command,
     stdio_session,
 )
-from tests.mcp_ledger_server import ledger_count
+from tests.support.mcp_ledger_server import ledger_count
 
 import intentlog
 

@@ -24,9 +24,9 @@ import pytest
 if os.environ.get("CI") != "true":  # where CI=true these tests must run, not skip
     pytest.importorskip("mcp", reason="the MCP SDK is not installed (pip install 'intentlog[mcp]')")
 
-from tests.mcp_clients import server_command
-from tests.mcp_ledger_server import ledger_count
-from tests.node_tools import NODE, NODE_DIR, need_node
+from tests.support.mcp_clients import server_command
+from tests.support.mcp_ledger_server import ledger_count
+from tests.support.node_tools import NODE, NODE_DIR, need_node
 
 import intentlog
 

@@ -24,7 +24,7 @@ import intentlog
 import intentlog.metrics
 from intentlog.testing import ReferenceService
 
-HERE = Path(__file__).parent
+SUPPORT = Path(__file__).parent / "support"
 Labels = tuple[tuple[str, str], ...]
 Samples = dict[tuple[str, Labels], float]
 
@@ -327,7 +327,7 @@ def test_worker_serves_metrics_while_it_runs(
         with intentlog.open(url) as journal:
             for i in range(5):
                 journal.start("bill", f"b-{i}", {"amount": i + 1})
-        env = {**os.environ, "PYTHONPATH": str(HERE), "INTENTLOG_URL": url}
+        env = {**os.environ, "PYTHONPATH": str(SUPPORT), "INTENTLOG_URL": url}
         env["INTENTLOG_TEST_SERVICE"] = service.url
         log = tmp_path / "worker.log"
         with log.open("wb") as stderr:
@@ -373,7 +373,7 @@ def test_worker_refuses_a_bad_metrics_address(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "intentlog.cli", "--db", str(tmp_path / "j.db"), "worker",
          "--app", "metrics_app:registry", "--metrics", "localhost:http"],
-        env={**os.environ, "PYTHONPATH": str(HERE)}, capture_output=True, text=True,
+        env={**os.environ, "PYTHONPATH": str(SUPPORT)}, capture_output=True, text=True,
         timeout=120, check=False,
     )  # fmt: skip
     assert done.returncode == 2

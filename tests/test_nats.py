@@ -25,7 +25,7 @@ import pytest
 
 import intentlog
 
-HERE = Path(__file__).parent
+SUPPORT = Path(__file__).parent / "support"
 NATS_URL = os.environ.get("INTENTLOG_TEST_NATS", "nats://127.0.0.1:4222")
 
 
@@ -295,14 +295,14 @@ def test_no_stream_listening_is_ambiguous(
 def child(
     tmp_path: Path, stream: Stream, crash: str | None, lookup: str | None
 ) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(HERE)}
+    env = {**os.environ, "PYTHONPATH": str(SUPPORT)}
     env.pop("INTENTLOG_CRASH", None)
     if crash:
         env["INTENTLOG_CRASH"] = crash
     config = {"url": NATS_URL, "stream": stream.name, "subject": stream.subject,
               "lookup": lookup, "task": "order-7", "timeout": 0.5}  # fmt: skip
     return subprocess.run(
-        [sys.executable, str(HERE / "integration_workflows.py"), "nats", str(tmp_path / "j.db"),
+        [sys.executable, str(SUPPORT / "integration_workflows.py"), "nats", str(tmp_path / "j.db"),
          json.dumps(config)],
         env=env, capture_output=True, text=True, timeout=90,
     )  # fmt: skip
@@ -414,13 +414,13 @@ def changed_window(stream: Stream, window: float) -> None:
 def worker(tmp_path: Path, stream: Stream, crash: str | None) -> subprocess.CompletedProcess[str]:
     """A worker that builds its effect anew (reading the window as it is now) and prints the
     contract it read before it runs the task."""
-    env = {**os.environ, "PYTHONPATH": str(HERE)}
+    env = {**os.environ, "PYTHONPATH": str(SUPPORT)}
     env.pop("INTENTLOG_CRASH", None)
     if crash:
         env["INTENTLOG_CRASH"] = crash
     config = {"url": NATS_URL, "stream": stream.name, "subject": stream.subject, "timeout": 0.5}
     return subprocess.run(
-        [sys.executable, str(HERE / "service_workers.py"), "nats", str(tmp_path / "j.db"),
+        [sys.executable, str(SUPPORT / "service_workers.py"), "nats", str(tmp_path / "j.db"),
          json.dumps(config)],
         env=env, capture_output=True, text=True, timeout=90,
     )  # fmt: skip

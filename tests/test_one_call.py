@@ -33,8 +33,8 @@ import intentlog
 from intentlog import State
 from remote import Remote
 
-HERE = Path(__file__).parent
-CHILD = HERE / "crash_child.py"
+SUPPORT = Path(__file__).parent / "support"
+CHILD = SUPPORT / "crash_child.py"
 
 
 def counting(sent: list[str]) -> intentlog.Effect:
@@ -177,7 +177,7 @@ def test_the_kernel_counts_the_same_fsyncs(tmp_path: Path) -> None:
 
 
 def run_child(tmp_path: Path, kind: str, mode: str, crash: str | None = None) -> Any:
-    env = {**os.environ, "PYTHONPATH": str(HERE)}
+    env = {**os.environ, "PYTHONPATH": str(SUPPORT)}
     env.pop("INTENTLOG_CRASH", None)
     if crash:
         env["INTENTLOG_CRASH"] = crash

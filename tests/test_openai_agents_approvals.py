@@ -6,8 +6,8 @@ around the approval never sends twice and never sends unapproved; a run started 
 ask again for a call the journal already holds an answer for (openai-agents-python #4244).
 
 The real SDK (Runner, RunState saved as JSON between steps) with a scripted model
-(tests/approval_agents.py), against the real ReferenceService on 127.0.0.1; every count is the
-service's own record. The crashes are child processes killed with SIGKILL at intentlog's crash
+(tests/support/approval_agents.py), against the real ReferenceService on 127.0.0.1; every count is
+the service's own record. The crashes are child processes killed with SIGKILL at intentlog's crash
 points.
 """
 
@@ -24,13 +24,13 @@ from typing import Any
 
 import pytest
 
-import approval_agents  # tests/ is on sys.path (conftest.py)
+import approval_agents  # tests/support is on sys.path (conftest.py)
 import intentlog
 from intentlog.integrations.kernel import DENIED_PREFIX
 from intentlog.testing import ReferenceService
 
-HERE = Path(__file__).parent
-AGENTS = HERE / "approval_agents.py"
+SUPPORT = Path(__file__).parent / "support"
+AGENTS = SUPPORT / "approval_agents.py"
 
 
 @pytest.fixture(params=["lookup", "dedupe"])
@@ -56,7 +56,7 @@ def step(tmp_path: Path, service: ReferenceService, name: str, **tool: Any) -> d
 
 def killed_step(tmp_path: Path, service: ReferenceService, name: str, crash: str) -> None:
     """One step in a child process that intentlog's crash point kills with SIGKILL."""
-    env = {**os.environ, "PYTHONPATH": str(HERE), "INTENTLOG_CRASH": crash}
+    env = {**os.environ, "PYTHONPATH": str(SUPPORT), "INTENTLOG_CRASH": crash}
     done = subprocess.run(
         [sys.executable, str(AGENTS), "agents", str(tmp_path), service.url, service.mode, name],
         env=env, capture_output=True, text=True, timeout=90,

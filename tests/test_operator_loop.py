@@ -170,7 +170,7 @@ def test_a_closed_pipe_is_quiet(tmp_path: Path) -> None:
 def test_a_proxied_call_keeps_its_arguments_redacted_and_the_proxy_marks_its_task(
     tmp_path: Path,
 ) -> None:
-    from tests.mcp_clients import stdio_session
+    from tests.support.mcp_clients import stdio_session
     from tests.test_mcp_proxy import TOOLS, proxied
 
     tools = tmp_path / "tools.toml"
@@ -206,7 +206,7 @@ def test_a_proxied_call_keeps_its_arguments_redacted_and_the_proxy_marks_its_tas
 
 
 def test_the_console_shows_who_finishes_a_task_and_ends_it(tmp_path: Path) -> None:
-    from tests.console_support import csrf_of, running_console, task_path
+    from tests.support.console_support import csrf_of, running_console, task_path
 
     url = str(tmp_path / "j.db")
     with intentlog.open(url) as journal, journal.task("order-9") as task:

@@ -1,6 +1,6 @@
 """The journal's PostgreSQL server fails over to a standby while workers run.
 
-Each test makes clusters of its own (tests/pg_cluster.py): a primary and a streaming standby
+Each test makes clusters of its own (tests/support/pg_cluster.py): a primary and a streaming standby
 made with pg_basebackup; the journal URL names both hosts with ``target_session_attrs=
 read-write``, so libpq connects to whichever accepts writes
 (https://www.postgresql.org/docs/15/libpq-connect.html#LIBPQ-MULTIPLE-HOSTS). The standby is
@@ -29,7 +29,7 @@ from intentlog.testing import ReferenceService
 from pg_cluster import Cluster, Clusters, need_clusters
 from test_worker import wait_for, wait_until_started
 
-HERE = Path(__file__).parent
+SUPPORT = Path(__file__).parent / "support"
 KINDS = {"charge": "dedupe", "reserve": "lookup", "notify": "neither"}
 
 
@@ -69,7 +69,7 @@ class Run:
         self.services = services
         self.log = tmp_path / "workers.log"
         # The workers import the intentlog this test imported, and the test's modules.
-        path = os.pathsep.join([str(HERE), str(Path(intentlog.__file__).parents[1])])
+        path = os.pathsep.join([str(SUPPORT), str(Path(intentlog.__file__).parents[1])])
         self.env = {**os.environ, "PYTHONPATH": path, "INTENTLOG_URL": self.url}
         self.env.update(
             INTENTLOG_TEST_DEDUPE=services["charge"].url,

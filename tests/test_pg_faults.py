@@ -381,7 +381,7 @@ def test_workers_ride_out_server_restarts(tmp_path: Path, mode: str) -> None:
         source = Path(intentlog.__file__).parents[1]  # this checkout's intentlog, not another
         env = {
             **os.environ,
-            "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), str(source)]),
+            "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent / "support"), str(source)]),
         }
         env.update(
             INTENTLOG_URL=url, INTENTLOG_TEST_SERVICE=service.url, INTENTLOG_TEST_MODE="lookup"
@@ -519,7 +519,7 @@ def test_a_worker_started_while_the_server_is_away_waits_for_it(tmp_path: Path) 
         source = Path(intentlog.__file__).parents[1]
         env = {
             **os.environ,
-            "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), str(source)]),
+            "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent / "support"), str(source)]),
             "INTENTLOG_URL": url,
             "INTENTLOG_TEST_SERVICE": service.url,
             "INTENTLOG_TEST_MODE": "lookup",

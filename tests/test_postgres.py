@@ -30,7 +30,7 @@ from intentlog.stores._base import TaskUpdate
 from intentlog.stores.postgres import SCHEMA_VERSION
 from remote import Remote
 
-HERE = Path(__file__).parent
+SUPPORT = Path(__file__).parent / "support"
 ALL_VERSIONS = [(v,) for v in range(1, SCHEMA_VERSION + 1)]
 
 
@@ -367,11 +367,11 @@ def test_killed_after_remote_commit_recovers_on_postgres(
     remote_path = str(tmp_path / "remote.db")
 
     def child(crash: str | None = None) -> subprocess.CompletedProcess[str]:
-        env = {**os.environ, "PYTHONPATH": str(HERE)}
+        env = {**os.environ, "PYTHONPATH": str(SUPPORT)}
         env.pop("INTENTLOG_CRASH", None)
         if crash:
             env["INTENTLOG_CRASH"] = crash
-        script = [sys.executable, str(HERE / "crash_child.py"), pg_url, remote_path, kind]
+        script = [sys.executable, str(SUPPORT / "crash_child.py"), pg_url, remote_path, kind]
         return subprocess.run(script, env=env, capture_output=True, text=True, timeout=60)
 
     first = child("after_remote_commit")

@@ -3,8 +3,8 @@ again by Prefect (``prefect flow-run retry``, under its id); counted at the paym
 Prefect alone pays twice and with intentlog once.
 
 One Prefect server (``prefect server start``) serves the session (conftest.py ``prefect_server``).
-The flow (tests/prefect_app.py) runs in child processes. Every count comes from the service's
-own record of what it applied (``ReferenceService.applied()``), never from the journal.
+The flow (tests/support/prefect_app.py) runs in child processes. Every count comes from the
+service's own record of what it applied (``ReferenceService.applied()``), never from the journal.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import intentlog
 from engine_servers import resolve_confirmed
 from intentlog.testing import ReferenceService
 
-HERE = Path(__file__).parent
-APP = HERE / "prefect_app.py"
+SUPPORT = Path(__file__).parent / "support"
+APP = SUPPORT / "prefect_app.py"
 
 pytestmark = pytest.mark.xdist_group("prefect")  # one Prefect server for the whole run
 
@@ -35,12 +35,12 @@ def payments(service: ReferenceService) -> int:
 
 
 class Order:
-    """The flow of tests/prefect_app.py for one test: its folder, service and kind."""
+    """The flow of tests/support/prefect_app.py for one test: its folder, service and kind."""
 
     def __init__(self, server: Any, directory: Path, service: ReferenceService, kind: str) -> None:
         self.server, self.directory = server, directory
         self.env = {**os.environ, **server.settings(),
-                    "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path]),
+                    "PYTHONPATH": os.pathsep.join([str(SUPPORT), *sys.path]),
                     "ORDER_DIR": str(directory), "ORDER_SERVICE_URL": service.url,
                     "ORDER_MODE": service.mode, "ORDER_KIND": kind}  # fmt: skip
         self.env.pop("INTENTLOG_CRASH", None)

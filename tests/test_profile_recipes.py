@@ -37,7 +37,7 @@ from intentlog.testing.fakes import (
 
 pytestmark = pytest.mark.slow  # workers killed and restarted: seconds per case
 
-WORKER = str(Path(__file__).parent / "recipe_worker.py")
+WORKER = str(Path(__file__).parent / "support" / "recipe_worker.py")
 FAKES: dict[str, tuple[Callable[[], FakeService], str, list[str]]] = {
     # profile: (the fake, the effect's name in the recipe, the receipt fields)
     "stripe": (lambda: StripeFake(index_lag=True), "charge", ["id", "amount", "status"]),

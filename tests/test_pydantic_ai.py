@@ -1,18 +1,18 @@
 """Pydantic AI agents killed with SIGKILL while a tool's payment is in flight, then run again.
 
-One child process (tests/pydantic_ai_agents.py, Pydantic AI's ``FunctionModel``) makes six agent
-runs at once, each paying a service of its own: for a service that deduplicates on the key, one
-that can be asked by key and one that can do neither, one run whose tool goes through intentlog and
-one whose plain tool does not. It is killed once all six services applied their payment and before
-any tool's answer was recorded. The runs are then made again: without a durable backend by running
-the same ``run_id`` again, as a user would; under DBOS (on PostgreSQL) by a new process whose
-``DBOS.launch()`` recovers the workflows, as DBOS does; under Temporal (the session's dev server)
-by a new worker process, on which Temporal retries the tool's activity once the dead worker's
-heartbeats stopped and replays the workflow; under Prefect (the session's server) all six runs are
-one flow run, which is marked Crashed, as Prefect's worker does for a dead process, and run again
-by ``prefect flow-run retry``. Every count comes from the ReferenceService's own record of what it
-applied. The ``plain`` runs are the control: killed at the same moment, the same agents with a tool
-that does not go through intentlog pay twice, whatever the service can do.
+One child process (tests/support/pydantic_ai_agents.py, Pydantic AI's ``FunctionModel``) makes six
+agent runs at once, each paying a service of its own: for a service that deduplicates on the key,
+one that can be asked by key and one that can do neither, one run whose tool goes through intentlog
+and one whose plain tool does not. It is killed once all six services applied their payment and
+before any tool's answer was recorded. The runs are then made again: without a durable backend by
+running the same ``run_id`` again, as a user would; under DBOS (on PostgreSQL) by a new process
+whose ``DBOS.launch()`` recovers the workflows, as DBOS does; under Temporal (the session's dev
+server) by a new worker process, on which Temporal retries the tool's activity once the dead
+worker's heartbeats stopped and replays the workflow; under Prefect (the session's server) all six
+runs are one flow run, which is marked Crashed, as Prefect's worker does for a dead process, and run
+again by ``prefect flow-run retry``. Every count comes from the ReferenceService's own record of
+what it applied. The ``plain`` runs are the control: killed at the same moment, the same agents with
+a tool that does not go through intentlog pay twice, whatever the service can do.
 """
 
 from __future__ import annotations
@@ -37,8 +37,9 @@ from intentlog.integrations.kernel import Attempt
 from intentlog.testing import ReferenceService
 
 HERE = Path(__file__).parent
-AGENT = HERE / "pydantic_ai_agents.py"
-PREFECT_FLOW = f"{HERE / 'pydantic_ai_prefect.py'}:pay_orders"
+SUPPORT = HERE / "support"
+AGENT = SUPPORT / "pydantic_ai_agents.py"
+PREFECT_FLOW = f"{SUPPORT / 'pydantic_ai_prefect.py'}:pay_orders"
 MODES = ("dedupe", "lookup", "neither")
 
 
@@ -131,8 +132,8 @@ class Orders:
     ]
 )
 def orders(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Orders]:
-    # The children import this tree's intentlog and the agents module beside this file.
-    path = [str(HERE), str(HERE.parent / "src"), os.environ.get("PYTHONPATH", "")]
+    # The children import this tree's intentlog and the agents module of tests/support.
+    path = [str(SUPPORT), str(HERE.parent / "src"), os.environ.get("PYTHONPATH", "")]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, path))}
     env.pop("INTENTLOG_CRASH", None)
     env["INTENTLOG_URL"] = str(tmp_path / "journal.db")

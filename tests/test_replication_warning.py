@@ -74,7 +74,7 @@ def journal_url(pg_url: str) -> str:
 def test_check_says_it_for_a_journal_on_a_server_without_a_standby(
     journal_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    monkeypatch.syspath_prepend(str(Path(__file__).parent / "support"))
     args = ["--db", journal_url, "check", "--effects", "failover_app:EFFECTS"]
     args += ["--restart-within", "1m"]
     result = CliRunner().invoke(cli, args)

@@ -5,7 +5,7 @@ intentlog once.
 One Restate server (the npm package ``@restatedev/restate-server``, installed in tests/restate by
 ``npm ci``, which scripts/check runs) serves the whole test session, on ports it picks itself on
 127.0.0.1 and reports in its log. Each test registers its own service (a unique name) served by
-tests/restate_app.py, in a child process listening on a socket this test holds open, so the
+tests/support/restate_app.py, in a child process listening on a socket this test holds open, so the
 replacement process answers where Restate retries. Every count comes from the service's own
 record of what it applied (``ReferenceService.applied()``), never from the journal.
 """
@@ -36,13 +36,14 @@ from engine_servers import resolve_confirmed
 from intentlog.testing import ReferenceService
 
 HERE = Path(__file__).parent
+SUPPORT = HERE / "support"
 # The npm package's platform binary itself (its bin/ entry is a node script that starts it):
 # one process to stop, and no node in between.
 SERVER = next(
     iter(sorted(HERE.glob("restate/node_modules/@restatedev/restate-server-*/bin/restate-server"))),
     HERE / "restate" / "node_modules" / ".bin" / "restate-server",
 )
-APP = HERE / "restate_app.py"
+APP = SUPPORT / "restate_app.py"
 CALL = {"amount": 500, "to": "bob"}
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -168,7 +169,7 @@ def restate_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Restate
 
 
 class Worker:
-    """tests/restate_app.py serving one service on a socket this object keeps listening."""
+    """tests/support/restate_app.py serving one service on a socket this object keeps listening."""
 
     def __init__(self, directory: Path, service: ReferenceService, kind: str) -> None:
         self.name = f"Orders{uuid.uuid4().hex[:12]}"
@@ -178,7 +179,7 @@ class Worker:
         self.process: subprocess.Popen[str] | None = None
 
     def start(self, crash: bool = False) -> subprocess.Popen[str]:
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path])}
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SUPPORT), *sys.path])}
         env.pop("INTENTLOG_CRASH", None)
         env.pop("FRAMEWORK_KILL", None)
         if crash and self.kind == "plain":

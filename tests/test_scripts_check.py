@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.terminal import on_a_terminal
+from tests.support.terminal import on_a_terminal
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,4 +1,5 @@
-"""tests/session_cache.py: a value the workers of a test session compute once between them."""
+"""tests/support/session_cache.py: a value the workers of a test session compute once between
+them."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from tests.session_cache import once
+from tests.support.session_cache import once
 
 
 def test_the_first_caller_computes_and_the_others_wait_for_its_value(tmp_path: Path) -> None:

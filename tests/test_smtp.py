@@ -26,7 +26,7 @@ import intentlog
 from engine_servers import free_port
 from intentlog import profiles
 
-HERE = Path(__file__).parent
+SUPPORT = Path(__file__).parent / "support"
 
 
 @dataclasses.dataclass
@@ -261,7 +261,7 @@ def test_bad_mail_and_settings(tmp_path: Path, smtp_server: Server) -> None:
 def worker(
     journal: Path, server: Server, crash: str | None = None
 ) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(HERE)}
+    env = {**os.environ, "PYTHONPATH": str(SUPPORT)}
     env.pop("INTENTLOG_CRASH", None)
     if crash:
         env["INTENTLOG_CRASH"] = crash
@@ -273,7 +273,7 @@ def worker(
     return subprocess.run(
         [
             sys.executable,
-            str(HERE / "service_workers.py"),
+            str(SUPPORT / "service_workers.py"),
             "smtp",
             str(journal),
             json.dumps(config),

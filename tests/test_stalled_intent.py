@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-HERE = Path(__file__).parent
+SUPPORT = Path(__file__).parent / "support"
 STALL = 3.5  # how long the other process holds the journal's lock (longer than the deadline)
 LANDS_AFTER = 1.2  # the service applies a request this long after it arrives (< the deadline)
 
@@ -105,12 +105,12 @@ with psycopg.connect(url) as conn:
 
 
 def child(url: str, port: int, *args: str, crash: str | None = None) -> subprocess.Popen[str]:
-    env = {**os.environ, "PYTHONPATH": str(HERE)}
+    env = {**os.environ, "PYTHONPATH": str(SUPPORT)}
     env.pop("INTENTLOG_CRASH", None)
     if crash:
         env["INTENTLOG_CRASH"] = crash
     return subprocess.Popen(
-        [sys.executable, str(HERE / "stall_child.py"), url, str(port), *args],
+        [sys.executable, str(SUPPORT / "stall_child.py"), url, str(port), *args],
         env=env,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,

@@ -2,8 +2,8 @@
 
 The Temporal server (``temporal server start-dev``) is shared by the session (the
 ``temporal_server`` fixture). The ``Order`` workflow runs in this process; its activities run in
-child worker processes (tests/temporal_flows.py) that are killed while a payment is in flight,
-after the reference service applied it. Temporal notices the dead worker through the missed
+child worker processes (tests/support/temporal_flows.py) that are killed while a payment is in
+flight, after the reference service applied it. Temporal notices the dead worker through the missed
 heartbeat and retries the activity on a new worker. Every count comes from the service's own
 record. Without intentlog (``pay_plain``, an activity that sends a fresh key per attempt) the
 retry pays again; through ``intentlog.integrations.temporal.run_effect`` it does not.
@@ -43,8 +43,8 @@ from temporal_flows import Order, OrderInput, Payments
 # and the SIGKILL tests do not compete with each other for the CPU.
 pytestmark = pytest.mark.xdist_group("temporal")
 
-HERE = Path(__file__).parent
-FLOWS = HERE / "temporal_flows.py"
+SUPPORT = Path(__file__).parent / "support"
+FLOWS = SUPPORT / "temporal_flows.py"
 WAIT = 90.0  # seconds: the bound on any one workflow here, far above what it needs
 
 
@@ -70,7 +70,7 @@ class ActivityWorker:
         self.gate = gate
         if gate is not None:
             env["TEMPORAL_GATE"] = str(gate)
-        path = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
+        path = os.pathsep.join(filter(None, [str(SUPPORT), os.environ.get("PYTHONPATH")]))
         child_env = {**os.environ, "PYTHONPATH": path, **env}
         for name in ("INTENTLOG_CRASH", "TEMPORAL_KILL", "TEMPORAL_GATE"):
             if name not in env:

@@ -18,7 +18,7 @@ import pytest
 import intentlog
 from intentlog.testing import ReferenceService, payment_effect
 
-HERE = Path(__file__).parent
+SUPPORT = Path(__file__).parent / "support"
 
 
 @pytest.fixture
@@ -109,7 +109,7 @@ def test_a_failing_task_is_retried_later_with_backoff(tmp_path: Path) -> None:
 
 
 def worker_env(service: ReferenceService, tmp_path: Path, url: str) -> dict[str, str]:
-    env = {**os.environ, "PYTHONPATH": str(HERE), "INTENTLOG_URL": url}
+    env = {**os.environ, "PYTHONPATH": str(SUPPORT), "INTENTLOG_URL": url}
     env.update(
         INTENTLOG_TEST_SERVICE=service.url,
         INTENTLOG_TEST_MODE="both",

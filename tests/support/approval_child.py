@@ -3,7 +3,7 @@
     python approval_child.py JOURNAL REMOTE KIND AMOUNT
 
 Runs task "order-1": one refund of AMOUNT through an effect declared with approval=True,
-over the test service in REMOTE (tests/remote.py, its own SQLite file: the service's record
+over the test service in REMOTE (tests/support/remote.py, its own SQLite file: the service's record
 of what it applied). Prints one JSON line and exits with: 0 sent, or its receipt replayed;
 3 OutcomeUnknown (UNRESOLVED); 6 TaskBusy; 7 ApprovalRequired; 8 Rejected (denied). Crash
 points are armed by INTENTLOG_CRASH in the environment.

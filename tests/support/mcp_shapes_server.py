@@ -2,14 +2,14 @@
 read-only lookup each, for the tests of what a call answered from the journal reaches the
 agent as.
 
-    python tests/mcp_shapes_server.py --ledger PATH
+    python tests/support/mcp_shapes_server.py --ledger PATH
 
 Newline-delimited JSON-RPC on stdin and stdout, written out by hand so that a tool may
 declare what a revision allows and the SDK's server would not build: an ``outputSchema``
 whose root is an array (2026-07-28 lets structured content be any JSON value). It answers
 ``initialize`` in the revision the client asks for (2024-11-05 to 2025-11-25) and takes
 2026-07-28 requests, which carry their revision in ``_meta``, as they come. What it applied
-is recorded in the ledger of ``tests/mcp_ledger_server.py`` (read with its ``ledger_rows``).
+is recorded in the ledger of ``tests/support/mcp_ledger_server.py`` (read with its ``ledger_rows``).
 
 - ``tag(name, tag)``: tags a name; its result is ``{"name": ..., "tag": ...}`` (an object
   schema, no other property allowed). ``find_tag(name)`` (read-only): ``{"tag": <that

@@ -6,7 +6,7 @@ Runs task "order-1" with a function decorated with ``@intentlog.journaled``, cal
 plain function under ``with journal.task("order-1")`` (MODE "sync") or awaited under ``async
 with`` on an asyncio journal (MODE "async"): one charge of 500, then completion; prints the
 receipt as JSON. KIND is the service's: "reconcilable", "dedupe", "both" or "neither"
-(tests/remote.py, whose own record counts what was applied). Exit codes: 0 done, 3
+(tests/support/remote.py, whose own record counts what was applied). Exit codes: 0 done, 3
 OutcomeUnknown. Crash points are armed by INTENTLOG_CRASH in the environment.
 """
 

@@ -7,8 +7,8 @@ from this checkout (editable, so the env runs the code under test). The tests ru
 scenarios in child processes with that env's Python, which is also what a SIGKILL test needs.
 
 An env is made once and reused; it is made again when its requirements file changes (a stamp
-holds the file's digest). ``python -m tests.framework_envs`` makes every env that is missing or
-stale (``scripts/check`` runs it before the tests); :func:`python_for` does the same for one env
+holds the file's digest). ``python -m tests.support.framework_envs`` makes every env that is missing
+or stale (``scripts/check`` runs it before the tests); :func:`python_for` does the same for one env
 on first use, under a file lock, so parallel test workers build it once.
 """
 
@@ -21,7 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SPECS = ROOT / "tests" / "envs"
 ENVS = ROOT / ".framework-envs"
 

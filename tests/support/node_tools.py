@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-NODE_DIR = Path(__file__).resolve().parent / "node"
+NODE_DIR = Path(__file__).resolve().parents[1] / "node"
 NODE = NODE_DIR / "node_modules" / ".bin" / "node"
 CONFORMANCE = (
     NODE_DIR / "node_modules" / "@modelcontextprotocol" / "conformance" / "dist" / "index.js"

@@ -1,7 +1,7 @@
 """A Prefect flow that pays in a task, run by tests/test_prefect.py (and killed there).
 
     python prefect_app.py            runs the flow ``order`` once, as a new flow run
-    prefect flow-run retry ID --entrypoint tests/prefect_app.py:order
+    prefect flow-run retry ID --entrypoint tests/support/prefect_app.py:order
                                      runs flow run ID again, under its id (Prefect's retry)
 
 Configured by the environment: ``ORDER_DIR`` (the journal, the flow run's id in ``flow_run``
@@ -25,7 +25,7 @@ from typing import Any
 from prefect import flow, task
 from prefect.runtime import flow_run
 
-import framework_agents  # tests/ is on the child's PYTHONPATH
+import framework_agents  # tests/support is on the child's PYTHONPATH
 import intentlog
 from intentlog.integrations import prefect as intentlog_prefect
 from intentlog.testing import payment_effect

@@ -1,7 +1,7 @@
 """A real MCP server, written with the MCP SDK's MCPServer, whose write tools are journaled by
 ``intentlog.integrations.mcp_server.durable_tool`` and record what they apply in a ledger.
 
-    python tests/mcp_journaled_server.py --ledger PATH [--http HOST:PORT] [--ready-file F]
+    python tests/support/mcp_journaled_server.py --ledger PATH [--http HOST:PORT] [--ready-file F]
 
 The journal is ``$INTENTLOG_URL`` (``$JOURNAL_MAX_WAIT``: its ``max_wait``, default 60 s).
 Over stdio by default; ``--http`` and ``--ready-file`` as in ``mcp_ledger_server.py``. The

@@ -1,8 +1,8 @@
 """A real MCP server of the 2026-07-28 revision (the MCP SDK's), whose tools change a ledger.
 
-    python tests/mcp_revision_server.py --ledger PATH [--http HOST:PORT] [--ready-file F]
+    python tests/support/mcp_revision_server.py --ledger PATH [--http HOST:PORT] [--ready-file F]
 
-It records what it applied in the same SQLite ledger as ``tests/mcp_ledger_server.py`` (read
+It records what it applied in the same SQLite ledger as ``tests/support/mcp_ledger_server.py`` (read
 with its ``ledger_rows``), so a test counts what the server really applied. Its tools use what
 the revision added:
 

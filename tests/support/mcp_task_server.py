@@ -1,11 +1,11 @@
 """A hand-written MCP server of the 2025-11-25 revision, over stdio, with task-augmented calls.
 
-    python tests/mcp_task_server.py --ledger PATH
+    python tests/support/mcp_task_server.py --ledger PATH
 
 Newline-delimited JSON-RPC on stdin and stdout, written out by hand so that a test controls
 every byte a server of that revision may send: tasks, and the error codes later revisions
-define. It records what it applied in the ledger of ``tests/mcp_ledger_server.py`` (read with
-its ``ledger_rows``); its tasks live in that file too, so a server started again (the new
+define. It records what it applied in the ledger of ``tests/support/mcp_ledger_server.py`` (read
+with its ``ledger_rows``); its tasks live in that file too, so a server started again (the new
 child of a restarted proxy) still knows the tasks an earlier one created.
 
 - ``export(report)``: a write that supports tasks (``execution.taskSupport: "optional"``).

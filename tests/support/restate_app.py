@@ -27,7 +27,7 @@ from typing import Any
 import restate
 import uvicorn
 
-import framework_agents  # tests/ is on the child's PYTHONPATH
+import framework_agents  # tests/support is on the child's PYTHONPATH
 import intentlog
 from intentlog.integrations import restate as intentlog_restate
 from intentlog.testing import payment_effect

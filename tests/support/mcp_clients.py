@@ -32,8 +32,8 @@ from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 from mcp_types import CallToolResult, RequestId
 
-ROOT = Path(__file__).resolve().parent.parent
-SERVER = str(ROOT / "tests" / "mcp_ledger_server.py")
+ROOT = Path(__file__).resolve().parents[2]
+SERVER = str(ROOT / "tests" / "support" / "mcp_ledger_server.py")
 INIT = {
     "protocolVersion": "2025-11-25",
     "capabilities": {},

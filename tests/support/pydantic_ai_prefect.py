@@ -1,7 +1,8 @@
-"""The Prefect flow of tests/pydantic_ai_agents.py: every agent run of the process in one flow run.
+"""The Prefect flow of tests/support/pydantic_ai_agents.py: every agent run of the process in one
+flow run.
 
     python pydantic_ai_agents.py prefect RUNS_JSON    a new flow run of ``pay_orders``
-    prefect flow-run retry ID --entrypoint tests/pydantic_ai_prefect.py:pay_orders
+    prefect flow-run retry ID --entrypoint tests/support/pydantic_ai_prefect.py:pay_orders
                                                       Prefect runs flow run ID again, under its id,
                                                       with the parameters it recorded (RUNS_JSON)
 

@@ -11,11 +11,11 @@ is ``journaled`` (the tool goes through intentlog, journal at ``INTENTLOG_URL``)
 - ``dbos``: each run inside a DBOS workflow on PostgreSQL (``INTENTLOG_TEST_DBOS_URL``,
   ``INTENTLOG_TEST_DBOS_SCHEMA``); a second process recovers the pending workflows, as a
   restarted DBOS application does;
-- ``temporal``: each run in a workflow of tests/pydantic_ai_temporal.py, the workflows and the
-  agents' activities on a worker in this process (server ``INTENTLOG_TEST_TEMPORAL``, queue
+- ``temporal``: each run in a workflow of tests/support/pydantic_ai_temporal.py, the workflows and
+  the agents' activities on a worker in this process (server ``INTENTLOG_TEST_TEMPORAL``, queue
   ``INTENTLOG_TEST_TEMPORAL_QUEUE``); a second process is the new worker on which Temporal
   retries the tool's activity;
-- ``prefect``: all the runs in one flow run of tests/pydantic_ai_prefect.py (server
+- ``prefect``: all the runs in one flow run of tests/support/pydantic_ai_prefect.py (server
   ``PREFECT_API_URL``); after the kill, ``prefect flow-run retry`` runs that flow run again.
 
 The model is Pydantic AI's ``FunctionModel``: it asks for one payment of 500 to bob, then

@@ -19,7 +19,7 @@ from typing import Any
 import intentlog
 from intentlog.testing import ServiceInfo
 
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "integrations.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "integrations.md"
 
 
 def http_effects(service: ServiceInfo, *, is_async: bool = False) -> list[intentlog.Effect]:

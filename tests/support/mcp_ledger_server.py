@@ -1,6 +1,6 @@
 """A real MCP server, written with the MCP SDK, whose tools change a SQLite ledger.
 
-    python tests/mcp_ledger_server.py --ledger PATH [--http HOST:PORT] [--ready-file F]
+    python tests/support/mcp_ledger_server.py --ledger PATH [--http HOST:PORT] [--ready-file F]
 
 Over stdio by default; with ``--http``, streamable HTTP at ``http://HOST:PORT/mcp`` (port 0:
 any free one). With ``--ready-file``, in HTTP mode the URL is written to that file (atomically:

@@ -2,7 +2,7 @@
 resources and prompts the suite's server scenarios call, by the names and with the answers
 they check.
 
-    python tests/mcp_everything_server.py [--http HOST:PORT --ready-file F]
+    python tests/support/mcp_everything_server.py [--http HOST:PORT --ready-file F]
 
 Over stdio by default (for ``intentlog mcp -- CMD``); with ``--http``, streamable HTTP at
 ``http://HOST:PORT/mcp`` (port 0: any free one), the URL written atomically to the ready

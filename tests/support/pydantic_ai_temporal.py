@@ -1,4 +1,4 @@
-"""The Temporal workflow of tests/pydantic_ai_agents.py: one agent run per workflow.
+"""The Temporal workflow of tests/support/pydantic_ai_agents.py: one agent run per workflow.
 
 Temporal wants workflow classes at a module's top level; the agents are built at run time (around
 the journal and the services' URLs), so the workflow finds its agent in :data:`AGENTS` by index.

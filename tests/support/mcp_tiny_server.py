@@ -1,7 +1,7 @@
 """A small MCP server over stdio in the standard library only, so that hundreds of them can
 run at once (the listener tests open a session, and so a server process, per agent).
 
-    python tests/mcp_tiny_server.py --ledger PATH
+    python tests/support/mcp_tiny_server.py --ledger PATH
 
 It answers ``initialize``, ``ping``, ``tools/list`` and ``tools/call`` of one write tool,
 ``note(text)``, which appends a line to the ledger file (so a test counts what was applied)

@@ -1,7 +1,7 @@
 """A real MCP server (the MCP SDK) whose tools take arrays and write files, shaped like the
 reference servers server-memory and server-filesystem, for the proxy's lookup tests.
 
-    python tests/mcp_entities_server.py --ledger PATH --root DIR
+    python tests/support/mcp_entities_server.py --ledger PATH --root DIR
 
 - ``create_entities(entities)``: every call inserts each entity as a new row of the SQLite
   ledger (it does not deduplicate), as server-memory's tool of that name takes a list.
