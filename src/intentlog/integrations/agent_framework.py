@@ -80,7 +80,8 @@ from intentlog._errors import ApprovalRequired, Error, InvalidInput, Rejected
 from intentlog._journal import Journal
 from intentlog._service import Retention
 from intentlog._verbs import checked_actor
-from intentlog.integrations._face import present
+from intentlog.integrations._face import stand_in, without
+from intentlog.integrations._given import key_use, no_options
 from intentlog.integrations.kernel import (
     KEY_ARG,
     TaskHandles,
@@ -88,13 +89,11 @@ from intentlog.integrations.kernel import (
     ToolSpec,
     answer_approval,
     attempt,
-    check_key_use,
     handles,
     invoke,
     need,
     refusal_answer,
     sync_journal,
-    takes_key,
     tool_effect,
 )
 
@@ -384,12 +383,7 @@ def durable_tool(
         description = description if description is not None else fn.description
         fn = fn.func
     if isinstance(fn, Effect):
-        if options.given():
-            declared = ", ".join(sorted(options.given()))
-            raise InvalidInput(
-                f"effect {fn.name!r} already declares {declared}: set them on the Effect, not on "
-                "durable_tool"
-            )
+        no_options(fn, options)
         tool_name = name or fn.name
         params = list(inspect.signature(fn.submit).parameters.values())
         if any(p.kind is p.VAR_KEYWORD for p in params):
@@ -401,8 +395,7 @@ def durable_tool(
         spec = ToolSpec(tool_name, _text(description, fn.submit), model, fn, spread=True)
     elif callable(fn):
         tool_name = name or str(getattr(fn, "__name__", ""))
-        has_key = takes_key(fn, key_arg)
-        check_key_use(tool_name, has_key, key_arg, options)
+        has_key = key_use(tool_name, fn, key_arg, options)
         model = _input_model(_without(fn, key_arg) if has_key else fn, tool_name)
         function = fn
 
@@ -496,16 +489,4 @@ def _text(description: str | None, fn: Callable[..., Any]) -> str:
 
 def _without(fn: Callable[..., Any], param: str) -> Callable[..., Any]:
     """A stand-in for ``fn`` whose signature lacks ``param``, for deriving the input model."""
-    signature = inspect.signature(fn)
-
-    def stand_in(*args: Any, **kwargs: Any) -> Any:  # pragma: no cover - never called
-        raise AssertionError("schema stand-in")
-
-    kept = [p for p in signature.parameters.values() if p.name != param]
-    present(stand_in, signature=signature.replace(parameters=kept))
-    stand_in.__annotations__ = {k: v for k, v in fn.__annotations__.items() if k != param}
-    present(stand_in, wrapped=fn)  # get_type_hints finds fn's globals
-    stand_in.__name__ = getattr(fn, "__name__", "tool")
-    stand_in.__doc__ = fn.__doc__
-    stand_in.__module__ = fn.__module__
-    return stand_in
+    return stand_in(fn, *without(fn, param))

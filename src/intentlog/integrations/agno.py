@@ -69,18 +69,17 @@ from intentlog._effect import Effect, ReceiptSelector, Reconcile, Seconds
 from intentlog._errors import Error, InvalidInput
 from intentlog._journal import Journal
 from intentlog._service import Retention
-from intentlog.integrations._face import present
+from intentlog.integrations._face import context_first, present
+from intentlog.integrations._given import key_use, no_options, plain
 from intentlog.integrations.kernel import (
     KEY_ARG,
     Attempt,
     ToolOptions,
     ToolSpec,
     attempt,
-    check_key_use,
     handles,
     need,
     sync_journal,
-    takes_key,
     tool_effect,
 )
 from intentlog.integrations.kernel import invoke as kernel_invoke
@@ -127,11 +126,7 @@ def durable_tool(
     sync = sync_journal(journal)
     options = ToolOptions(idempotent, key_retention, reconcile, timeout, lookup_lag, receipt)
     if isinstance(fn, Effect):
-        if options.given():
-            raise InvalidInput(
-                f"effect {fn.name!r} already declares {', '.join(sorted(options.given()))}: set "
-                "them on the Effect, not on durable_tool"
-            )
+        no_options(fn, options)
         tool_name = name or fn.name
         params = list(inspect.signature(fn.submit).parameters.values())
         if any(p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL) for p in params):
@@ -143,13 +138,9 @@ def durable_tool(
         spec = ToolSpec(tool_name, description or "", None, fn, spread=True)
     elif callable(fn):
         tool_name = name or str(getattr(fn, "__name__", ""))
-        if inspect.iscoroutinefunction(fn):
-            raise InvalidInput(
-                f"tool {tool_name!r}: give durable_tool a plain (sync) function; Agno runs it in "
-                "a worker thread under arun, inside the journal's task.run"
-            )
-        has_key = takes_key(fn, key_arg)
-        check_key_use(tool_name, has_key, key_arg, options)
+        why = "Agno runs it in a worker thread under arun, inside the journal's task.run"
+        plain(tool_name, fn, why)
+        has_key = key_use(tool_name, fn, key_arg, options)
         visible = _model_facing(fn, key_arg if has_key else "", tool_name)
         # The arguments crossed the journal as JSON: validate_call gives fn the types it declares.
         typed = validate_call(fn)
@@ -279,24 +270,7 @@ def _model_facing(fn: Callable[..., Any], hidden: str, tool_name: str) -> Callab
     schema Agno derives (never called)."""
     from agno.run import RunContext
 
-    signature = inspect.signature(fn)
-    params = [p for p in signature.parameters.values() if p.name != hidden]
-    if any(p.name == _CONTEXT for p in params):
-        raise InvalidInput(
-            f"tool {tool_name!r}: a durable tool's function cannot take {_CONTEXT!r}"
-        )
     context = inspect.Parameter(
         _CONTEXT, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=RunContext
     )
-
-    def proxy(*args: Any, **kwargs: Any) -> Any:  # pragma: no cover - never called
-        raise AssertionError("schema stand-in")
-
-    shown = signature.replace(parameters=[context, *params], return_annotation=Any)
-    present(proxy, signature=shown)
-    hints = {k: v for k, v in getattr(fn, "__annotations__", {}).items() if k != hidden}
-    proxy.__annotations__ = {_CONTEXT: RunContext, **hints, "return": Any}
-    present(proxy, wrapped=fn)  # get_type_hints finds fn's globals
-    proxy.__doc__ = fn.__doc__
-    proxy.__module__ = getattr(fn, "__module__", __name__)
-    return proxy
+    return context_first(fn, hidden, tool_name, context, RunContext)

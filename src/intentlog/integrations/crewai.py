@@ -38,7 +38,6 @@ URL that this process gave to ``durable_tool`` (or :func:`use_journal`), else op
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -47,13 +46,12 @@ from intentlog._effect import Effect, Reconcile, Seconds
 from intentlog._errors import InvalidInput
 from intentlog._journal import Journal
 from intentlog._service import Retention
+from intentlog.integrations._given import key_use, plain
 from intentlog.integrations.kernel import (
     KEY_ARG,
     ToolOptions,
-    check_key_use,
     need,
     sync_journal,
-    takes_key,
 )
 
 if TYPE_CHECKING:
@@ -96,8 +94,7 @@ def durable_tool(
     tool_name = name or str(getattr(fn, "__name__", ""))
     if not tool_name or tool_name == "<lambda>":
         raise InvalidInput(f"durable_tool needs a named function or name=, got {fn!r}")
-    if inspect.iscoroutinefunction(fn):
-        raise InvalidInput(f"tool {tool_name!r}: give durable_tool a plain (sync) function")
+    plain(tool_name, fn)
     options = ToolOptions(
         idempotent=idempotent,
         key_retention=key_retention,
@@ -106,7 +103,7 @@ def durable_tool(
         lookup_lag=lookup_lag,
         receipt=receipt,
     )
-    check_key_use(tool_name, takes_key(fn, key_arg), key_arg, options)
+    key_use(tool_name, fn, key_arg, options)
     register(sync)
     tool: BaseTool = DurableTool(
         name=tool_name,

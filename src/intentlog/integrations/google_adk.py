@@ -77,20 +77,19 @@ from intentlog._errors import ApprovalRequired, InvalidInput, Rejected
 from intentlog._journal import Journal
 from intentlog._service import Retention
 from intentlog._verbs import checked_actor
-from intentlog.integrations._face import present
+from intentlog.integrations._face import present, stand_in, without
+from intentlog.integrations._given import key_use, no_options, plain
 from intentlog.integrations.kernel import (
     KEY_ARG,
     ToolOptions,
     ToolSpec,
     answer_approval,
     attempt,
-    check_key_use,
     handles,
     invoke,
     need,
     refusal_answer,
     sync_journal,
-    takes_key,
     tool_effect,
 )
 
@@ -148,25 +147,15 @@ def durable_tool(
     if approval is not None and type(approval) is not bool:
         raise InvalidInput(f"approval must be True or False, got {approval!r}")
     if isinstance(fn, Effect):
-        if options.given():
-            declared = ", ".join(sorted(options.given()))
-            raise InvalidInput(
-                f"effect {fn.name!r} already declares {declared}: set them on the Effect, not on "
-                "durable_tool"
-            )
+        no_options(fn, options)
         tool_name = name or fn.name
         first = next(iter(inspect.signature(fn.submit).parameters), "")
         visible = _visible(fn.submit, first, tool_name)
         spec = ToolSpec(tool_name, description or "", None, fn, spread=True)
     elif callable(fn):
         tool_name = name or str(getattr(fn, "__name__", ""))
-        if inspect.iscoroutinefunction(fn):
-            raise InvalidInput(
-                f"tool {tool_name!r}: give durable_tool a plain (sync) function; it runs in a "
-                "worker thread, inside the journal's task.run"
-            )
-        has_key = takes_key(fn, key_arg)
-        check_key_use(tool_name, has_key, key_arg, options)
+        plain(tool_name, fn, "it runs in a worker thread, inside the journal's task.run")
+        has_key = key_use(tool_name, fn, key_arg, options)
         visible = _visible(fn, key_arg if has_key else "", tool_name)
         typed = _validator(visible)
         send = fn
@@ -317,8 +306,8 @@ class _Failures:
 def _visible(fn: Callable[..., Any], hidden: str, tool_name: str) -> Callable[..., Any]:
     """A stand-in for ``fn`` without its ``hidden`` parameter, with resolved type hints, for the
     declaration ADK derives and the validation of the arguments (never called)."""
-    signature = inspect.signature(fn)
-    params = [p for p in signature.parameters.values() if p.name != hidden]
+    signature, _ = without(fn, hidden)
+    params = list(signature.parameters.values())
     for param in params:
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             raise InvalidInput(
@@ -335,13 +324,7 @@ def _visible(fn: Callable[..., Any], hidden: str, tool_name: str) -> Callable[..
     except (NameError, TypeError) as exc:
         raise InvalidInput(f"tool {tool_name!r}: its type hints cannot be resolved: {exc}") from exc
 
-    def proxy(*args: Any, **kwargs: Any) -> Any:  # pragma: no cover - never called
-        raise AssertionError("schema stand-in")
-
-    present(proxy, signature=signature.replace(parameters=params))
-    proxy.__annotations__ = {p.name: hints[p.name] for p in params if p.name in hints}
-    proxy.__doc__ = fn.__doc__
-    return proxy
+    return stand_in(fn, signature, {p.name: hints[p.name] for p in params if p.name in hints})
 
 
 def _validator(visible: Callable[..., Any]) -> Callable[[dict[str, Any]], dict[str, Any]]:

@@ -50,6 +50,7 @@ from intentlog._journal import Journal
 from intentlog._model import JSON
 from intentlog._service import Retention
 from intentlog._verbs import default_actor
+from intentlog.integrations._given import key_use, no_options
 from intentlog.integrations.kernel import (
     KEY_ARG,
     AlreadyDone,
@@ -63,7 +64,6 @@ from intentlog.integrations.kernel import (
     need,
     refusal_answer,
     sync_journal,
-    takes_key,
     tool_effect,
 )
 
@@ -280,8 +280,7 @@ def _from_function(
     key_arg: str,
 ) -> ToolSpec:
     tool_name: str = name or str(getattr(fn, "__name__", ""))
-    has_key = takes_key(fn, key_arg)
-    check_key_use(tool_name, has_key, key_arg, options)
+    has_key = key_use(tool_name, fn, key_arg, options)
     if schema is None:
         from langchain_core.tools import create_schema_from_function
 
@@ -333,12 +332,7 @@ def _from_tool(
 def _from_effect(
     effect: Effect, name: str | None, description: str | None, schema: Any, options: ToolOptions
 ) -> ToolSpec:
-    if options.given():
-        declared = ", ".join(sorted(options.given()))
-        raise InvalidInput(
-            f"effect {effect.name!r} already declares {declared}: set them on "
-            "the Effect, not on durable_tool"
-        )
+    no_options(effect, options)
     params = list(inspect.signature(effect.submit).parameters.values())
     if schema is None:
         if any(p.kind is p.VAR_KEYWORD for p in params):

@@ -86,16 +86,15 @@ from intentlog._model import JSON
 from intentlog._service import Retention
 from intentlog.integrations import _mcp_answers as answers
 from intentlog.integrations._face import present
+from intentlog.integrations._given import key_use
 from intentlog.integrations._mcp_identity import client_key, key_task, meta_task, session_task
 from intentlog.integrations.kernel import (
     KEY_ARG,
     ToolOptions,
     ToolSpec,
-    check_key_use,
     handles,
     need,
     sync_journal,
-    takes_key,
     tool_effect,
 )
 
@@ -211,8 +210,7 @@ class _Tool:
         self.task_rule = task_id
         self.signature = inspect.signature(fn, eval_str=True)  # MCPServer reads real types
         params = self.signature.parameters
-        self.has_key = takes_key(fn, key_arg)
-        check_key_use(self.name, self.has_key, key_arg, options)
+        self.has_key = key_use(self.name, fn, key_arg, options)
         if CONTEXT_ARG in params:
             raise InvalidInput(f"tool {self.name!r}: a parameter may not be named {CONTEXT_ARG!r}")
         if returns_input_required(fn) or find_resolved_parameters(fn):

@@ -57,7 +57,8 @@ from intentlog._journal import Journal
 from intentlog._model import Operation, State
 from intentlog._service import Retention
 from intentlog._verbs import default_actor
-from intentlog.integrations._face import present
+from intentlog.integrations._face import stand_in, without
+from intentlog.integrations._given import key_use, no_options
 from intentlog.integrations.kernel import (
     KEY_ARG,
     AlreadyDone,
@@ -68,13 +69,11 @@ from intentlog.integrations.kernel import (
     answer_approval,
     attempt,
     call_tool,
-    check_key_use,
     handles,
     invoke,
     need,
     refusal_answer,
     sync_journal,
-    takes_key,
     tool_effect,
 )
 
@@ -129,22 +128,16 @@ def durable_function_tool(
         idempotent, key_retention, reconcile, timeout, lookup_lag, receipt, approval
     )
     if isinstance(fn, Effect):
-        if options.given():
-            declared = ", ".join(sorted(options.given()))
-            raise InvalidInput(
-                f"effect {fn.name!r} already declares {declared}: set them on "
-                "the Effect, not on durable_function_tool"
-            )
+        no_options(fn, options, "durable_function_tool")
         tool_name = name or fn.name
-        stand_in = _submit_stand_in(fn, args_schema)
-        schema = _schema(stand_in, tool_name, description, args_schema, strict_json_schema)
+        facing = _submit_stand_in(fn, args_schema)
+        schema = _schema(facing, tool_name, description, args_schema, strict_json_schema)
         spec = ToolSpec(tool_name, schema.description or "", schema, fn, spread=True)
     elif callable(fn):
         tool_name = name or str(getattr(fn, "__name__", ""))
-        has_key = takes_key(fn, key_arg)
-        check_key_use(tool_name, has_key, key_arg, options)
-        stand_in = _without(fn, key_arg) if has_key else fn
-        schema = _schema(stand_in, tool_name, description, args_schema, strict_json_schema)
+        has_key = key_use(tool_name, fn, key_arg, options)
+        facing = _without(fn, key_arg) if has_key else fn
+        schema = _schema(facing, tool_name, description, args_schema, strict_json_schema)
 
         def call(key: str, args: dict[str, Any]) -> Any:
             validated = schema.params_pydantic_model.model_validate(args)
@@ -458,17 +451,4 @@ def _submit_stand_in(effect: Effect, args_schema: Any) -> Callable[..., Any]:
 
 def _without(fn: Callable[..., Any], param: str) -> Callable[..., Any]:
     """A stand-in for ``fn`` whose signature lacks ``param``, for schema generation only."""
-    signature = inspect.signature(fn)
-    params = [p for p in signature.parameters.values() if p.name != param]
-
-    def proxy(*args: Any, **kwargs: Any) -> Any:  # pragma: no cover - never called
-        raise AssertionError("schema stand-in")
-
-    present(proxy, signature=signature.replace(parameters=params))
-    proxy.__annotations__ = {k: v for k, v in fn.__annotations__.items() if k != param}
-    present(proxy, wrapped=fn)  # get_type_hints finds fn's globals
-    proxy.__name__ = getattr(fn, "__name__", "tool")
-    proxy.__qualname__ = getattr(fn, "__qualname__", proxy.__name__)
-    proxy.__doc__ = fn.__doc__
-    proxy.__module__ = fn.__module__
-    return proxy
+    return stand_in(fn, *without(fn, param))

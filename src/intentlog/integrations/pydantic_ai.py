@@ -70,18 +70,17 @@ from intentlog._errors import InvalidInput
 from intentlog._journal import Journal
 from intentlog._keys import canonical_json, derive_key
 from intentlog._service import Retention
-from intentlog.integrations._face import present
+from intentlog.integrations._face import context_first, present
+from intentlog.integrations._given import key_use, no_options, plain
 from intentlog.integrations.kernel import (
     KEY_ARG,
     UNRESOLVED_PREFIX,
     Attempt,
     ToolOptions,
     ToolSpec,
-    check_key_use,
     handles,
     need,
     sync_journal,
-    takes_key,
     tool_effect,
 )
 from intentlog.integrations.kernel import invoke as kernel_invoke
@@ -129,12 +128,7 @@ def durable_tool(
     options = ToolOptions(idempotent, key_retention, reconcile, timeout, lookup_lag, receipt)
     spread = isinstance(fn, Effect)
     if isinstance(fn, Effect):
-        if options.given():
-            declared = ", ".join(sorted(options.given()))
-            raise InvalidInput(
-                f"effect {fn.name!r} already declares {declared}: set them on "
-                "the Effect, not on durable_tool"
-            )
+        no_options(fn, options)
         effect: Effect = fn
         tool_name = name or fn.name
         params = list(inspect.signature(fn.submit).parameters.values())
@@ -151,13 +145,8 @@ def durable_tool(
         visible = _without(fn.submit, params[0].name, tool_name)
     elif callable(fn):
         tool_name = name or str(getattr(fn, "__name__", ""))
-        if inspect.iscoroutinefunction(fn):
-            raise InvalidInput(
-                f"tool {tool_name!r}: give durable_tool a plain (sync) function; it runs in a "
-                "worker thread, inside the journal's task.run"
-            )
-        has_key = takes_key(fn, key_arg)
-        check_key_use(tool_name, has_key, key_arg, options)
+        plain(tool_name, fn, "it runs in a worker thread, inside the journal's task.run")
+        has_key = key_use(tool_name, fn, key_arg, options)
         visible = _without(fn, key_arg, tool_name) if has_key else _without(fn, "", tool_name)
 
         def call(key: str, args: dict[str, Any]) -> Any:
@@ -178,30 +167,27 @@ def durable_tool(
 
         the_task = name_task(ctx)
         args: dict[str, Any] = to_jsonable_python(kwargs)
+        key: str | None = None
+        scope: Attempt | None = None
+        position: int | None = None
         if key_from == "tool_call":
-            return await asyncio.to_thread(
-                kernel_invoke,
-                tasks,
-                the_task,
-                spec,
-                args,
-                key=_tool_call_key(the_task, tool_name, ctx),
-                rejected_to_model=rejected_to_model,
-                unresolved_to_model=unresolved_to_model,
-            )
-        # A re-run asks the model again, which may word the same call otherwise: the run is
-        # the scope, and the call's place among the tool's calls in the run's own message
-        # history is its position (a run started again, or resumed from its history, counts
-        # the same way). A durable backend's activity carries no history: there the model's
-        # answers are replayed word for word, and the arguments alone name the call.
-        position = call_position(ctx, tool_name)
+            key = _tool_call_key(the_task, tool_name, ctx)
+        else:
+            # A re-run asks the model again, which may word the same call otherwise: the run is
+            # the scope, and the call's place among the tool's calls in the run's own message
+            # history is its position (a run started again, or resumed from its history, counts
+            # the same way). A durable backend's activity carries no history: there the model's
+            # answers are replayed word for word, and the arguments alone name the call.
+            position = call_position(ctx, tool_name)
+            scope = None if position is None else Attempt(the_task, "run")
         return await asyncio.to_thread(
             kernel_invoke,
             tasks,
             the_task,
             spec,
             args,
-            scope=None if position is None else Attempt(the_task, "run"),
+            key=key,
+            scope=scope,
             position=position,
             rejected_to_model=rejected_to_model,
             unresolved_to_model=unresolved_to_model,
@@ -278,20 +264,5 @@ def _without(fn: Callable[..., Any], param: str, tool_name: str) -> Callable[...
     Pydantic AI derives (never called)."""
     from pydantic_ai import RunContext
 
-    signature = inspect.signature(fn)
-    params = [p for p in signature.parameters.values() if p.name != param]
-    if any(p.name == "ctx" for p in params):
-        raise InvalidInput(f"tool {tool_name!r}: a durable tool's function cannot take 'ctx'")
     ctx = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation="RunContext")
-
-    def proxy(*args: Any, **kwargs: Any) -> Any:  # pragma: no cover - never called
-        raise AssertionError("schema stand-in")
-
-    shown = signature.replace(parameters=[ctx, *params], return_annotation=Any)
-    present(proxy, signature=shown)
-    hints = {k: v for k, v in getattr(fn, "__annotations__", {}).items() if k != param}
-    proxy.__annotations__ = {"ctx": RunContext[Any], **hints, "return": Any}
-    present(proxy, wrapped=fn)  # get_type_hints finds fn's globals
-    proxy.__doc__ = fn.__doc__
-    proxy.__module__ = getattr(fn, "__module__", __name__)
-    return proxy
+    return context_first(fn, param, tool_name, ctx, RunContext[Any])

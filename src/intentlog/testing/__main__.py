@@ -9,9 +9,9 @@ connections, and exits with status 0 on SIGTERM or SIGINT after the requests in 
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 
+from intentlog.testing._loopback import serve_until_signalled, serving_arguments
 from intentlog.testing._service import MODES, ReferenceService
 
 
@@ -21,11 +21,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Run the intentlog reference payments service (for crash tests).",
     )
     parser.add_argument("--mode", choices=MODES, default="both", help="default: both")
-    parser.add_argument("--host", default="127.0.0.1", help="default: 127.0.0.1")
-    parser.add_argument("--port", type=int, default=0, help="default: 0, an ephemeral port")
-    parser.add_argument(
-        "--db", default=None, help="SQLite record file (default: a temporary file, removed)"
-    )
+    serving_arguments(parser, "--db")
     parser.add_argument(
         "--retention",
         type=float,
@@ -53,15 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     except ValueError as exc:
         parser.error(str(exc))
-    stop_signals = {signal.SIGTERM, signal.SIGINT}
-    # Block the stop signals before any thread exists (threads inherit the mask), then take
-    # them with sigwait: no handler runs at an arbitrary point, and a signal that arrives during
-    # start-up waits for sigwait instead of killing the process half-started.
-    signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
-    with service:
-        print(f"listening on {service.url}", flush=True)
-        signal.sigwait(stop_signals)
-    return 0
+    return serve_until_signalled(service)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ Endpoints (JSON bodies)::
 from __future__ import annotations
 
 import contextlib
-import http.server
 import json
 import os
 import secrets
@@ -36,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, cast
 
 from intentlog._validate import seconds
-from intentlog.testing._loopback import LoopbackServer, open_record
+from intentlog.testing._loopback import BodyError, JsonHandler, LoopbackServer, open_record
 from intentlog.testing._loopback import canonical as _canonical
 
 __all__ = ["MODES", "ReferenceService", "ServiceClient", "ServiceError"]
@@ -44,7 +43,6 @@ __all__ = ["MODES", "ReferenceService", "ServiceClient", "ServiceError"]
 MODES = ("dedupe", "lookup", "both", "neither")
 """Service modes: whether it deduplicates on the key and whether it answers lookups."""
 
-_MAX_BODY = 1 << 20
 _COUNTED_FAULTS = ("drop_after_commit", "error_before_commit", "error_after_commit")
 _ALLOWED = {"payments": "POST", "lookup": "GET", "truth": "GET", "faults": "GET, POST, DELETE"}
 _SCHEMA = """
@@ -180,21 +178,17 @@ class _Server(LoopbackServer):
             self._handled(request)
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
+class _Handler(JsonHandler):
     server_version = "intentlog-reference/1"
-    timeout = 15.0  # a client that connects and never sends must not pin stop() forever
 
-    def log_message(self, format: str, *args: Any) -> None:
-        pass  # crash tests would drown in access logs
-
-    def do_GET(self) -> None:
+    def answer(self) -> None:
         service = cast(_Server, self.server).service
         path = urllib.parse.urlsplit(self.path).path
         try:
-            # Read the whole body before answering anything: closing a socket with unread input
-            # sends a reset, which can destroy the answer before the client has read it.
-            body = self._body()
+            body = self.read_body()
             reply = service._route(self.command, path, self.headers["Idempotency-Key"], body)
+        except BodyError as exc:
+            reply = _Reject(exc.status, exc.code, str(exc)).reply
         except _Reject as exc:
             reply = exc.reply
         except Exception as exc:
@@ -202,31 +196,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if reply.body is None:  # injected fault: committed, but the answer is lost
             self.close_connection = True
             return
-        data = json.dumps(reply.body).encode()
-        self.send_response(reply.status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        for name, value in reply.headers.items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(data)
-
-    # Routing answers 405 for a wrong method on a known path, so every method goes one way.
-    do_POST = do_DELETE = do_PUT = do_PATCH = do_GET
-
-    def _body(self) -> bytes:
-        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
-            raise _Reject(411, "length_required", "send a Content-Length, not a chunked body")
-        try:
-            length = int(self.headers.get("Content-Length", "0"))
-        except ValueError:
-            raise _Reject(400, "invalid_content_length", "Content-Length is no number") from None
-        if not 0 <= length <= _MAX_BODY:
-            raise _Reject(413, "body_too_large", f"the body must be 0 to {_MAX_BODY} bytes")
-        data = self.rfile.read(length)
-        if len(data) != length:  # the client died mid-send: never apply a truncated request
-            raise _Reject(400, "truncated_body", f"got {len(data)} of {length} bytes")
-        return data
+        self.send_json(reply.status, reply.body, reply.headers)
 
 
 class ReferenceService:
@@ -281,7 +251,6 @@ class ReferenceService:
         self._released = threading.Event()  # wakes requests held by the current faults
         self._conn: sqlite3.Connection | None = None
         self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
         self._faults = _Faults()
         self._in_progress: set[str] = set()
         self._started = False
@@ -291,8 +260,7 @@ class ReferenceService:
         """The base URL, like ``http://127.0.0.1:54321``; RuntimeError unless running."""
         if self._server is None:
             raise RuntimeError("the reference service is not running; call start() first")
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return self._server.url
 
     @property
     def db_path(self) -> str | None:
@@ -314,13 +282,8 @@ class ReferenceService:
             except BaseException:
                 self._close_db()
                 raise
-            self._thread = threading.Thread(
-                target=self._server.serve_forever,
-                kwargs={"poll_interval": 0.05},  # shutdown() waits up to one poll interval
-                name=f"intentlog-reference-service-{self._server.server_address[1]}",
-                daemon=True,
-            )
-            self._thread.start()
+            port = self._server.server_address[1]
+            self._server.serve_in_thread(f"intentlog-reference-service-{port}")
             return self
 
     def stop(self) -> None:
@@ -330,12 +293,8 @@ class ReferenceService:
             with self._lock:
                 self._released.set()
             if self._server is not None:
-                self._server.shutdown()
-                self._server.server_close()  # joins the handler threads
+                self._server.stop_serving()
                 self._server = None
-            if self._thread is not None:
-                self._thread.join()
-                self._thread = None
             self._close_db()
 
     def __enter__(self) -> ReferenceService:

@@ -11,9 +11,9 @@ The record (``--record``) is a SQLite file another process reads with
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 
+from intentlog.testing._loopback import serve_until_signalled, serving_arguments
 from intentlog.testing.fakes._base import FakeService
 from intentlog.testing.fakes.adyen import AdyenFake
 from intentlog.testing.fakes.github import GitHubFake
@@ -41,11 +41,7 @@ def _parser() -> argparse.ArgumentParser:
         "service (for crash tests).",
     )
     parser.add_argument("service", choices=sorted(_FAKES))
-    parser.add_argument("--host", default="127.0.0.1", help="default: 127.0.0.1")
-    parser.add_argument("--port", type=int, default=0, help="default: 0, an ephemeral port")
-    parser.add_argument(
-        "--record", default=None, help="SQLite record file (default: a temporary file, removed)"
-    )
+    serving_arguments(parser, "--record")
     parser.add_argument(
         "--retention",
         type=float,
@@ -66,14 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     except ValueError as exc:
         parser.error(str(exc))
-    stop_signals = {signal.SIGTERM, signal.SIGINT}
-    # Block the stop signals before any thread exists (threads inherit the mask), then take
-    # them with sigwait: no handler runs at an arbitrary point during start-up or serving.
-    signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
-    with fake:
-        print(f"listening on {fake.url}", flush=True)
-        signal.sigwait(stop_signals)
-    return 0
+    return serve_until_signalled(fake)
 
 
 if __name__ == "__main__":

@@ -102,7 +102,6 @@ class FakeService:
         self._held_changed = threading.Condition()
         self._conn: sqlite3.Connection | None = None
         self._server: Server | None = None
-        self._thread: threading.Thread | None = None
         self._lag = False
         self._listed: set[str] = set()  # the ids the lookup shows
 
@@ -113,8 +112,7 @@ class FakeService:
         """The base URL, like ``http://127.0.0.1:54321``; RuntimeError unless running."""
         if self._server is None:
             raise RuntimeError(f"the {self.service} fake is not running; call start() first")
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return self._server.url
 
     @property
     def record_path(self) -> str | None:
@@ -130,25 +128,15 @@ class FakeService:
             self._record_path = os.path.join(self._tmpdir, "record.db")
         self._conn = connect(self._record_path)
         self._server = Server(self._address, self)
-        self._thread = threading.Thread(
-            target=self._server.serve_forever,
-            kwargs={"poll_interval": 0.05},
-            name=f"intentlog-{self.service}-fake",
-            daemon=True,
-        )
-        self._thread.start()
+        self._server.serve_in_thread(f"intentlog-{self.service}-fake")
         return self
 
     def stop(self) -> None:
         """Release held requests, stop serving, close the record. Idempotent."""
         self._gate.set()
         if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()  # joins the handler threads
+            self._server.stop_serving()
             self._server = None
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
         with self._lock:
             if self._conn is not None:
                 self._conn.close()
@@ -305,6 +293,20 @@ class FakeService:
             with self._held_changed:
                 self._held -= 1
                 self._held_changed.notify_all()
+
+    def _json_params(
+        self, request: Request, malformed: Reply, validate: Callable[[Any], Reply | None]
+    ) -> tuple[Any, Reply | None]:
+        """The request's JSON body and the answer that refuses it, if any: ``malformed`` for a
+        body that is no JSON, else what ``validate`` answers (recorded with the parameters)."""
+        try:
+            params = json.loads(request.body)
+        except ValueError:
+            return None, malformed
+        refusal = validate(params)
+        if refusal is not None:
+            refusal.params = params
+        return params, refusal
 
     def _store(self, key: str | None, object_id: str, obj: dict[str, Any]) -> None:
         """Keep an object and commit its application to the record before any answer."""

@@ -7,18 +7,14 @@ the handler calls (see `Routed`).
 
 from __future__ import annotations
 
-import http.server
-import json
 import urllib.parse
 from dataclasses import dataclass, field
 from email.message import Message
 from typing import Any, Protocol, cast
 
-from intentlog.testing._loopback import LoopbackServer
+from intentlog.testing._loopback import BodyError, JsonHandler, LoopbackServer
 
 __all__ = ["Reply", "Request", "Routed", "Server"]
-
-_MAX_BODY = 1 << 20
 
 
 @dataclass
@@ -64,55 +60,21 @@ class Server(LoopbackServer):
         super().__init__(address, _Handler)
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
+class _Handler(JsonHandler):
     protocol_version = "HTTP/1.1"
-    timeout = 15.0  # a client that connects and never sends must not pin stop() forever
 
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-    def do_GET(self) -> None:
+    def answer(self) -> None:
         fake = cast(Server, self.server).fake
         url = urllib.parse.urlsplit(self.path)
         seq = fake._record_begin(self.command, url.path, self.headers.get(fake.key_header))
         try:
-            body = self._body()  # read it all first: unread input makes close send a reset
+            body = self.read_body()
             query = urllib.parse.parse_qs(url.query, keep_blank_values=True)
             reply = fake._route(Request(self.command, url.path, query, self.headers, body))
-        except _BodyError as exc:
+        except BodyError as exc:
+            self.close_connection = True  # the rest of the stream is no request to read
             reply = fake._error(400, str(exc))
         except Exception as exc:  # a bug in the fake must still answer and be recorded
             reply = fake._error(500, f"{type(exc).__name__}: {exc}")
         fake._record_finish(seq, reply)
-        data = json.dumps(reply.body).encode()
-        self.send_response(reply.status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        for name, value in reply.headers.items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(data)
-
-    do_POST = do_DELETE = do_PUT = do_PATCH = do_GET
-
-    def _body(self) -> bytes:
-        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
-            self.close_connection = True
-            raise _BodyError("send a Content-Length, not a chunked body")
-        try:
-            length = int(self.headers.get("Content-Length", "0"))
-        except ValueError:
-            self.close_connection = True
-            raise _BodyError("Content-Length is no number") from None
-        if not 0 <= length <= _MAX_BODY:
-            self.close_connection = True
-            raise _BodyError(f"the body must be 0 to {_MAX_BODY} bytes")
-        data = self.rfile.read(length)
-        if len(data) != length:  # the client died mid-send: never apply a truncated request
-            self.close_connection = True
-            raise _BodyError(f"got {len(data)} of {length} bytes")
-        return data
-
-
-class _BodyError(Exception):
-    pass
+        self.send_json(reply.status, reply.body, reply.headers)

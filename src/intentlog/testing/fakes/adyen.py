@@ -6,7 +6,6 @@ side that is worst for a client and says so.
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import string
@@ -93,14 +92,10 @@ class AdyenFake(FakeService):
         if request.method != "POST":
             return _error(405, "000", f"{request.method} is not allowed", "validation")
         key = request.header(self.key_header)
-        try:
-            params = json.loads(request.body)
-        except ValueError:
-            return _error(400, "702", "Unexpected input: the body is not valid JSON")
-        invalid = _validate(params)
-        if invalid is not None:
-            invalid.params = params
-            return invalid
+        malformed = _error(400, "702", "Unexpected input: the body is not valid JSON")
+        params, refusal = self._json_params(request, malformed, _validate)
+        if refusal is not None:
+            return refusal
         if key is not None and len(key) > self.MAX_KEY:
             key = None  # unpublished: the worst side, the key is silently ignored
 

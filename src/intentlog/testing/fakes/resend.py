@@ -6,7 +6,6 @@ side that is worst for a client and says so.
 
 from __future__ import annotations
 
-import json
 import os
 import uuid
 from typing import Any
@@ -84,14 +83,10 @@ class ResendFake(FakeService):
         key = request.header(self.key_header)
         if key is not None and not 1 <= len(key) <= self.MAX_KEY:
             return _error(400, "invalid_idempotency_key", "The key must be between 1-256 chars.")
-        try:
-            params = json.loads(request.body)
-        except ValueError:
-            return _error(400, "validation_error", "The request body is not valid JSON.")
-        invalid = _validate(params)
-        if invalid is not None:
-            invalid.params = params
-            return invalid
+        malformed = _error(400, "validation_error", "The request body is not valid JSON.")
+        params, refusal = self._json_params(request, malformed, _validate)
+        if refusal is not None:
+            return refusal
 
         def apply() -> tuple[Reply, str]:
             email_id = str(uuid.uuid4())
