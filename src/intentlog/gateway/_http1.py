@@ -38,6 +38,7 @@ _CHUNK_SIZE = re.compile(
     + rb'+|"(?:[\t !#-\[\]-~\x80-\xff]|\\[\t -~\x80-\xff])*"))?)*'
 )
 MAX_HEADERS = 100
+_OWN = frozenset({b"content-length", b"transfer-encoding", b"connection", b"host", b"expect"})
 MAX_CHUNK_LINE = 4096  # a chunk's size line, extensions included
 MAX_TRAILERS = 16 << 10
 
@@ -86,30 +87,29 @@ def parse_request_head(head: bytes) -> RequestHead:
     if len(lines) - 1 > MAX_HEADERS:
         raise BadRequest(431, f"more than {MAX_HEADERS} header fields")
     headers: list[tuple[bytes, bytes]] = []
+    # The fields this server reads itself, gathered in the one pass over the lines.
+    own: dict[bytes, list[bytes]] = {}
     for line in lines[1:]:
         field = _FIELD.fullmatch(line)
         if field is None:
             raise BadRequest(400, _why_not_a_field(line))
-        headers.append((field.group(1).lower(), field.group(2).strip(b" \t")))
+        name, value = field.group(1).lower(), field.group(2).strip(b" \t")
+        headers.append((name, value))
+        if name in _OWN:
+            own.setdefault(name, []).append(value)
     minor = int(match.group(3))
     target = match.group(2)
     raw_path, _, query = target.partition(b"?")
-    length, chunked = _framing(headers, minor)
-    if (
-        not chunked
-        and sum(n == b"content-length" for n, _ in headers)
-        + sum(b"," in v for n, v in headers if n == b"content-length")
-        > 1
-    ):
+    length, chunked = _framing(own, minor)
+    given = own.get(b"content-length", ())
+    if not chunked and (len(given) > 1 or (given and b"," in given[0])):
         # One length however often repeated (RFC 9110 section 8.6): given on as one field.
         headers = [(n, v) for n, v in headers if n != b"content-length"]
         headers.append((b"content-length", b"%d" % length))
-    connection = _tokens(headers, b"connection")
-    hosts = [v for n, v in headers if n == b"host"]
-    if minor == 1 and len(hosts) != 1:
+    hosts = len(own.get(b"host", ()))
+    if minor == 1 and hosts != 1:
         # RFC 9112 section 3.2: an HTTP/1.1 request has exactly one Host.
-        raise BadRequest(400, f"an HTTP/1.1 request needs one Host header, not {len(hosts)}")
-    expect = [v.strip().lower() for n, v in headers if n == b"expect"]
+        raise BadRequest(400, f"an HTTP/1.1 request needs one Host header, not {hosts}")
     return RequestHead(
         method=match.group(1).decode("ascii"),
         raw_path=raw_path,
@@ -118,16 +118,16 @@ def parse_request_head(head: bytes) -> RequestHead:
         minor=minor,
         headers=headers,
         length=None if chunked else length,
-        keep=minor == 1 and b"close" not in connection,
-        expect_continue=minor == 1 and b"100-continue" in expect,
+        keep=minor == 1 and b"close" not in _tokens(own, b"connection"),
+        expect_continue=minor == 1 and b"100-continue" in _tokens(own, b"expect"),
     )
 
 
-def _framing(headers: list[tuple[bytes, bytes]], minor: int) -> tuple[int, bool]:
+def _framing(own: dict[bytes, list[bytes]], minor: int) -> tuple[int, bool]:
     """(length, chunked) of the body (RFC 9112 section 6.3)."""
-    codings = _tokens(headers, b"transfer-encoding")
-    lengths = {t.strip() for n, v in headers if n == b"content-length" for t in v.split(b",")}
-    if codings or any(n == b"transfer-encoding" for n, _ in headers):
+    lengths = {t.strip() for v in own.get(b"content-length", ()) for t in v.split(b",")}
+    if b"transfer-encoding" in own:
+        codings = _tokens(own, b"transfer-encoding")
         if lengths:
             # Both: the framing two readers could disagree on (RFC 9112 section 6.1).
             raise BadRequest(400, "Transfer-Encoding beside Content-Length")
@@ -147,8 +147,8 @@ def _framing(headers: list[tuple[bytes, bytes]], minor: int) -> tuple[int, bool]
     return int(only), False
 
 
-def _tokens(headers: list[tuple[bytes, bytes]], name: bytes) -> list[bytes]:
-    return [t.strip().lower() for n, v in headers if n == name for t in v.split(b",") if t.strip()]
+def _tokens(own: dict[bytes, list[bytes]], name: bytes) -> list[bytes]:
+    return [t.strip().lower() for v in own.get(name, ()) for t in v.split(b",") if t.strip()]
 
 
 def _why_not_a_field(line: bytes) -> str:
