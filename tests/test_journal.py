@@ -714,7 +714,7 @@ def test_an_operator_resolving_between_the_decision_and_the_send_mark_sends_noth
         journal.resolve(key, "retry", note="not sent", accept_risk=True)
 
     class Operator(_observe.Observer):
-        def resend(self, core: Any, effect: str, reason: str) -> None:
+        def resend(self, run: Any, reason: str) -> None:
             with intentlog.open(path) as other:
                 other.resolve(key, "failed", note="sent by hand meanwhile")
 
@@ -749,11 +749,11 @@ def test_an_operator_resolving_while_the_intent_is_restamped_is_followed(tmp_pat
     path = tmp_path / "j.db"
 
     class Operator(_observe.Observer):
-        def intent(self, core: Any, op: intentlog.Operation, created: bool) -> None:
+        def intent(self, run: Any, created: bool) -> None:
             if created:
                 time.sleep(0.3)  # past the send slack (0.1 s at this timeout): a restamp
                 with intentlog.open(path) as other:
-                    other.resolve(op.key, "retry", note="resend it", accept_risk=True)
+                    other.resolve(run.op.key, "retry", note="resend it", accept_risk=True)
 
     _observe.install("operator", Operator())
     try:

@@ -36,6 +36,7 @@ from intentlog._options import (
 )
 from intentlog._owner import new_owner
 from intentlog._protocol import TaskCore, acquire_flow
+from intentlog._run import EffectRun
 from intentlog._store_call import call
 from intentlog._task import TaskView, release_flow
 from intentlog._validate import count, seconds, task_kinds
@@ -110,19 +111,22 @@ class AsyncTask(TaskView):
         self, effect: Effect, /, *args: Any, key: str | None = None, **kwargs: Any
     ) -> str:
         """See :meth:`intentlog.Task.plan`."""
-        return await self._journal._drive(self._core.plan_flow(effect, args, kwargs, key))
+        run = EffectRun(self._core, effect, args, kwargs, key)
+        return await self._journal._drive(run.plan_flow())
 
     async def run(
         self, effect: Effect, /, *args: Any, key: str | None = None, **kwargs: Any
     ) -> JSON:
         """See :meth:`intentlog.Task.run`; ``submit`` and ``reconcile`` may be ``async def``."""
-        return await self._journal._drive(self._core.run_flow(effect, args, kwargs, key))
+        run = EffectRun(self._core, effect, args, kwargs, key)
+        return await self._journal._drive(run.run_flow())
 
     async def _perform(
         self, effect: Effect, args: tuple[Any, ...], kwargs: dict[str, Any], key: str | None
     ) -> JSON:
         """See :meth:`intentlog.Task._perform`."""
-        return await self._journal._drive(self._core.run_flow(effect, args, kwargs, key))
+        run = EffectRun(self._core, effect, args, kwargs, key)
+        return await self._journal._drive(run.run_flow())
 
     async def __aenter__(self) -> AsyncTask:
         """Make this task current for the block, as :meth:`intentlog.Task.__enter__` does."""
@@ -324,7 +328,8 @@ class AsyncJournal(OptionsView):
         """A one-call task, in the effect's commits: see :meth:`intentlog.Journal.run`;
         ``submit`` and ``reconcile`` may be ``async def``."""
         async with self.task(task_id, wait=wait) as task:
-            return await self._drive(task._core.one_call_flow(effect, args, kwargs, key))
+            run = EffectRun(task._core, effect, args, kwargs, key)
+            return await self._drive(run.one_call_flow())
 
     async def claim(self, kinds: Iterable[str]) -> AsyncTask | None:
         """See :meth:`intentlog.Journal.claim`."""

@@ -1,12 +1,13 @@
 """Flows and the one trampoline that drives them.
 
-The journal's logic (the task protocol in ``intentlog._protocol``, the verbs in
-``intentlog._verbs``) is written once, as *flows*: generators that yield one request per piece
-of I/O and receive its result (or have its exception thrown in). A store request (:class:`Call`)
-names the store primitive; the flows make it with :func:`intentlog._store_call.call`, typed
-against the store contract, so the same flow runs on a synchronous store or an asyncio one.
-This module knows no store. The same trampoline drives the PostgreSQL store's statement plans
-and the HTTP integration's exchanges, whose flows yield requests of their own kinds.
+The journal's logic (the task protocol in ``intentlog._protocol`` and ``intentlog._run``, the
+verbs in ``intentlog._verbs``) is written once, as *flows*: generators that yield one request
+per piece of I/O and receive its result (or have its exception thrown in). A store request
+(:class:`Call`) names the store primitive; the flows make it with
+:func:`intentlog._store_call.call`, typed against the store contract, so the same flow runs on
+a synchronous store or an asyncio one. This module knows no store. The same trampoline drives
+the PostgreSQL store's statement plans and the HTTP integration's exchanges, whose flows yield
+requests of their own kinds.
 
 :func:`advance` is the only code that resumes a flow (``send``/``throw``/``StopIteration``);
 :func:`drive` and :func:`drive_async` are it in a loop, each given only how to perform one

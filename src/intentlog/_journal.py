@@ -18,6 +18,7 @@ from intentlog._open import open_store
 from intentlog._options import JournalOptions, Options, OptionsView, make_options, task_wait
 from intentlog._owner import new_owner
 from intentlog._protocol import TaskCore, acquire_flow
+from intentlog._run import EffectRun
 from intentlog._task import Task
 from intentlog._validate import seconds, task_kinds
 from intentlog._verbs import (
@@ -133,7 +134,7 @@ class Journal(OptionsView):
         resend); one for a task already completed writes nothing.
         """
         with self.task(task_id, wait=wait) as task:
-            return task._run(task._core.one_call_flow(effect, args, kwargs, key))
+            return task._run(EffectRun(task._core, effect, args, kwargs, key).one_call_flow())
 
     def claim(self, kinds: Iterable[str]) -> Task | None:
         """Lease the next runnable task of one of ``kinds`` for a worker and return its

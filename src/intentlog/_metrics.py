@@ -20,7 +20,7 @@ from intentlog._flow import Flow
 from intentlog._journal import Journal
 from intentlog._model import OPEN, LookupResult, Operation, Policy, State
 from intentlog._observe import Observer, lookup_word
-from intentlog._protocol import TaskCore
+from intentlog._run import EffectRun
 
 __all__ = ["Counters", "JournalCollector"]
 
@@ -70,19 +70,20 @@ class Counters(Observer):
     def commit(self, seconds: float) -> None:
         self.commits.observe(seconds)
 
-    def resend(self, core: TaskCore, effect: str, reason: str) -> None:
-        self.resends.labels(effect, reason).inc()
+    def resend(self, run: EffectRun, reason: str) -> None:
+        self.resends.labels(run.effect.name, reason).inc()
 
-    def intent(self, core: TaskCore, op: Operation, created: bool) -> None:
+    def intent(self, run: EffectRun, created: bool) -> None:
+        op = run.op
         if self._policies.get(op.effect) != op.policy:  # a dict read while nothing changed
             with self._lock:
                 self._policies[op.effect] = op.policy
 
     def lookup(
-        self, core: TaskCore, effect: Effect, protocol: Flow[LookupResult | LookupFailed]
+        self, run: EffectRun, protocol: Flow[LookupResult | LookupFailed]
     ) -> Flow[LookupResult | LookupFailed]:
         result = yield from protocol
-        self.reconciles.labels(effect.name, lookup_word(result)).inc()
+        self.reconciles.labels(run.effect.name, lookup_word(result)).inc()
         return result
 
 

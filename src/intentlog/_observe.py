@@ -1,9 +1,9 @@
 """The hook points of metrics and traces: free while neither is enabled.
 
-The protocol (``intentlog._protocol``) reads the module-level :data:`hooks` at each event and,
-while it is None, does nothing else: one attribute read and one ``if`` per event, on the sync
-and the asyncio paths alike (both run the same protocol). Nothing here imports
-``prometheus_client`` or ``opentelemetry``; :mod:`intentlog.metrics` and
+The protocol (``intentlog._run``, ``intentlog._protocol``) reads the module-level
+:data:`hooks` at each event and, while it is None, does nothing else: one attribute read and
+one ``if`` per event, on the sync and the asyncio paths alike (both run the same protocol).
+Nothing here imports ``prometheus_client`` or ``opentelemetry``; :mod:`intentlog.metrics` and
 :mod:`intentlog.tracing` install an :class:`Observer` each when enabled.
 
 The events, each raised in one place of the protocol:
@@ -19,8 +19,10 @@ The events, each raised in one place of the protocol:
   word, or ``after_error`` when this very run's request raised an ambiguous error).
 - ``inject``: an integration is about to send a request (headers to add trace context to).
 
-An observer never sees a key, arguments or a receipt through these events unless it digs
-into the operation it is handed; the ones shipped here do not record any of them.
+Each event of a call is handed the call itself (an :class:`~intentlog._run.EffectRun`: its
+effect, its task's core, its operation as it stands). An observer never sees a key, arguments
+or a receipt through these events unless it digs into the run it is handed; the ones shipped
+here do not record any of them.
 """
 
 from __future__ import annotations
@@ -31,11 +33,10 @@ from typing import TYPE_CHECKING, Any
 
 from intentlog._decide import LookupFailed
 from intentlog._flow import Flow
-from intentlog._model import JSON, Found, Indeterminate, LookupResult, NotFound, Operation
+from intentlog._model import JSON, Found, Indeterminate, LookupResult, NotFound
 
 if TYPE_CHECKING:
-    from intentlog._effect import Effect
-    from intentlog._protocol import TaskCore
+    from intentlog._run import EffectRun
 
 __all__ = ["Observer", "hooks", "install", "installed", "lookup_word", "uninstall"]
 
@@ -62,29 +63,32 @@ class Observer:
     def commit(self, seconds: float) -> None:
         """A task's fenced journal write took ``seconds``."""
 
-    def resend(self, core: TaskCore, effect: str, reason: str) -> None:
-        """An operation of ``effect`` that was sent before is sent again, for ``reason``."""
+    def resend(self, run: EffectRun, reason: str) -> None:
+        """The operation of ``run`` (``run.effect``) was sent before and is sent again, for
+        ``reason``."""
 
-    def run(self, core: TaskCore, effect: Effect, protocol: Flow[JSON]) -> Flow[JSON]:
+    def run(self, run: EffectRun, protocol: Flow[JSON]) -> Flow[JSON]:
         """Called where ``task.run`` is called (the caller's context): the protocol to drive
-        instead of ``protocol`` (which it must drive to the end)."""
+        instead of ``protocol`` (which it must drive to the end). ``run.effect`` is what the
+        caller passed, not yet checked to be an Effect."""
         return protocol
 
-    def intent(self, core: TaskCore, op: Operation, created: bool) -> None:
-        """The run's operation, as recorded: ``created`` False means it was there before."""
+    def intent(self, run: EffectRun, created: bool) -> None:
+        """The run's operation (``run.op``), as recorded: ``created`` False means it was
+        there before."""
 
-    def send(self, core: TaskCore, op: Operation, protocol: Flow[JSON]) -> Flow[JSON]:
-        """The protocol that sends ``op`` (SUBMITTED, its attempt counted) and records the
-        outcome; what to drive instead."""
+    def send(self, run: EffectRun, protocol: Flow[JSON]) -> Flow[JSON]:
+        """The protocol that sends ``run.op`` (SUBMITTED, its attempt counted) and records
+        the outcome; what to drive instead."""
         return protocol
 
     def lookup(
-        self, core: TaskCore, effect: Effect, protocol: Flow[LookupResult | LookupFailed]
+        self, run: EffectRun, protocol: Flow[LookupResult | LookupFailed]
     ) -> Flow[LookupResult | LookupFailed]:
-        """The protocol that asks ``effect``'s reconciler; what to drive instead."""
+        """The protocol that asks ``run.effect``'s reconciler; what to drive instead."""
         return protocol
 
-    def user_code(self, core: TaskCore, fn: Callable[..., Any]) -> Callable[..., Any]:
+    def user_code(self, run: EffectRun, fn: Callable[..., Any]) -> Callable[..., Any]:
         """What to call instead of user code ``fn`` (a submit or a reconcile) that the send or
         lookup in progress is about to call: ``fn`` itself, or a wrapper that calls it (with
         the same arguments; an ``async def`` stays one)."""
@@ -104,34 +108,34 @@ class _Fanout(Observer):
         for o in self.observers:
             o.commit(seconds)
 
-    def resend(self, core: TaskCore, effect: str, reason: str) -> None:
+    def resend(self, run: EffectRun, reason: str) -> None:
         for o in self.observers:
-            o.resend(core, effect, reason)
+            o.resend(run, reason)
 
-    def run(self, core: TaskCore, effect: Effect, protocol: Flow[JSON]) -> Flow[JSON]:
+    def run(self, run: EffectRun, protocol: Flow[JSON]) -> Flow[JSON]:
         for o in self.observers:
-            protocol = o.run(core, effect, protocol)
+            protocol = o.run(run, protocol)
         return protocol
 
-    def intent(self, core: TaskCore, op: Operation, created: bool) -> None:
+    def intent(self, run: EffectRun, created: bool) -> None:
         for o in self.observers:
-            o.intent(core, op, created)
+            o.intent(run, created)
 
-    def send(self, core: TaskCore, op: Operation, protocol: Flow[JSON]) -> Flow[JSON]:
+    def send(self, run: EffectRun, protocol: Flow[JSON]) -> Flow[JSON]:
         for o in self.observers:
-            protocol = o.send(core, op, protocol)
+            protocol = o.send(run, protocol)
         return protocol
 
     def lookup(
-        self, core: TaskCore, effect: Effect, protocol: Flow[LookupResult | LookupFailed]
+        self, run: EffectRun, protocol: Flow[LookupResult | LookupFailed]
     ) -> Flow[LookupResult | LookupFailed]:
         for o in self.observers:
-            protocol = o.lookup(core, effect, protocol)
+            protocol = o.lookup(run, protocol)
         return protocol
 
-    def user_code(self, core: TaskCore, fn: Callable[..., Any]) -> Callable[..., Any]:
+    def user_code(self, run: EffectRun, fn: Callable[..., Any]) -> Callable[..., Any]:
         for o in self.observers:
-            fn = o.user_code(core, fn)
+            fn = o.user_code(run, fn)
         return fn
 
     def inject(self, headers: MutableMapping[str, str]) -> None:

@@ -16,6 +16,7 @@ from intentlog._flow import Flow
 from intentlog._hygiene import scrub_text
 from intentlog._model import JSON, Operation, State, TaskRecord
 from intentlog._protocol import TaskCore
+from intentlog._run import EffectRun
 from intentlog._validate import seconds
 from intentlog._verbs import TaskInfo, recover_one_flow, task_info_flow
 from intentlog.stores._base import Store, TaskUpdate
@@ -177,7 +178,7 @@ class Task(TaskView):
 
         A later ``run`` with the same arguments (or ``key=``) submits it.
         """
-        return self._run(self._core.plan_flow(effect, args, kwargs, key))
+        return self._run(EffectRun(self._core, effect, args, kwargs, key).plan_flow())
 
     def run(self, effect: Effect, /, *args: Any, key: str | None = None, **kwargs: Any) -> JSON:
         """Perform ``effect`` at most once for this task and these arguments; return its receipt.
@@ -189,14 +190,14 @@ class Task(TaskView):
         Rejected if it FAILED, KeyConflict if ``key`` was used with other arguments, and
         StillInFlight if the decision is to wait longer than the journal's ``max_wait``.
         """
-        return self._run(self._core.run_flow(effect, args, kwargs, key))
+        return self._run(EffectRun(self._core, effect, args, kwargs, key).run_flow())
 
     def _perform(
         self, effect: Effect, args: tuple[Any, ...], kwargs: dict[str, Any], key: str | None
     ) -> JSON:
         """``run`` with the call's arguments as given (a journaled function's own parameter
         may be named ``key``, which ``run``'s keywords could not carry)."""
-        return self._run(self._core.run_flow(effect, args, kwargs, key))
+        return self._run(EffectRun(self._core, effect, args, kwargs, key).run_flow())
 
 
 def release_flow(core: TaskCore, update: TaskUpdate) -> Flow[None]:

@@ -26,7 +26,7 @@ from intentlog._model import JSON, LookupResult, Operation
 from intentlog._observe import Observer, lookup_word
 
 if TYPE_CHECKING:
-    from intentlog._protocol import TaskCore
+    from intentlog._run import EffectRun
 
 __all__ = ["Tracing"]
 
@@ -56,18 +56,18 @@ class Tracing(Observer):
     def __init__(self, tracer: Tracer) -> None:
         self.tracer = tracer
 
-    def run(self, core: TaskCore, effect: Effect, protocol: Flow[JSON]) -> Flow[JSON]:
-        name = effect.name if isinstance(effect, Effect) else "?"
-        return self._run(core, name, otel_context.get_current(), protocol)
+    def run(self, run: EffectRun, protocol: Flow[JSON]) -> Flow[JSON]:
+        name = run.effect.name if isinstance(run.effect, Effect) else "?"
+        return self._run(run, name, otel_context.get_current(), protocol)
 
     def _run(
-        self, core: TaskCore, name: str, parent: otel_context.Context, protocol: Flow[JSON]
+        self, call: EffectRun, name: str, parent: otel_context.Context, protocol: Flow[JSON]
     ) -> Flow[JSON]:
         span = self.tracer.start_span(
             f"intentlog.run {name}", context=parent, attributes={"intentlog.effect": name}
         )
         run = _Run(span)
-        previous, core.observed = core.observed, run
+        previous, call.observed = call.observed, run
         try:
             result = yield from protocol
         except BaseException as exc:
@@ -76,28 +76,29 @@ class Tracing(Observer):
             _end(span, run, exc)
             raise
         finally:
-            core.observed = previous
+            call.observed = previous
         run.state = "CONFIRMED"
         _end(span, run, None)
         return result
 
-    def intent(self, core: TaskCore, op: Operation, created: bool) -> None:
-        run = core.observed
-        if isinstance(run, _Run):
-            run.state, run.attempt, run.replay = op.state.value, op.attempts, not created
+    def intent(self, run: EffectRun, created: bool) -> None:
+        spans = run.observed
+        if isinstance(spans, _Run):
+            op = run.op
+            spans.state, spans.attempt, spans.replay = op.state.value, op.attempts, not created
 
-    def resend(self, core: TaskCore, effect: str, reason: str) -> None:
-        run = core.observed
-        if isinstance(run, _Run):
-            run.span.add_event("intentlog.resend", {"intentlog.resend.reason": reason})
+    def resend(self, run: EffectRun, reason: str) -> None:
+        spans = run.observed
+        if isinstance(spans, _Run):
+            spans.span.add_event("intentlog.resend", {"intentlog.resend.reason": reason})
 
-    def send(self, core: TaskCore, op: Operation, protocol: Flow[JSON]) -> Flow[JSON]:
-        run = core.observed if isinstance(core.observed, _Run) else None
-        return self._send(core, run, _parent(run), op, protocol)
+    def send(self, run: EffectRun, protocol: Flow[JSON]) -> Flow[JSON]:
+        spans = run.observed if isinstance(run.observed, _Run) else None
+        return self._send(run, spans, _parent(spans), run.op, protocol)
 
     def _send(
         self,
-        core: TaskCore,
+        call: EffectRun,
         run: _Run | None,
         parent: otel_context.Context,
         op: Operation,
@@ -110,7 +111,7 @@ class Tracing(Observer):
         span = self.tracer.start_span("intentlog.submit", context=parent, attributes=attributes)
         if run is not None:
             run.state, run.attempt = op.state.value, op.attempts
-        previous, core.observed_call = core.observed_call, span
+        previous, call.observed_call = call.observed_call, span
         try:
             result = yield from protocol
         except BaseException as exc:
@@ -122,20 +123,20 @@ class Tracing(Observer):
             span.end()
             raise
         finally:
-            core.observed_call = previous
+            call.observed_call = previous
         span.set_attribute("intentlog.state", "CONFIRMED")
         span.end()
         return result
 
     def lookup(
-        self, core: TaskCore, effect: Effect, protocol: Flow[LookupResult | LookupFailed]
+        self, run: EffectRun, protocol: Flow[LookupResult | LookupFailed]
     ) -> Flow[LookupResult | LookupFailed]:
-        run = core.observed if isinstance(core.observed, _Run) else None
-        return self._lookup(core, _parent(run), effect.name, protocol)
+        spans = run.observed if isinstance(run.observed, _Run) else None
+        return self._lookup(run, _parent(spans), run.effect.name, protocol)
 
     def _lookup(
         self,
-        core: TaskCore,
+        call: EffectRun,
         parent: otel_context.Context,
         name: str,
         protocol: Flow[LookupResult | LookupFailed],
@@ -143,7 +144,7 @@ class Tracing(Observer):
         span = self.tracer.start_span(
             "intentlog.reconcile", context=parent, attributes={"intentlog.effect": name}
         )
-        previous, core.observed_call = core.observed_call, span
+        previous, call.observed_call = call.observed_call, span
         try:
             result = yield from protocol
         except BaseException as exc:
@@ -151,7 +152,7 @@ class Tracing(Observer):
             span.end()
             raise
         finally:
-            core.observed_call = previous
+            call.observed_call = previous
         word = lookup_word(result)
         span.set_attribute("intentlog.reconcile.result", word)
         if word == "failed":
@@ -159,10 +160,10 @@ class Tracing(Observer):
         span.end()
         return result
 
-    def user_code(self, core: TaskCore, fn: Callable[..., Any]) -> Callable[..., Any]:
+    def user_code(self, run: EffectRun, fn: Callable[..., Any]) -> Callable[..., Any]:
         """``fn``, run with the span of the send or lookup in progress as its current span
         (so an HTTP request it makes carries that span's trace context)."""
-        span = core.observed_call
+        span = run.observed_call
         if not isinstance(span, Span):
             return fn
         return _within(trace.set_span_in_context(span), fn)

@@ -45,7 +45,8 @@ from intentlog._model import (
 )
 from intentlog._options import Options
 from intentlog._owner import holder_is_dead
-from intentlog._protocol import TaskCore, acquire_flow, judged_by
+from intentlog._protocol import TaskCore, acquire_flow
+from intentlog._run import EffectRun
 from intentlog._store_call import call
 from intentlog._words import duration
 from intentlog.stores._async_store import AsyncStore
@@ -248,14 +249,17 @@ def recover_one_flow(core: TaskCore, op: Operation, effect: Effect | None) -> Fl
     now = core.store.now()
     gone = holder_is_dead(op.submitted_by)
     kwargs: dict[str, Any] = {"submitter_gone": gone, "lookup_limit": core.options.lookup_limit}
-    policy = judged_by(op, effect)
+    run = EffectRun.settling(core, effect, op)
+    policy = run.policy
     decision = decide(op, policy, now, **kwargs)
     if decision.action is Action.RECONCILE:
-        lookup: LookupResult | LookupFailed = yield from core.lookup_flow(effect, op.key)
+        lookup: LookupResult | LookupFailed = yield from run.lookup()
         decision = decide(op, policy, now, lookup=lookup, **kwargs)
-    if decision.mark is not None or decision.lookup_failed:
-        marked = yield from core.mark_flow(op, decision, effect)
-        op = marked if marked is not None else (yield from core.reload_flow(op))
+    if (decision.mark is not None or decision.lookup_failed) and not (
+        yield from run.mark(decision)
+    ):
+        yield from run.reload()
+    op = run.op
     action = decision.action
     if decision.mark is State.CONFIRMED:
         action = Action.USE_RECEIPT

@@ -32,11 +32,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from intentlog import _observe
-from intentlog._effect import Effect
 from intentlog._flow import Flow, Sleep
 from intentlog._model import JSON
 from intentlog._owner import holder_is_dead
-from intentlog._protocol import TaskCore
+from intentlog._run import EffectRun
 from intentlog._store_call import call
 from intentlog._words import duration
 from intentlog.stores._base import Store
@@ -84,14 +83,14 @@ def watching() -> Iterator[None]:
 
 
 class _Words(_observe.Observer):
-    def run(self, core: TaskCore, effect: Effect, protocol: Flow[JSON]) -> Flow[JSON]:
+    def run(self, run: EffectRun, protocol: Flow[JSON]) -> Flow[JSON]:
         watch = WATCH.get(None)  # the caller's context: set only around a journaled call
         if watch is None:
             return protocol
-        return _watched(core, protocol, watch)
+        return _watched(run, protocol, watch)
 
 
-def _watched(core: TaskCore, protocol: Flow[JSON], watch: Watch) -> Flow[JSON]:
+def _watched(run: EffectRun, protocol: Flow[JSON], watch: Watch) -> Flow[JSON]:
     """``protocol``, each of its requests passed on as it is; a long sleep is said
     first, and its progress told until it ends."""
     value: Any = None
@@ -105,7 +104,7 @@ def _watched(core: TaskCore, protocol: Flow[JSON], watch: Watch) -> Flow[JSON]:
         ticker = None
         if isinstance(request, Sleep) and request.seconds >= WORTH_A_WORD:
             try:
-                ticker = yield from _said(core, watch, request)
+                ticker = yield from _said(run, watch, request)
             except BaseException:  # stopped while reading the operation
                 protocol.close()
                 raise
@@ -123,7 +122,7 @@ def _watched(core: TaskCore, protocol: Flow[JSON], watch: Watch) -> Flow[JSON]:
             watch.waited += request.seconds
 
 
-def _said(core: TaskCore, watch: Watch, sleep: Sleep) -> Flow[_Ticker | None]:
+def _said(run: EffectRun, watch: Watch, sleep: Sleep) -> Flow[_Ticker | None]:
     """Say what the call about to sleep waits for (a line on stderr, progress to the
     agent), in the words of the protocol's own decision (``sleep.reason``), never decided
     again here; the ticker to stop when the sleep ends."""
@@ -132,7 +131,7 @@ def _said(core: TaskCore, watch: Watch, sleep: Sleep) -> Flow[_Ticker | None]:
     except Exception:  # the words must never cost the call: said without the operation
         op = None
     seconds = sleep.seconds
-    now = core.store.now()
+    now = run.core.store.now()
     head = (
         f"call of {watch.tool!r} (operation {watch.key} of task {watch.task_id!r}) waits "
         f"{duration(seconds)}, until {_clock(now + seconds)}"
@@ -141,7 +140,7 @@ def _said(core: TaskCore, watch: Watch, sleep: Sleep) -> Flow[_Ticker | None]:
     if op is None or op.submitted_at is None:
         text = f"{head}: {why}"
     else:
-        mine = op.submitted_by == core.owner
+        mine = op.submitted_by == run.core.owner
         gone = op.submitted_by is None or mine or holder_is_dead(op.submitted_by)
         who = (
             "this proxy"
