@@ -95,4 +95,5 @@ _TITLES = {
     "not-loopback-host": "This gateway answers loopback hosts only",
     "unsendable": "The service cannot take this request",
     "method": "This method is not forwarded",
+    "bad-request": "The request is not HTTP/1.1 this gateway can read",
 }

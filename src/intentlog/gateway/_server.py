@@ -38,13 +38,13 @@ import contextlib
 import dataclasses
 import email.utils
 import http
-import json
 import logging
 import socket
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from intentlog.gateway._answers import problem
 from intentlog.gateway._http1 import BadRequest, ChunkedReader, RequestHead, parse_request_head
 
 __all__ = ["Server"]
@@ -96,15 +96,15 @@ class Server:
                 await asyncio.wait(set(self.tasks))
             for connection in list(self.connections):
                 connection.close()
-            self.gone(None)
+            if not self.connections:
+                self.flushed.set()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.flushed.wait(), FLUSH)
             await server.wait_closed()
 
-    def gone(self, connection: _Connection | None) -> None:
-        """``connection`` closed (None: a check only); once stopping, whether all are."""
-        if connection is not None:
-            self.connections.discard(connection)
+    def gone(self, connection: _Connection) -> None:
+        """``connection`` closed; once stopping, the last one sets :attr:`flushed`."""
+        self.connections.discard(connection)
         if self.stopping and not self.connections:
             self.flushed.set()
 
@@ -241,15 +241,8 @@ class _Connection(asyncio.Protocol):
 
     def _refuse(self, exc: BadRequest) -> None:
         """Answer a request that cannot be read with a problem naming why, and close."""
-        body = json.dumps(
-            {
-                "type": "https://intentlog.dev/problems/bad-request",
-                "title": "The request is not HTTP/1.1 this gateway can read",
-                "status": exc.status,
-                "detail": f"{exc}; nothing was forwarded or journaled",
-            },
-            separators=(",", ":"),
-        ).encode()
+        # The gateway's own problem document, as every other refusal of it.
+        body = problem(exc.status, "bad-request", f"{exc}; nothing was forwarded or journaled").body
         head = [
             b"HTTP/1.1 %d %s\r\n" % (exc.status, _REASONS.get(exc.status, b"")),
             b"content-type: application/problem+json\r\n",
