@@ -11,69 +11,43 @@ import contextlib
 import gzip
 import json
 import socket
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from tests.support.gateway_support import Children, Gateway, route, run_cli, send, write_routes
+from tests.support.gateway_support import (
+    Children,
+    Gateway,
+    RecordingUpstream,
+    route,
+    run_cli,
+    send,
+    write_routes,
+)
 
 BIG = 50 << 20  # the size of /big's answer
 CHUNK = 1 << 20
 
 
-class Upstream:
-    """A recording upstream on 127.0.0.1, port 0, answering by the path's last segment."""
+class Upstream(RecordingUpstream):
+    """The recording upstream, answering by the path's last segment."""
 
-    def __init__(self) -> None:
-        self.requests: list[dict[str, Any]] = []
-        self.lock = threading.Lock()
-        upstream = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def _any(self) -> None:
-                size = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(size) if size else b""
-                with upstream.lock:
-                    upstream.requests.append(
-                        {
-                            "method": self.command,
-                            "path": self.path,
-                            "headers": dict(self.headers.items()),
-                            "body": body,
-                        }
-                    )
-                upstream.answer(self, self.path.split("?")[0].rsplit("/", 1)[-1])
-
-            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _any
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def answer(self, h: BaseHTTPRequestHandler, last: str) -> None:
+    def answer(self, h: BaseHTTPRequestHandler, last: str, body: bytes) -> None:
         head = h.command == "HEAD"
         if last == "gz":
             asked = h.headers.get("Accept-Encoding", "")
-            body = b'{"id":"gz","ok":true}'
+            plain = b'{"id":"gz","ok":true}'
             if "br" in asked:  # bytes the gateway's httpx cannot decode
                 return self.reply(
-                    h, 200, b"\x8b\x03\x80" + body + b"\x03", [("Content-Encoding", "br")]
+                    h, 200, b"\x8b\x03\x80" + plain + b"\x03", [("Content-Encoding", "br")]
                 )
             if "gzip" in asked:
-                return self.reply(h, 200, gzip.compress(body), [("Content-Encoding", "gzip")])
-            return self.reply(h, 200, body)
+                return self.reply(h, 200, gzip.compress(plain), [("Content-Encoding", "gzip")])
+            return self.reply(h, 200, plain)
         if last == "sized":  # HEAD: the length a GET would have
             return self.reply(h, 200, b"x" * 1234, ctype="application/octet-stream")
         if last == "nocontent":
@@ -121,14 +95,6 @@ class Upstream:
         h.end_headers()
         if h.command != "HEAD" and status not in (204, 304):
             h.wfile.write(body)
-
-    def paths(self) -> list[str]:
-        with self.lock:
-            return [r["path"] for r in self.requests]
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture(scope="module")

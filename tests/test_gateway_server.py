@@ -10,13 +10,19 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import threading
 from collections.abc import Awaitable, Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
-from tests.support.gateway_support import Children, Gateway, route, run_cli, write_routes
+from tests.support.gateway_support import (
+    Children,
+    Gateway,
+    RecordingUpstream,
+    route,
+    run_cli,
+    write_routes,
+)
 
 from intentlog.gateway import _server
 from intentlog.gateway._http1 import BadRequest, ChunkedReader, parse_request_head
@@ -154,50 +160,23 @@ def test_a_malformed_chunk_is_refused(raw: bytes, says: str) -> None:
 # -- a real gateway ---------------------------------------------------------------------------
 
 
-class Upstream:
-    """Records every request; ``/.../chunked`` answers chunked, with no Content-Length."""
+class Upstream(RecordingUpstream):
+    """``/.../chunked`` answers chunked, with no Content-Length; the rest, how many bytes
+    of body came."""
 
-    def __init__(self) -> None:
-        self.requests: list[tuple[str, str, dict[str, str], bytes]] = []
-        self.lock = threading.Lock()
-        upstream = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def _any(self) -> None:
-                size = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(size) if size else b""
-                with upstream.lock:
-                    upstream.requests.append(
-                        (self.command, self.path, dict(self.headers.items()), body)
-                    )
-                if self.path.endswith("/chunked"):
-                    self.wfile.write(
-                        b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
-                        b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"
-                    )
-                    return
-                answer = json.dumps({"ok": True, "got": len(body)}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(answer)))
-                self.end_headers()
-                self.wfile.write(answer)
-
-            do_GET = do_POST = _any
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def bodies(self) -> list[bytes]:
-        with self.lock:
-            return [r[3] for r in self.requests]
+    def answer(self, h: BaseHTTPRequestHandler, last: str, body: bytes) -> None:
+        if last == "chunked":
+            h.wfile.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"
+            )
+            return
+        answer = json.dumps({"ok": True, "got": len(body)}).encode()
+        h.send_response(200)
+        h.send_header("Content-Type", "application/json")
+        h.send_header("Content-Length", str(len(answer)))
+        h.end_headers()
+        h.wfile.write(answer)
 
     def count(self) -> int:
         with self.lock:
@@ -208,8 +187,7 @@ class Upstream:
 def upstream() -> Iterator[Upstream]:
     up = Upstream()
     yield up
-    up.server.shutdown()
-    up.server.server_close()
+    up.close()
 
 
 @pytest.fixture(scope="module")

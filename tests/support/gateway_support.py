@@ -28,6 +28,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -382,3 +383,60 @@ def run_cli(
         cwd=cwd,
         env=None if env is None else dict(env),
     )
+
+
+# -- a recording upstream ---------------------------------------------------------------------
+
+
+class RecordingUpstream:
+    """An upstream on 127.0.0.1, port 0, in this process: it records every request (method,
+    path, headers, body) and answers it by :meth:`answer`, given the path's last segment and
+    the body."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+        upstream = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _any(self) -> None:
+                size = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(size) if size else b""
+                with upstream.lock:
+                    upstream.requests.append(
+                        {
+                            "method": self.command,
+                            "path": self.path,
+                            "headers": dict(self.headers.items()),
+                            "body": body,
+                        }
+                    )
+                upstream.answer(self, self.path.split("?")[0].rsplit("/", 1)[-1], body)
+
+            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _any
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def answer(self, h: BaseHTTPRequestHandler, last: str, body: bytes) -> None:
+        raise NotImplementedError
+
+    def paths(self) -> list[str]:
+        with self.lock:
+            return [r["path"] for r in self.requests]
+
+    def bodies(self) -> list[bytes]:
+        with self.lock:
+            return [r["body"] for r in self.requests]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
